@@ -1,0 +1,314 @@
+package store
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+)
+
+// NewNodeScore is the reputation of a node with no finished task (GemmaNet).
+const NewNodeScore = 50.0
+
+// Score is GemmaNet's reputation formula, 0-100 rounded to one decimal:
+//
+//	40·completion rate + 20·(1 − min(avg_ms/10000, 1))
+//	+ 20·max(0, 1 − hours since last task/24) + 20·(avg rating/5, or 0.5 unrated)
+//
+// A node with no task scores NewNodeScore. A last task "in the future"
+// (another instance's clock running ahead) counts as now.
+func Score(s NodeStats, now time.Time) float64 {
+	if s.TotalTasks <= 0 {
+		return NewNodeScore
+	}
+	total := float64(s.TotalTasks)
+	completion := float64(s.SuccessfulTasks) / total
+	avgMs := max(float64(s.TotalMs)/total, 0)
+	speed := 1 - math.Min(avgMs/10000, 1)
+	recency := 0.0
+	if s.LastTaskAt != nil {
+		hours := max(now.Sub(*s.LastTaskAt).Hours(), 0)
+		recency = math.Max(0, 1-hours/24)
+	}
+	rating := 0.5
+	if s.RatingCount > 0 {
+		rating = float64(s.RatingSum) / float64(s.RatingCount) / 5
+	}
+	score := 40*completion + 20*speed + 20*recency + 20*rating
+	return round(min(max(score, 0), 100), 1)
+}
+
+func round(x float64, places int) float64 {
+	p := math.Pow10(places)
+	return math.Round(x*p) / p
+}
+
+// ReputationConfig configures Reputation. Zero values mean the defaults noted.
+type ReputationConfig struct {
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// SuspendBelow is the score under which a node is suspended. Default 35.
+	SuspendBelow float64
+	// SuspendAfterTasks: a node is suspended only with more tasks than this.
+	// Default 10.
+	SuspendAfterTasks int64
+	// SuspendFor is how long a suspension lasts. Default 24h.
+	SuspendFor time.Duration
+	// Now is the clock; default time.Now. Tests set it.
+	Now func() time.Time
+}
+
+func (c ReputationConfig) withDefaults() ReputationConfig {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.Logger = c.Logger.With("component", "reputation")
+	if c.SuspendBelow == 0 {
+		c.SuspendBelow = 35
+	}
+	if c.SuspendAfterTasks == 0 {
+		c.SuspendAfterTasks = 10
+	}
+	if c.SuspendFor <= 0 {
+		c.SuspendFor = 24 * time.Hour
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// View is what routing needs of a node's reputation.
+type View struct {
+	Score     float64
+	AvgMs     float64 // 0 when the node has no task yet: unknown, not fast
+	Suspended bool
+}
+
+// Reputation keeps every known node's counters in memory so that routing
+// reads scores without I/O. Outcomes observed here count at once and reach
+// the database through the Writer; Refresh folds in what other instances
+// wrote. It starts no goroutine of its own: suspensions are persisted by the
+// Writer.
+//
+// Each node's counters are the database's as of the last Load or Refresh,
+// plus the outcomes observed since that the database has not committed yet.
+// Refresh keeps that true without counting an outcome twice or losing one:
+// see reload.
+type Reputation struct {
+	st  Store
+	w   *Writer
+	cfg ReputationConfig
+	log *slog.Logger
+
+	// mu guards nodes. Lock order: Writer.applyMu, then mu, then Writer.mu.
+	mu    sync.RWMutex
+	nodes map[string]*NodeStats
+}
+
+// NewReputation returns an empty cache over st, sending outcomes and
+// suspensions through w (which must not be nil).
+func NewReputation(st Store, w *Writer, cfg ReputationConfig) *Reputation {
+	cfg = cfg.withDefaults()
+	return &Reputation{st: st, w: w, cfg: cfg, log: cfg.Logger, nodes: make(map[string]*NodeStats)}
+}
+
+// Get returns a node's current view: fast, no I/O. An unknown node has the
+// new-node score, no average and no suspension.
+func (r *Reputation) Get(nodeID string) View {
+	r.mu.RLock()
+	p := r.nodes[nodeID]
+	var s NodeStats
+	if p != nil {
+		s = *p
+	}
+	r.mu.RUnlock()
+	if p == nil {
+		return View{Score: NewNodeScore}
+	}
+	now := r.cfg.Now()
+	v := View{Score: Score(s, now), Suspended: suspended(s, now)}
+	if s.TotalTasks > 0 {
+		v.AvgMs = float64(s.TotalMs) / float64(s.TotalTasks)
+	}
+	return v
+}
+
+func suspended(s NodeStats, now time.Time) bool {
+	return s.SuspendedUntil != nil && now.Before(*s.SuspendedUntil)
+}
+
+// Observe counts a node's outcome at once, hands it to the Writer, and
+// suspends the node when its score falls below SuspendBelow after more than
+// SuspendAfterTasks tasks. A zero At is taken as now.
+func (r *Reputation) Observe(o Outcome) {
+	if o.NodeID == "" {
+		return
+	}
+	now := r.cfg.Now()
+	if o.At.IsZero() {
+		o.At = now
+	}
+	var until time.Time
+	var score float64
+	r.mu.Lock()
+	s := r.nodeLocked(o.NodeID)
+	applyOutcome(s, o)
+	// Queued under mu so that reload sees the outcome either in memory and
+	// in the queue, or in neither (it will arrive after reload).
+	r.w.AddOutcome(o)
+	if s.TotalTasks > r.cfg.SuspendAfterTasks && !suspended(*s, now) {
+		if score = Score(*s, now); score < r.cfg.SuspendBelow {
+			until = now.Add(r.cfg.SuspendFor)
+			s.SuspendedUntil = timePtr(dbTime(until))
+		}
+	}
+	total := s.TotalTasks
+	r.mu.Unlock()
+	if !until.IsZero() {
+		r.w.addSuspension(o.NodeID, until)
+		r.log.Warn("node suspended for a low reputation", "node_id", o.NodeID, "score", score,
+			"total_tasks", total, "until", until)
+	}
+}
+
+func (r *Reputation) nodeLocked(id string) *NodeStats {
+	s := r.nodes[id]
+	if s == nil {
+		s = &NodeStats{NodeID: id}
+		r.nodes[id] = s
+	}
+	return s
+}
+
+// Rated adds a rating to the nodes' in-memory counters after a successful
+// Store.Rate. Prefer Rate, which does both without a window in which a
+// concurrent Refresh could count the rating twice or not at all.
+func (r *Reputation) Rated(nodeIDs []string, rating int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ratedLocked(nodeIDs, rating)
+}
+
+func (r *Reputation) ratedLocked(nodeIDs []string, rating int) {
+	for _, id := range nodeIDs {
+		s := r.nodeLocked(id)
+		s.RatingSum += int64(rating)
+		s.RatingCount++
+	}
+}
+
+// Rate rates a task (Writer.Rate: a task still buffered is written first)
+// and counts the rating in memory, as one step with respect to Refresh.
+func (r *Reputation) Rate(ctx context.Context, taskID, accountID string, rating int, now time.Time) ([]string, error) {
+	r.w.applyMu.Lock()
+	defer r.w.applyMu.Unlock()
+	nodes, err := r.w.Rate(ctx, taskID, accountID, rating, now)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.ratedLocked(nodes, rating)
+	r.mu.Unlock()
+	return nodes, nil
+}
+
+// Load reads the nodes' counters from the store (a node registering) and
+// keeps them known from then on.
+func (r *Reputation) Load(ctx context.Context, nodeIDs []string) error {
+	return r.reload(ctx, nodeIDs)
+}
+
+// Refresh reloads every known node from the store, so that instances
+// sharing a database converge on the same scores.
+func (r *Reputation) Refresh(ctx context.Context) error {
+	r.mu.RLock()
+	ids := make([]string, 0, len(r.nodes))
+	for id := range r.nodes {
+		ids = append(ids, id)
+	}
+	r.mu.RUnlock()
+	return r.reload(ctx, ids)
+}
+
+// Run refreshes every interval until ctx ends; errors are logged, not
+// fatal (the cached scores stay usable). It returns ctx's error.
+func (r *Reputation) Run(ctx context.Context, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			if err := r.Refresh(ctx); err != nil && ctx.Err() == nil {
+				r.log.Warn("reputation refresh failed; keeping cached scores", "err", err)
+			}
+		}
+	}
+}
+
+// reload replaces the nodes' counters with the database's plus the outcomes
+// the Writer has not committed yet.
+//
+// Why this counts every outcome exactly once: the Writer commits outcomes
+// and removes them from its queue together under applyMu, and reload holds
+// applyMu from before the read until after it has copied the queue. So while
+// it runs, an outcome is either committed (in what was read, gone from the
+// queue) or queued (not in what was read) — never both, never neither. An
+// outcome observed during the read is queued and not committed, so it is
+// counted from the queue; Observe and the install below both hold mu, so an
+// outcome cannot slip between copying the queue and replacing the counters.
+// Outcomes the Writer dropped are in neither, and vanish from memory as they
+// are missing from the database. Suspensions are merged by keeping the later
+// time, since one decided here may not be written yet.
+func (r *Reputation) reload(ctx context.Context, nodeIDs []string) error {
+	ids := sortedUnique(nodeIDs)
+	if len(ids) == 0 {
+		return nil
+	}
+	r.w.applyMu.Lock()
+	defer r.w.applyMu.Unlock()
+	stats, err := r.st.NodeStats(ctx, ids)
+	if err != nil {
+		return err
+	}
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fresh := make(map[string]*NodeStats, len(ids))
+	for _, id := range ids {
+		s, ok := stats[id]
+		if !ok {
+			s = NodeStats{NodeID: id}
+		}
+		fresh[id] = &s
+	}
+	for _, o := range r.w.pendingOutcomes(want) {
+		applyOutcome(fresh[o.NodeID], o)
+	}
+	for id, s := range fresh {
+		if old := r.nodes[id]; old != nil {
+			s.SuspendedUntil = later(s.SuspendedUntil, old.SuspendedUntil)
+			if s.Name == "" && s.AccountID == "" {
+				s.Name, s.AccountID = old.Name, old.AccountID
+			}
+		}
+		r.nodes[id] = s
+	}
+	return nil
+}
+
+func later(a, b *time.Time) *time.Time {
+	switch {
+	case a == nil:
+		return b
+	case b == nil || a.After(*b):
+		return a
+	}
+	return b
+}

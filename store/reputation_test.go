@@ -1,0 +1,542 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"switchyard/store"
+)
+
+func TestScore(t *testing.T) {
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	ago := func(d time.Duration) *time.Time { t := now.Add(-d); return &t }
+	for _, tc := range []struct {
+		name string
+		s    store.NodeStats
+		want float64
+	}{
+		{"new node", store.NodeStats{}, 50},
+		{"new node with a stale rating", store.NodeStats{RatingSum: 1, RatingCount: 1}, 50},
+		// 40·1 + 20·(1−0.1) + 20·1 + 20·0.5
+		{"all good, unrated", store.NodeStats{TotalTasks: 10, SuccessfulTasks: 10, TotalMs: 10000, LastTaskAt: ago(0)}, 88},
+		// 40·0.75 + 20·0.5 + 20·0.5 + 20·(4/5)
+		{"mixed, rated", store.NodeStats{TotalTasks: 4, SuccessfulTasks: 3, TotalMs: 20000, LastTaskAt: ago(12 * time.Hour), RatingSum: 8, RatingCount: 2}, 66},
+		// 0 + 0 (timeouts count 60 s) + 0 (two days idle) + 20·0.5
+		{"timeouts, idle", store.NodeStats{TotalTasks: 10, TotalMs: 600000, LastTaskAt: ago(48 * time.Hour)}, 10},
+		// 40/3 + 20 + 20 + 10 = 63.333…
+		{"rounds to one decimal", store.NodeStats{TotalTasks: 3, SuccessfulTasks: 1, LastTaskAt: ago(0)}, 63.3},
+		// 40·5/7 + 20·(1−0.2345) + 20·0.75 + 20·(3/5) = 70.8814…
+		{"every term", store.NodeStats{TotalTasks: 7, SuccessfulTasks: 5, TotalMs: 7 * 2345, LastTaskAt: ago(6 * time.Hour), RatingSum: 9, RatingCount: 3}, 70.9},
+		{"perfect", store.NodeStats{TotalTasks: 1, SuccessfulTasks: 1, LastTaskAt: ago(0), RatingSum: 5, RatingCount: 1}, 100},
+		// A clock ahead elsewhere must not lift recency above 1 (would be 90.8).
+		{"last task in the future", store.NodeStats{TotalTasks: 1, SuccessfulTasks: 1, LastTaskAt: ago(-time.Hour)}, 90},
+		{"no last task time", store.NodeStats{TotalTasks: 2, SuccessfulTasks: 2}, 70},
+		{"slower than 10 s", store.NodeStats{TotalTasks: 1, SuccessfulTasks: 1, TotalMs: 20000, LastTaskAt: ago(0)}, 70},
+		{"worst", store.NodeStats{TotalTasks: 5, TotalMs: 500000, LastTaskAt: ago(100 * time.Hour), RatingSum: 5, RatingCount: 5}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := store.Score(tc.s, now); got != tc.want {
+				t.Errorf("Score = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// clock is a settable time source.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+type repFixture struct {
+	rp  *store.Reputation
+	w   *store.Writer
+	hs  *hookStore
+	clk *clock
+}
+
+// newRep builds a Reputation over a writer that only writes when told
+// (FlushInterval of an hour) unless the config says otherwise.
+func newRep(t *testing.T, wcfg store.WriterConfig) repFixture {
+	t.Helper()
+	if wcfg.FlushInterval == 0 {
+		wcfg.FlushInterval = time.Hour
+	}
+	w, hs, _ := newWriter(t, wcfg)
+	clk := &clock{now: time.Now().UTC().Truncate(time.Second)}
+	rp := store.NewReputation(hs, w, store.ReputationConfig{Logger: quiet, Now: clk.Now})
+	return repFixture{rp: rp, w: w, hs: hs, clk: clk}
+}
+
+func (f repFixture) total(t *testing.T, node string) int64 {
+	t.Helper()
+	rep, err := f.rp.Report(testCtx(t), node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep.TotalTasks
+}
+
+func (f repFixture) dbTotal(t *testing.T, node string) int64 {
+	t.Helper()
+	m, err := f.hs.Store.NodeStats(testCtx(t), []string{node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m[node].TotalTasks
+}
+
+func TestReputationGetUnknown(t *testing.T) {
+	f := newRep(t, store.WriterConfig{})
+	if v := f.rp.Get("nobody"); v != (store.View{Score: 50}) {
+		t.Errorf("Get(unknown) = %+v, want score 50, no average, not suspended", v)
+	}
+}
+
+func TestReputationObserve(t *testing.T) {
+	f := newRep(t, store.WriterConfig{})
+	f.rp.Observe(store.Outcome{NodeID: "n1", Success: true, ElapsedMs: 1000})
+	// 40 + 20·0.9 + 20 + 10, at once, before anything is written.
+	if v := f.rp.Get("n1"); v != (store.View{Score: 88, AvgMs: 1000}) {
+		t.Errorf("Get after one outcome = %+v, want score 88, avg 1000 ms", v)
+	}
+	if st := f.w.Stats(); st.PendingOutcomes != 1 {
+		t.Errorf("writer has %d outcomes pending, want the observed one", st.PendingOutcomes)
+	}
+	if err := f.w.Flush(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.dbTotal(t, "n1"); got != 1 {
+		t.Errorf("database has %d tasks for n1, want 1", got)
+	}
+}
+
+func TestReputationSuspends(t *testing.T) {
+	ctx := testCtx(t)
+	f := newRep(t, store.WriterConfig{})
+	timeout := store.Outcome{NodeID: "bad", Success: false, ElapsedMs: 60000}
+	for range 10 {
+		f.rp.Observe(timeout)
+		f.rp.Observe(store.Outcome{NodeID: "good", Success: true, ElapsedMs: 100})
+	}
+	// Score 30 (< 35), but 10 tasks is not more than 10.
+	if v := f.rp.Get("bad"); v.Suspended || v.Score != 30 {
+		t.Fatalf("after 10 timeouts: %+v, want score 30 and not yet suspended", v)
+	}
+	f.rp.Observe(timeout)
+	f.rp.Observe(store.Outcome{NodeID: "good", Success: true, ElapsedMs: 100})
+	if v := f.rp.Get("bad"); !v.Suspended {
+		t.Fatalf("after 11 timeouts: %+v, want suspended", v)
+	}
+	if v := f.rp.Get("good"); v.Suspended {
+		t.Errorf("a good node was suspended: %+v", v)
+	}
+	until := f.clk.Now().Add(24 * time.Hour)
+
+	// A refresh before the suspension is written must not lift it.
+	if err := f.rp.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !f.rp.Get("bad").Suspended {
+		t.Error("Refresh lifted a suspension the writer had not written yet")
+	}
+	if err := f.w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m, err := f.hs.Store.NodeStats(ctx, []string{"bad", "good"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := m["bad"].SuspendedUntil; s == nil || !s.Equal(until) {
+		t.Errorf("stored suspension = %v, want %v", s, until)
+	}
+	if s := m["good"].SuspendedUntil; s != nil {
+		t.Errorf("good node stored as suspended until %v", s)
+	}
+
+	f.clk.Add(24*time.Hour - time.Second)
+	if !f.rp.Get("bad").Suspended {
+		t.Error("suspension ended early")
+	}
+	f.clk.Add(2 * time.Second)
+	if f.rp.Get("bad").Suspended {
+		t.Error("suspension did not end after 24 h")
+	}
+}
+
+// Outcomes are counted once whether they are still in the writer, written,
+// or written by another instance.
+func TestReputationRefreshCountsOnce(t *testing.T) {
+	ctx := testCtx(t)
+	f := newRep(t, store.WriterConfig{})
+	for range 3 {
+		f.rp.Observe(store.Outcome{NodeID: "n1", Success: true, ElapsedMs: 10})
+	}
+	step := func(what string, wantMem, wantDB int64) {
+		t.Helper()
+		if got := f.total(t, "n1"); got != wantMem {
+			t.Errorf("%s: reputation counts %d tasks, want %d", what, got, wantMem)
+		}
+		if got := f.dbTotal(t, "n1"); got != wantDB {
+			t.Errorf("%s: database has %d tasks, want %d", what, got, wantDB)
+		}
+	}
+	step("observed", 3, 0)
+	must(t, f.rp.Refresh(ctx))
+	step("refreshed before the write", 3, 0)
+	must(t, f.w.Flush(ctx))
+	step("written", 3, 3)
+	must(t, f.rp.Refresh(ctx))
+	step("refreshed after the write", 3, 3)
+
+	// Another instance writes two outcomes for the same node.
+	must(t, f.hs.Store.ApplyOutcomes(ctx, []store.Outcome{{NodeID: "n1", Success: false, ElapsedMs: 60000, At: time.Now()}, {NodeID: "n1", Success: true, At: time.Now()}}))
+	step("written elsewhere", 3, 5)
+	must(t, f.rp.Refresh(ctx))
+	step("refreshed after the other instance", 5, 5)
+
+	f.rp.Observe(store.Outcome{NodeID: "n1", Success: true, ElapsedMs: 10})
+	must(t, f.rp.Refresh(ctx))
+	step("observed and refreshed", 6, 5)
+	must(t, f.w.Flush(ctx))
+	must(t, f.rp.Refresh(ctx))
+	step("all written and refreshed", 6, 6)
+}
+
+// The race reload is built for: a batch of outcomes commits between
+// Refresh's read of the database and its look at the writer's queue. Were
+// that allowed, the outcome would be in neither and be lost from memory.
+func TestReputationRefreshRacesCommit(t *testing.T) {
+	ctx := testCtx(t)
+	f := newRep(t, store.WriterConfig{})
+	f.rp.Observe(store.Outcome{NodeID: "n1", Success: true})
+	must(t, f.w.Flush(ctx))
+	<-f.hs.outBatches
+
+	f.hs.blockStats = make(chan struct{})
+	refreshed := make(chan error, 1)
+	go func() { refreshed <- f.rp.Refresh(ctx) }()
+	wait(t, f.hs.statsEntered, "Refresh to have read the database")
+
+	f.rp.Observe(store.Outcome{NodeID: "n1", Success: true})
+	flushed := make(chan error, 1)
+	go func() { flushed <- f.w.Flush(ctx) }()
+	// The commit must wait for the refresh. This only checks that it does
+	// not happen, so a bounded wait is the check, not synchronisation.
+	select {
+	case <-f.hs.outBatches:
+		t.Fatal("outcomes committed while Refresh was between reading the database and the queue")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(f.hs.blockStats)
+	must(t, wait(t, refreshed, "Refresh"))
+	if got := f.total(t, "n1"); got != 2 {
+		t.Errorf("after the refresh: %d tasks, want 2", got)
+	}
+	must(t, wait(t, flushed, "Flush"))
+	must(t, f.rp.Refresh(ctx))
+	if got := f.total(t, "n1"); got != 2 {
+		t.Errorf("after the commit and another refresh: %d tasks, want 2", got)
+	}
+}
+
+// Observing, writing and refreshing all at once, with readers on the hot
+// path: at the end memory, database and outcome count agree.
+func TestReputationConcurrent(t *testing.T) {
+	ctx := testCtx(t)
+	f := newRep(t, store.WriterConfig{FlushInterval: time.Millisecond, BatchSize: 7})
+	const observers, each = 4, 250
+	nodes := []string{"n1", "n2", "n3"}
+	stop := make(chan struct{})
+	var bg, obs sync.WaitGroup
+	bg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				if err := f.rp.Refresh(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}
+	})
+	bg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				for _, n := range nodes {
+					_ = f.rp.Get(n)
+				}
+			}
+		}
+	})
+	for i := range observers {
+		obs.Go(func() {
+			for j := range each {
+				f.rp.Observe(store.Outcome{NodeID: nodes[(i+j)%len(nodes)], Success: j%3 != 0, ElapsedMs: 5})
+			}
+		})
+	}
+	obs.Wait()
+	close(stop)
+	bg.Wait()
+	must(t, f.w.Flush(ctx))
+
+	var mem, db int64
+	for _, n := range nodes {
+		mem += f.total(t, n)
+		db += f.dbTotal(t, n)
+	}
+	if mem != observers*each || db != observers*each {
+		t.Errorf("memory counts %d, database %d, want both %d", mem, db, observers*each)
+	}
+	must(t, f.rp.Refresh(ctx))
+	mem = 0
+	for _, n := range nodes {
+		mem += f.total(t, n)
+	}
+	if mem != observers*each {
+		t.Errorf("after a final refresh memory counts %d, want %d", mem, observers*each)
+	}
+}
+
+func TestReputationRate(t *testing.T) {
+	ctx := testCtx(t)
+	f := newRep(t, store.WriterConfig{})
+	a, _, err := f.hs.CreateAccount(ctx, "rater", "", "")
+	must(t, err)
+	r := rec("t-1")
+	r.AccountID, r.NodeIDs = a.ID, []string{"n1", "n2"}
+	f.w.AddTask(r) // still buffered when rated
+
+	nodes, err := f.rp.Rate(ctx, "t-1", a.ID, 4, f.clk.Now())
+	must(t, err)
+	if !slices.Equal(nodes, []string{"n1", "n2"}) {
+		t.Errorf("Rate = %v", nodes)
+	}
+	ratings := func(what string, want int64) {
+		t.Helper()
+		for _, n := range nodes {
+			rep, err := f.rp.Report(ctx, n)
+			must(t, err)
+			if rep.TotalRatings != want || (want > 0 && rep.AvgRating != 4) {
+				t.Errorf("%s: %s has %d ratings averaging %v, want %d of 4", what, n, rep.TotalRatings, rep.AvgRating, want)
+			}
+		}
+	}
+	ratings("rated", 1)
+	must(t, f.rp.Refresh(ctx))
+	ratings("refreshed", 1)
+	if _, err := f.rp.Rate(ctx, "t-1", a.ID, 4, f.clk.Now()); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("second Rate = %v, want ErrConflict", err)
+	}
+	ratings("refused second rating", 1)
+
+	// Rated, after a Store.Rate made elsewhere.
+	r2 := rec("t-2")
+	r2.AccountID, r2.NodeIDs = a.ID, []string{"n3"}
+	must(t, f.hs.Store.WriteTasks(ctx, []store.TaskRecord{r2}))
+	n3, err := f.hs.Store.Rate(ctx, "t-2", a.ID, 2, f.clk.Now())
+	must(t, err)
+	f.rp.Rated(n3, 2)
+	rep, _ := f.rp.Report(ctx, "n3")
+	must(t, f.rp.Refresh(ctx))
+	rep2, _ := f.rp.Report(ctx, "n3")
+	if rep.TotalRatings != 1 || rep2.TotalRatings != 1 || rep2.AvgRating != 2 {
+		t.Errorf("n3 after Rated: %+v, after Refresh: %+v; want one rating of 2", rep, rep2)
+	}
+}
+
+func TestReputationLoad(t *testing.T) {
+	ctx := testCtx(t)
+	f := newRep(t, store.WriterConfig{})
+	var outs []store.Outcome
+	for i := range 4 {
+		outs = append(outs, store.Outcome{NodeID: "n1", Success: i%2 == 0, ElapsedMs: 1000, At: f.clk.Now()})
+	}
+	must(t, f.hs.Store.ApplyOutcomes(ctx, outs))
+	if v := f.rp.Get("n1"); v.Score != 50 {
+		t.Errorf("before Load: %+v, want the unknown-node view", v)
+	}
+	must(t, f.rp.Load(ctx, []string{"n1", "n-new"}))
+	// 40·0.5 + 20·0.9 + 20 + 10
+	if v := f.rp.Get("n1"); v != (store.View{Score: 68, AvgMs: 1000}) {
+		t.Errorf("after Load: %+v, want score 68, avg 1000 ms", v)
+	}
+	if v := f.rp.Get("n-new"); v != (store.View{Score: 50}) {
+		t.Errorf("a node unknown to the store: %+v", v)
+	}
+}
+
+func TestReputationReport(t *testing.T) {
+	ctx := testCtx(t)
+	f := newRep(t, store.WriterConfig{})
+	a, _, err := f.hs.CreateAccount(ctx, "r", "", "")
+	must(t, err)
+	must(t, f.hs.Store.ApplyOutcomes(ctx, []store.Outcome{
+		{NodeID: "n1", Success: true, ElapsedMs: 500, At: f.clk.Now()},
+		{NodeID: "n1", Success: true, ElapsedMs: 300, At: f.clk.Now()},
+		{NodeID: "n1", Success: false, ElapsedMs: 200, At: f.clk.Now()},
+	}))
+	for i, rating := range []int{4, 4, 3} {
+		r := rec(fmt.Sprintf("t-%d", i))
+		r.AccountID = a.ID
+		must(t, f.hs.Store.WriteTasks(ctx, []store.TaskRecord{r}))
+		_, err := f.hs.Store.Rate(ctx, r.ID, a.ID, rating, f.clk.Now())
+		must(t, err)
+	}
+	// Not loaded: read from the store. 40·2/3 + 20·(1−1000/3/10000) + 20 + 20·(11/3/5) = 80.67
+	rep, err := f.rp.Report(ctx, "n1")
+	must(t, err)
+	want := store.Report{NodeID: "n1", Score: 80.7, TotalTasks: 3, SuccessRate: 0.667, AvgResponseMs: 333.3, AvgRating: 3.67, TotalRatings: 3}
+	if rep != want {
+		t.Errorf("Report = %+v\nwant     %+v", rep, want)
+	}
+	js, _ := json.Marshal(rep)
+	var keys map[string]any
+	must(t, json.Unmarshal(js, &keys))
+	for _, k := range []string{"node_id", "score", "total_tasks", "success_rate", "avg_response_ms", "avg_rating", "total_ratings"} {
+		if _, ok := keys[k]; !ok {
+			t.Errorf("Report JSON %s lacks %q", js, k)
+		}
+	}
+	if len(keys) != 7 {
+		t.Errorf("Report JSON has %d keys, want GemmaNet's 7: %s", len(keys), js)
+	}
+
+	rep, err = f.rp.Report(ctx, "nobody")
+	must(t, err)
+	if rep != (store.Report{NodeID: "nobody", Score: 50}) {
+		t.Errorf("Report(unknown) = %+v, want zeros and score 50", rep)
+	}
+	if v := f.rp.Get("nobody"); v != (store.View{Score: 50}) {
+		t.Error("Report made an unknown node known")
+	}
+}
+
+func TestReputationLeaderboard(t *testing.T) {
+	ctx := testCtx(t)
+	f := newRep(t, store.WriterConfig{})
+	for _, n := range []string{"a", "b", "c"} {
+		must(t, f.hs.RecordNode(ctx, "node-"+n, "acct", "name-"+n))
+	}
+	now := f.clk.Now()
+	must(t, f.hs.Store.ApplyOutcomes(ctx, []store.Outcome{
+		{NodeID: "node-a", Success: true, ElapsedMs: 100, At: now},
+		{NodeID: "node-c", Success: false, ElapsedMs: 60000, At: now},
+	}))
+	order := func(limit int) []string {
+		t.Helper()
+		lb, err := f.rp.Leaderboard(ctx, limit)
+		must(t, err)
+		var out []string
+		for _, e := range lb {
+			if e.Name != "name-"+e.NodeID[len("node-"):] {
+				t.Errorf("entry %s named %q", e.NodeID, e.Name)
+			}
+			out = append(out, e.NodeID)
+		}
+		return out
+	}
+	// a: 40+19.8+20+10 = 89.8; b: new, 50; c: 0+0+20+10 = 30.
+	if got := order(0); !slices.Equal(got, []string{"node-a", "node-b", "node-c"}) {
+		t.Errorf("Leaderboard = %v, want a, b, c", got)
+	}
+	if got := order(2); !slices.Equal(got, []string{"node-a", "node-b"}) {
+		t.Errorf("Leaderboard(2) = %v, want a, b", got)
+	}
+	// This instance's unwritten outcomes count: a fails a lot, here only.
+	must(t, f.rp.Load(ctx, []string{"node-a"}))
+	for range 5 {
+		f.rp.Observe(store.Outcome{NodeID: "node-a", Success: false, ElapsedMs: 60000})
+	}
+	if got := order(0); !slices.Equal(got, []string{"node-b", "node-a", "node-c"}) {
+		t.Errorf("Leaderboard with local outcomes = %v, want b, a, c", got)
+	}
+
+	lb, err := f.rp.Leaderboard(ctx, 1)
+	must(t, err)
+	js, _ := json.Marshal(lb[0])
+	var keys map[string]any
+	must(t, json.Unmarshal(js, &keys))
+	if _, ok := keys["name"]; !ok || len(keys) != 8 {
+		t.Errorf("leaderboard entry JSON %s: want the report's 7 keys plus name", js)
+	}
+}
+
+func TestReputationRun(t *testing.T) {
+	f := newRep(t, store.WriterConfig{})
+	ctx, cancel := context.WithCancel(testCtx(t))
+	must(t, f.rp.Load(ctx, []string{"n1"}))
+	done := make(chan error, 1)
+	go func() { done <- f.rp.Run(ctx, 5*time.Millisecond) }()
+
+	must(t, f.hs.Store.ApplyOutcomes(ctx, []store.Outcome{{NodeID: "n1", Success: true, At: time.Now()}}))
+	deadline := time.Now().Add(10 * time.Second)
+	for f.total(t, "n1") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("Run never refreshed the node")
+		}
+		wait(t, f.hs.statsEntered, "a periodic refresh")
+	}
+	cancel()
+	if err := wait(t, done, "Run to return"); !errors.Is(err, context.Canceled) {
+		t.Errorf("Run returned %v, want context.Canceled", err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Routing calls Get thousands of times a second from many goroutines.
+func BenchmarkReputationGet(b *testing.B) {
+	st, err := store.Open(context.Background(), store.Options{DataDir: b.TempDir(), Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	w := store.NewWriter(st, store.WriterConfig{Logger: quiet})
+	defer w.Close(context.Background())
+	rp := store.NewReputation(st, w, store.ReputationConfig{Logger: quiet})
+	ids := make([]string, 200)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("n%d", i)
+		rp.Observe(store.Outcome{NodeID: ids[i], Success: true, ElapsedMs: 100})
+	}
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			if rp.Get(ids[i%len(ids)]).Score <= 0 {
+				b.Fatal("no score")
+			}
+			i++
+		}
+	})
+}

@@ -1,0 +1,180 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors. Callers test them with errors.Is; implementations wrap them
+// with a short prefix.
+var (
+	ErrNotFound  = errors.New("not found")
+	ErrForbidden = errors.New("forbidden") // rating a task of another account
+	ErrConflict  = errors.New("conflict")  // rating a task twice, or a duplicate name
+	ErrExpired   = errors.New("expired")   // rating a task older than the rating window
+	ErrInvalid   = errors.New("invalid")   // a value out of range (rating not 1-5, unknown trust tier)
+)
+
+// Trust tiers of an account. Nodes inherit the tier of their account.
+const (
+	TrustCommunity = "community"
+	TrustOfficial  = "official"
+)
+
+// Task statuses in a TaskRecord.
+const (
+	StatusCompleted = "completed" // the node returned a result with status completed
+	StatusFailed    = "failed"    // the node returned a result with any other status
+	StatusError     = "error"     // no result: see ErrorCode (timeout, node_disconnected, ...)
+	StatusCanceled  = "canceled"  // the client went away first
+)
+
+// RatingWindow is how long after it finished a task can be rated (GemmaNet: 1 h).
+const RatingWindow = time.Hour
+
+// Account owns API keys and nodes.
+type Account struct {
+	ID        string    `json:"account_id"`
+	Name      string    `json:"name"`
+	Email     string    `json:"email,omitempty"`
+	Trust     string    `json:"trust"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// APIKey is the stored view of a key; the key itself is only ever returned
+// once, by CreateAccount or CreateKey, and is stored as its SHA-256.
+type APIKey struct {
+	ID        string     `json:"key_id"`
+	AccountID string     `json:"account_id"`
+	Prefix    string     `json:"prefix"` // the first 11 characters ("gn_" + 8 hex), enough to recognise it
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+}
+
+// Usage is the token usage a node reported.
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+}
+
+// TaskRecord is what is kept of a finished task.
+type TaskRecord struct {
+	ID           string    `json:"task_id"`
+	AccountID    string    `json:"account_id"`
+	TaskType     string    `json:"task_type"`
+	Stream       bool      `json:"stream"`
+	Status       string    `json:"status"`               // one of the Status constants
+	ErrorCode    string    `json:"error_code,omitempty"` // set when Status is StatusError
+	NodeIDs      []string  `json:"node_ids"`             // every node that served it (rating applies to each)
+	Requester    string    `json:"requester_instance"`   // instance id where the request landed
+	Owner        string    `json:"owner_instance"`       // instance id that held the node's socket ("" if never assigned)
+	Attempts     int       `json:"attempts"`
+	CreatedAt    time.Time `json:"created_at"`
+	AssignedAt   time.Time `json:"assigned_at"` // zero if never handed to a node
+	FinishedAt   time.Time `json:"finished_at"`
+	ProcessingMs int64     `json:"processing_time_ms"` // as reported by the node
+	ContentBytes int64     `json:"content_bytes"`
+	ResultBytes  int64     `json:"result_bytes"`
+	Usage        Usage     `json:"usage"`
+}
+
+// Outcome is one node's part in a finished task, fed into its reputation.
+type Outcome struct {
+	NodeID    string
+	Success   bool
+	ElapsedMs int64 // a timeout counts as a failure of 60,000 ms
+	At        time.Time
+}
+
+// NodeStats are the counters reputation is computed from.
+type NodeStats struct {
+	NodeID          string     `json:"node_id"`
+	AccountID       string     `json:"account_id,omitempty"`
+	Name            string     `json:"name,omitempty"`
+	TotalTasks      int64      `json:"total_tasks"`
+	SuccessfulTasks int64      `json:"successful_tasks"`
+	TotalMs         int64      `json:"total_response_ms"`
+	LastTaskAt      *time.Time `json:"last_task_at,omitempty"`
+	RatingSum       int64      `json:"rating_sum"`
+	RatingCount     int64      `json:"rating_count"`
+	SuspendedUntil  *time.Time `json:"suspended_until,omitempty"`
+}
+
+// Store is the persistence of switchyard. SQLite (the embedded default) and
+// PostgreSQL implement it, and one behavioural suite (storetest) runs
+// against both. Every method is safe for concurrent use.
+//
+// Times come back in UTC to the microsecond (PostgreSQL's precision), in
+// both dialects alike.
+type Store interface {
+	// CreateAccount creates an account with its first API key and returns the
+	// key in plain text (the only time it is ever visible). trust "" means
+	// TrustCommunity; anything but the two tiers is ErrInvalid, and so is an
+	// empty name or a name or email holding a NUL byte or invalid UTF-8.
+	CreateAccount(ctx context.Context, name, email, trust string) (Account, string, error)
+	// Account returns a live account; ErrNotFound if unknown or deleted.
+	Account(ctx context.Context, id string) (Account, error)
+	// AccountByName finds an account by its name (names are unique; ErrConflict on create).
+	AccountByName(ctx context.Context, name string) (Account, error)
+	// DeleteAccount deletes the account and revokes its keys; ErrNotFound if
+	// it is unknown or deleted already. The row is kept for the tasks and
+	// ratings that name it, but every read treats it as absent, its name can
+	// be taken again, and its nodes leave AllNodeStats.
+	DeleteAccount(ctx context.Context, id string) error
+
+	// CreateKey adds a key to an account and returns it in plain text once;
+	// ErrNotFound for an unknown or deleted account.
+	CreateKey(ctx context.Context, accountID string) (APIKey, string, error)
+	// ListKeys lists the keys of one account, or of all when accountID is "",
+	// revoked ones included, oldest first. ErrNotFound for an unknown or
+	// deleted account; keys of deleted accounts are never listed.
+	ListKeys(ctx context.Context, accountID string) ([]APIKey, error)
+	// RevokeKey revokes a key by its ID or its prefix (or the whole key).
+	// ErrNotFound if nothing matches, ErrConflict if a prefix matches several
+	// keys, ErrInvalid for "". Revoking a revoked key changes nothing.
+	RevokeKey(ctx context.Context, idOrPrefix string) error
+	// Authenticate returns the account that owns a live key; ErrNotFound
+	// for an unknown or revoked key, or a deleted account.
+	Authenticate(ctx context.Context, key string) (Account, error)
+
+	// WriteTasks stores finished tasks (in one transaction; a batch from the
+	// writer). Writing the same ID twice keeps the first. A record without an
+	// ID fails the batch with ErrInvalid. NUL bytes are removed from strings
+	// and invalid UTF-8 replaced, as PostgreSQL cannot store them.
+	WriteTasks(ctx context.Context, recs []TaskRecord) error
+	// Task returns a stored task (NodeIDs never nil); ErrNotFound if unknown.
+	Task(ctx context.Context, id string) (TaskRecord, error)
+	// CountCompletedSince counts tasks with status completed finished at or after t.
+	CountCompletedSince(ctx context.Context, t time.Time) (int64, error)
+
+	// RecordNode remembers a node's account and name (upsert) so that the
+	// leaderboard can name it and DeleteAccount can find it. Counters are
+	// kept. ErrInvalid for an empty node id.
+	RecordNode(ctx context.Context, nodeID, accountID, name string) error
+	// ApplyOutcomes adds finished tasks to their nodes' counters (one
+	// transaction), creating nodes it has not seen. LastTaskAt only moves
+	// forward; an outcome with a zero At leaves it alone. ErrInvalid for an
+	// outcome without a node id. Not idempotent: each call counts.
+	ApplyOutcomes(ctx context.Context, outs []Outcome) error
+	// NodeStats returns the counters of the given nodes; unknown nodes are absent.
+	NodeStats(ctx context.Context, nodeIDs []string) (map[string]NodeStats, error)
+	// AllNodeStats returns the counters of every known node (the leaderboard
+	// ranks them), ordered by node id, without the nodes of deleted accounts.
+	AllNodeStats(ctx context.Context) ([]NodeStats, error)
+	// Suspend marks a node suspended until the given time (replacing any
+	// earlier time), creating the node if needed. ErrInvalid for "".
+	Suspend(ctx context.Context, nodeID string, until time.Time) error
+
+	// Rate rates a finished task for every node that served it and returns
+	// those nodes (sorted, each once). ErrInvalid if rating is not 1-5 (checked
+	// first), ErrNotFound if the task is unknown or no node served it,
+	// ErrForbidden if accountID did not request it, ErrExpired past
+	// RatingWindow after it finished, ErrConflict if it was rated already.
+	// A task can be rated whatever its status, if a node served it.
+	Rate(ctx context.Context, taskID, accountID string, rating int, now time.Time) ([]string, error)
+
+	// Ping checks the database is reachable (readiness).
+	Ping(ctx context.Context) error
+	Close() error
+}

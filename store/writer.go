@@ -1,0 +1,543 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// WriterConfig configures a Writer. Zero values mean the defaults noted.
+type WriterConfig struct {
+	// FlushInterval is how often buffered items are written. Default 200ms.
+	FlushInterval time.Duration
+	// BatchSize is the most task records (and, separately, outcomes) written
+	// in one transaction; a full batch is written without waiting for the
+	// interval. Default 500.
+	BatchSize int
+	// MaxPending bounds the task records plus outcomes held in memory,
+	// including a batch being written or retried. Beyond it new items are
+	// dropped and counted: a slow or absent database must never slow or
+	// block a request. Default 20000.
+	MaxPending int
+	// WriteTimeout bounds one background database write. Default 10s.
+	WriteTimeout time.Duration
+	// Registerer receives the writer's metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c WriterConfig) withDefaults() WriterConfig {
+	if c.FlushInterval <= 0 {
+		c.FlushInterval = 200 * time.Millisecond
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 500
+	}
+	if c.MaxPending <= 0 {
+		c.MaxPending = 20000
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.Logger = c.Logger.With("component", "store_writer")
+	return c
+}
+
+// maxBackoff caps the wait between retries of a failing write, so that
+// writing resumes within seconds of the database coming back.
+const maxBackoff = 10 * time.Second
+
+// Writer takes task records and node outcomes from the request path and
+// writes them in batches from one goroutine. Adding never blocks and never
+// does I/O; what is buffered is bounded by MaxPending.
+//
+// Items stay at the head of their queue until their batch commits: a failed
+// batch is simply written again, LookupTask finds records that are being
+// written, and Reputation can tell which outcomes the database has not seen.
+type Writer struct {
+	st  Store
+	cfg WriterConfig
+	log *slog.Logger
+	m   writerMetrics
+
+	// flushMu makes flushes take turns, so batches commit in queue order and
+	// only the holder removes items from the queue heads.
+	flushMu sync.Mutex
+	// applyMu is held across each ApplyOutcomes and the removal of its batch
+	// from the queue. Reputation holds it while it reads counters from the
+	// database, so that every outcome is either in what it read or still in
+	// the queue, never both or neither (see Reputation.reload).
+	applyMu sync.Mutex
+
+	mu       sync.Mutex
+	seq      uint64 // last sequence number handed out
+	tasks    []pendingTask
+	index    map[string]TaskRecord // ids of tasks, for LookupTask
+	outs     []pendingOutcome
+	susp     map[string]time.Time // node id -> suspended until, not yet written
+	closed   bool
+	dropping bool // an episode of drops is under way (logged once)
+
+	dropped atomic.Int64
+
+	kick      chan struct{} // a full batch is waiting
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+	ctx       context.Context // the loop's writes; canceled when Close gives up
+	cancel    context.CancelFunc
+}
+
+type pendingTask struct {
+	rec   TaskRecord
+	added time.Time
+	seq   uint64
+}
+
+type pendingOutcome struct {
+	out Outcome
+	seq uint64
+}
+
+// NewWriter starts a Writer over st. Close it to flush and stop it.
+func NewWriter(st Store, cfg WriterConfig) *Writer {
+	cfg = cfg.withDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &Writer{
+		st:     st,
+		cfg:    cfg,
+		log:    cfg.Logger,
+		m:      newWriterMetrics(cfg.Registerer, cfg.Logger),
+		index:  make(map[string]TaskRecord),
+		susp:   make(map[string]time.Time),
+		kick:   make(chan struct{}, 1),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+		ctx:    ctx,
+		cancel: cancel,
+	}
+	go w.run()
+	return w
+}
+
+// AddTask queues a finished task's record. It never blocks: when the buffer
+// is full, or the writer closed, the record is dropped and counted. A second
+// record with an ID already queued is ignored (WriteTasks keeps the first).
+func (w *Writer) AddTask(rec TaskRecord) {
+	if rec.ID == "" {
+		w.drop("task", "task record without an id")
+		return
+	}
+	now := time.Now()
+	w.mu.Lock()
+	if _, dup := w.index[rec.ID]; dup {
+		w.mu.Unlock()
+		return
+	}
+	if !w.admitLocked() {
+		w.mu.Unlock()
+		w.drop("task", "")
+		return
+	}
+	w.seq++
+	w.tasks = append(w.tasks, pendingTask{rec: rec, added: now, seq: w.seq})
+	w.index[rec.ID] = rec
+	full := len(w.tasks) >= w.cfg.BatchSize
+	w.m.pending.Set(float64(len(w.tasks) + len(w.outs)))
+	w.mu.Unlock()
+	if full {
+		w.kickLoop()
+	}
+}
+
+// AddOutcome queues a node's outcome for its counters, like AddTask. A zero
+// At is taken as now.
+func (w *Writer) AddOutcome(o Outcome) {
+	if o.NodeID == "" {
+		w.drop("outcome", "outcome without a node id")
+		return
+	}
+	if o.At.IsZero() {
+		o.At = time.Now()
+	}
+	w.mu.Lock()
+	if !w.admitLocked() {
+		w.mu.Unlock()
+		w.drop("outcome", "")
+		return
+	}
+	w.seq++
+	w.outs = append(w.outs, pendingOutcome{out: o, seq: w.seq})
+	full := len(w.outs) >= w.cfg.BatchSize
+	w.m.pending.Set(float64(len(w.tasks) + len(w.outs)))
+	w.mu.Unlock()
+	if full {
+		w.kickLoop()
+	}
+}
+
+// admitLocked reports whether one more item fits. A dropping episode ends
+// (and the next one is logged again) once the buffer has drained to 90%, so
+// that a buffer hovering at the limit logs once, not at every flush.
+func (w *Writer) admitLocked() bool {
+	n := len(w.tasks) + len(w.outs)
+	if w.closed || n >= w.cfg.MaxPending {
+		return false
+	}
+	if w.dropping && n < w.cfg.MaxPending-w.cfg.MaxPending/10 {
+		w.dropping = false
+	}
+	return true
+}
+
+// drop counts a dropped item; it logs the first of an episode only, since
+// drops come at request rate.
+func (w *Writer) drop(kind, invalid string) {
+	w.dropped.Add(1)
+	w.m.dropped.WithLabelValues(kind).Inc()
+	if invalid != "" {
+		w.log.Error("store writer dropped an invalid item", "kind", kind, "reason", invalid)
+		return
+	}
+	w.mu.Lock()
+	first := !w.dropping
+	w.dropping = true
+	closed := w.closed
+	pending := len(w.tasks) + len(w.outs)
+	w.mu.Unlock()
+	if first {
+		w.log.Warn("store writer is dropping items", "kind", kind, "closed", closed, "pending", pending,
+			"max_pending", w.cfg.MaxPending)
+	}
+}
+
+func (w *Writer) kickLoop() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// LookupTask returns a record that has not been committed yet (queued, or
+// in a batch being written), so that a task can be read and rated the moment
+// it finishes.
+func (w *Writer) LookupTask(id string) (TaskRecord, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	rec, ok := w.index[id]
+	return rec, ok
+}
+
+// Task returns a task from the buffer or, failing that, from the store.
+func (w *Writer) Task(ctx context.Context, id string) (TaskRecord, error) {
+	if rec, ok := w.LookupTask(id); ok {
+		return rec, nil
+	}
+	return w.st.Task(ctx, id)
+}
+
+// Rate is Store.Rate for a task that may still be buffered: such a record is
+// written first (WriteTasks keeps the first copy, so the batch writing it
+// again later is harmless).
+func (w *Writer) Rate(ctx context.Context, taskID, accountID string, rating int, now time.Time) ([]string, error) {
+	if rec, ok := w.LookupTask(taskID); ok {
+		if err := w.st.WriteTasks(ctx, []TaskRecord{rec}); err != nil {
+			return nil, err
+		}
+	}
+	return w.st.Rate(ctx, taskID, accountID, rating, now)
+}
+
+// WriterStats is a snapshot of the Writer's buffer.
+type WriterStats struct {
+	PendingTasks    int   `json:"pending_tasks"`
+	PendingOutcomes int   `json:"pending_outcomes"`
+	Dropped         int64 `json:"dropped"`
+}
+
+// Stats returns the current buffer sizes and the drops so far.
+func (w *Writer) Stats() WriterStats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return WriterStats{PendingTasks: len(w.tasks), PendingOutcomes: len(w.outs), Dropped: w.dropped.Load()}
+}
+
+// Flush writes everything buffered when it is called. On a write error it
+// returns the error and keeps the items for the next attempt.
+func (w *Writer) Flush(ctx context.Context) error {
+	w.mu.Lock()
+	mark := w.seq
+	w.mu.Unlock()
+	return w.flush(ctx, mark)
+}
+
+// Close stops the background loop, then writes what is left, retrying with
+// backoff until ctx ends. It returns an error naming what could not be
+// written; those items stay buffered, so a later Close may still write them.
+// After Close, AddTask and AddOutcome drop. Calling Close again is safe.
+func (w *Writer) Close(ctx context.Context) error {
+	w.closeOnce.Do(func() {
+		w.mu.Lock()
+		w.closed = true
+		w.mu.Unlock()
+		close(w.stop)
+	})
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		w.cancel() // abandon the loop's write in progress
+		<-w.done
+	}
+	err := w.drain(ctx)
+	w.cancel()
+	return err
+}
+
+func (w *Writer) drain(ctx context.Context) error {
+	for failures := 1; ; failures++ {
+		err := w.flush(ctx, math.MaxUint64)
+		if err == nil {
+			return nil
+		}
+		t := time.NewTimer(backoff(w.cfg.FlushInterval, failures))
+		select {
+		case <-t.C:
+			continue
+		case <-ctx.Done():
+			t.Stop()
+		}
+		st := w.Stats()
+		w.log.Error("store writer closed with items unwritten", "tasks", st.PendingTasks, "outcomes", st.PendingOutcomes, "err", err)
+		return fmt.Errorf("store: writer closed with %d task records and %d outcomes unwritten: %w",
+			st.PendingTasks, st.PendingOutcomes, err)
+	}
+}
+
+// run is the background loop: write every FlushInterval, or at once when a
+// batch is full; after a failure wait with backoff instead.
+func (w *Writer) run() {
+	defer close(w.done)
+	t := time.NewTimer(w.cfg.FlushInterval)
+	defer t.Stop()
+	failures := 0
+	for {
+		kick := w.kick
+		if failures > 0 {
+			kick = nil // a full batch does not cut a backoff short
+		}
+		select {
+		case <-w.stop:
+			return
+		case <-t.C:
+		case <-kick:
+			t.Stop() // Go 1.23+ timers: no stale tick is left to drain
+		}
+		// Up to what is queued now: under a steady stream the loop still
+		// comes back to check stop between rounds.
+		w.mu.Lock()
+		mark := w.seq
+		w.mu.Unlock()
+		ctx, cancel := context.WithTimeout(w.ctx, w.cfg.WriteTimeout)
+		err := w.flush(ctx, mark)
+		cancel()
+		switch {
+		case err == nil:
+			if failures > 0 {
+				w.log.Info("store writes recovered", "failed_attempts", failures)
+			}
+			failures = 0
+			t.Reset(w.cfg.FlushInterval)
+		default:
+			failures++
+			wait := backoff(w.cfg.FlushInterval, failures)
+			if failures == 1 {
+				st := w.Stats()
+				w.log.Warn("store write failed; keeping the batch and retrying", "err", err,
+					"pending_tasks", st.PendingTasks, "pending_outcomes", st.PendingOutcomes)
+			} else {
+				w.log.Debug("store write failed again", "err", err, "attempt", failures, "retry_in", wait)
+			}
+			t.Reset(wait)
+		}
+	}
+}
+
+// backoff is the wait before retry number failures (1, 2, ...): the flush
+// interval doubled per failure up to maxBackoff, with ±20% jitter so that
+// instances sharing a recovering database spread out.
+func backoff(base time.Duration, failures int) time.Duration {
+	d := maxBackoff
+	if failures < 30 && base<<(failures-1) < maxBackoff {
+		d = base << (failures - 1)
+	}
+	return d + time.Duration(float64(d)*(rand.Float64()*0.4-0.2))
+}
+
+// flush writes batches until no item with a sequence number up to mark is
+// left, or a write fails.
+func (w *Writer) flush(ctx context.Context, mark uint64) error {
+	w.flushMu.Lock()
+	defer w.flushMu.Unlock()
+	for {
+		wrote := false
+		if batch := w.headTasks(mark); len(batch) > 0 {
+			if err := w.writeTasks(ctx, batch); err != nil {
+				return err
+			}
+			wrote = true
+		}
+		if batch := w.headOutcomes(mark); len(batch) > 0 {
+			if err := w.writeOutcomes(ctx, batch); err != nil {
+				return err
+			}
+			wrote = true
+		}
+		if !wrote {
+			break
+		}
+	}
+	return w.writeSuspensions(ctx)
+}
+
+// headTasks copies up to BatchSize tasks from the queue head with sequence
+// numbers up to mark. They stay queued until writeTasks removes them.
+func (w *Writer) headTasks(mark uint64) []pendingTask {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for n < len(w.tasks) && n < w.cfg.BatchSize && w.tasks[n].seq <= mark {
+		n++
+	}
+	return slices.Clone(w.tasks[:n])
+}
+
+func (w *Writer) headOutcomes(mark uint64) []pendingOutcome {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for n < len(w.outs) && n < w.cfg.BatchSize && w.outs[n].seq <= mark {
+		n++
+	}
+	return slices.Clone(w.outs[:n])
+}
+
+func (w *Writer) writeTasks(ctx context.Context, batch []pendingTask) error {
+	recs := make([]TaskRecord, len(batch))
+	for i, p := range batch {
+		recs[i] = p.rec
+	}
+	start := time.Now()
+	err := w.st.WriteTasks(ctx, recs)
+	w.m.flushDuration.Observe(time.Since(start).Seconds())
+	if err != nil {
+		w.m.flushErrors.Inc()
+		if !errors.Is(err, ErrInvalid) {
+			return err
+		}
+		// Retrying cannot fix an invalid batch, and keeping it would
+		// block everything behind it.
+		w.log.Error("store rejected a batch of task records; dropping it", "records", len(batch), "err", err)
+		w.dropped.Add(int64(len(batch)))
+		w.m.dropped.WithLabelValues("task").Add(float64(len(batch)))
+	}
+	committed := time.Now()
+	w.mu.Lock()
+	// Only the flushMu holder removes from the head, so the first
+	// len(batch) items are still exactly this batch.
+	w.tasks = slices.Delete(w.tasks, 0, len(batch))
+	for _, p := range batch {
+		delete(w.index, p.rec.ID)
+	}
+	w.m.pending.Set(float64(len(w.tasks) + len(w.outs)))
+	w.mu.Unlock()
+	if err == nil {
+		for _, p := range batch {
+			w.m.batchLag.Observe(committed.Sub(p.added).Seconds())
+		}
+	}
+	return nil
+}
+
+func (w *Writer) writeOutcomes(ctx context.Context, batch []pendingOutcome) error {
+	outs := make([]Outcome, len(batch))
+	for i, p := range batch {
+		outs[i] = p.out
+	}
+	w.applyMu.Lock()
+	defer w.applyMu.Unlock()
+	start := time.Now()
+	err := w.st.ApplyOutcomes(ctx, outs)
+	w.m.flushDuration.Observe(time.Since(start).Seconds())
+	if err != nil {
+		w.m.flushErrors.Inc()
+		if !errors.Is(err, ErrInvalid) {
+			return err
+		}
+		w.log.Error("store rejected a batch of outcomes; dropping it", "outcomes", len(batch), "err", err)
+		w.dropped.Add(int64(len(batch)))
+		w.m.dropped.WithLabelValues("outcome").Add(float64(len(batch)))
+	}
+	w.mu.Lock()
+	w.outs = slices.Delete(w.outs, 0, len(batch))
+	w.m.pending.Set(float64(len(w.tasks) + len(w.outs)))
+	w.mu.Unlock()
+	return nil
+}
+
+// addSuspension queues a node's suspension for the database; the newest
+// time for a node wins.
+func (w *Writer) addSuspension(nodeID string, until time.Time) {
+	w.mu.Lock()
+	w.susp[nodeID] = until
+	w.mu.Unlock()
+	w.kickLoop()
+}
+
+func (w *Writer) writeSuspensions(ctx context.Context) error {
+	w.mu.Lock()
+	todo := make(map[string]time.Time, len(w.susp))
+	for id, until := range w.susp {
+		todo[id] = until
+	}
+	w.mu.Unlock()
+	for id, until := range todo {
+		if err := w.st.Suspend(ctx, id, until); err != nil {
+			w.m.flushErrors.Inc()
+			return err
+		}
+		w.mu.Lock()
+		if w.susp[id].Equal(until) { // not superseded meanwhile
+			delete(w.susp, id)
+		}
+		w.mu.Unlock()
+	}
+	return nil
+}
+
+// pendingOutcomes returns copies of the outcomes not yet committed for the
+// given nodes. Callers that need an exact split between committed and not
+// hold applyMu (see Reputation.reload).
+func (w *Writer) pendingOutcomes(nodes map[string]bool) []Outcome {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []Outcome
+	for _, p := range w.outs {
+		if nodes[p.out.NodeID] {
+			out = append(out, p.out)
+		}
+	}
+	return out
+}
