@@ -1,0 +1,41 @@
+package bus
+
+import (
+	"context"
+	"errors"
+)
+
+// Handler receives the envelopes addressed to one instance. It is called
+// from the bus's receive loop and must not block: hand slow work off.
+type Handler func(*Envelope)
+
+// Bus moves envelopes between instances. Memory (one process) and Redis
+// (a cluster) implement it, and one behavioural suite (bustest) runs
+// against both.
+type Bus interface {
+	// Subscribe delivers every envelope addressed to instance id to h. It
+	// returns once the subscription is confirmed, so an instance never
+	// announces itself before it can hear replies.
+	Subscribe(ctx context.Context, id string, h Handler) (Subscription, error)
+
+	// Publish sends e to instance to and returns how many subscribers
+	// received it. Zero means nobody is listening there: the instance is
+	// gone, and the caller acts on that at once (DESIGN §5, invariants 4, 5).
+	Publish(ctx context.Context, to string, e *Envelope) (int, error)
+
+	// Receivers reports how many subscribers each instance has right now
+	// (PUBSUB NUMSUB on Redis). Instances with none may be absent.
+	Receivers(ctx context.Context, ids []string) (map[string]int, error)
+
+	// Close releases the bus. Subscriptions stop delivering.
+	Close() error
+}
+
+// Subscription is one instance's live subscription.
+type Subscription interface {
+	// Close stops delivery; after it returns the handler is not called again.
+	Close() error
+}
+
+// ErrClosed is returned by a Bus that has been closed.
+var ErrClosed = errors.New("bus: closed")
