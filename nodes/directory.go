@@ -1,0 +1,98 @@
+package nodes
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Candidate is a node that routing may pick, wherever it is connected.
+type Candidate struct {
+	NodeID    string
+	Owner     string // id of the instance that holds the node's socket
+	Gen       uint64 // the generation of that connection; the owner refuses any other
+	Trust     string
+	FreeSlots int
+	CPU       float64
+	Session   *Session // the session when the node is connected here, else nil
+}
+
+// NodeView is a node as GET /api/v1/nodes shows it.
+type NodeView struct {
+	NodeID         string          `json:"node_id"`
+	Name           string          `json:"name"`
+	Capabilities   []string        `json:"capabilities"`
+	Languages      []string        `json:"languages"`
+	ModelInfo      json.RawMessage `json:"model_info"`
+	Trust          string          `json:"trust"`
+	CPUPercent     float64         `json:"cpu_percent"`
+	ActiveTasks    int             `json:"active_tasks"`
+	MaxConcurrency int             `json:"max_concurrency"`
+	Instance       string          `json:"instance"`
+	ConnectedAt    time.Time       `json:"connected_at"`
+}
+
+// Directory is routing's view of the online nodes. The Hub is the
+// directory of one instance; a cluster directory adds the nodes other
+// instances hold.
+type Directory interface {
+	// Candidates appends the online nodes with capability to dst.
+	Candidates(dst []Candidate, capability string) []Candidate
+	// List returns the online nodes, all or those with capability, by node id.
+	List(capability string) []NodeView
+	// Online counts the online nodes.
+	Online() int
+	// Changed returns a channel closed when capacity may have appeared (a
+	// slot freed, a node arrived), and a func to call when done waiting.
+	// Remote changes may not signal it; callers also re-check on a timer.
+	Changed() (<-chan struct{}, func())
+}
+
+var _ Directory = (*Hub)(nil)
+
+// Candidates implements Directory.
+func (h *Hub) Candidates(dst []Candidate, capability string) []Candidate {
+	for _, s := range h.withCapability(capability) {
+		dst = append(dst, Candidate{
+			NodeID: s.NodeID, Owner: h.cfg.Instance, Gen: s.Gen, Trust: s.Info.Trust,
+			FreeSlots: s.FreeSlots(), CPU: s.CPU(), Session: s,
+		})
+	}
+	return dst
+}
+
+// List implements Directory.
+func (h *Hub) List(capability string) []NodeView {
+	var out []NodeView
+	for _, s := range h.Sessions() {
+		if capability != "" && !contains(s.Info.Capabilities, capability) {
+			continue
+		}
+		out = append(out, s.View(h.cfg.Instance))
+	}
+	if out == nil {
+		out = []NodeView{}
+	}
+	return out
+}
+
+// Online implements Directory.
+func (h *Hub) Online() int { return h.Len() }
+
+// View describes the session's node for listings.
+func (s *Session) View(instance string) NodeView {
+	return NodeView{
+		NodeID: s.NodeID, Name: s.Info.Name, Capabilities: s.Info.Capabilities,
+		Languages: s.Info.Languages, ModelInfo: s.Info.ModelInfo, Trust: s.Info.Trust,
+		CPUPercent: s.CPU(), ActiveTasks: s.InFlight(), MaxConcurrency: s.Info.MaxConcurrency,
+		Instance: instance, ConnectedAt: s.ConnectedAt.UTC(),
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

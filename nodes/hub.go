@@ -1,0 +1,459 @@
+package nodes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ErrUnknownKey is what an Authenticator returns for a key that is not live.
+// Any other error means "cannot tell now" and the node is asked to retry.
+var ErrUnknownKey = errors.New("unknown API key")
+
+// ErrShuttingDown is returned by Serve once Shutdown has begun.
+var ErrShuttingDown = errors.New("nodes: hub is shutting down")
+
+// Account is what the hub needs to know of a node's account.
+type Account struct {
+	ID    string
+	Trust string
+}
+
+// Authenticator resolves a node's API key to its account.
+type Authenticator interface {
+	AuthenticateNode(ctx context.Context, apiKey string) (Account, error)
+}
+
+// Config configures a Hub. Zero values take the defaults shown.
+type Config struct {
+	Instance           string        // this instance's id (required)
+	MaxNodesPerAccount int           // default 5; nodes online per account, cluster-wide
+	DefaultConcurrency int           // default 4; max_concurrency of a node that does not declare one
+	RegisterTimeout    time.Duration // default 10s; the first message must arrive within it
+	PingInterval       time.Duration // default 20s
+	PingTimeout        time.Duration // default 15s; an unanswered ping closes the socket
+	WriteTimeout       time.Duration // default 10s per message
+	SendQueue          int           // default 256 messages; a node further behind is dropped
+	MaxMessageBytes    int64         // default 4 MiB; a larger message closes the socket with 1009
+	Logger             *slog.Logger  // default slog.Default()
+	Registerer         prometheus.Registerer
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxNodesPerAccount == 0 {
+		c.MaxNodesPerAccount = 5
+	}
+	if c.DefaultConcurrency == 0 {
+		c.DefaultConcurrency = 4
+	}
+	if c.RegisterTimeout == 0 {
+		c.RegisterTimeout = 10 * time.Second
+	}
+	if c.PingInterval == 0 {
+		c.PingInterval = 20 * time.Second
+	}
+	if c.PingTimeout == 0 {
+		c.PingTimeout = 15 * time.Second
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.SendQueue == 0 {
+		c.SendQueue = 256
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = 4 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Hub is the set of node sessions connected to this instance. It runs the
+// handshake, enforces one connection per node identity, and is the local
+// Directory.
+type Hub struct {
+	cfg     Config
+	auth    Authenticator
+	claims  Claims
+	events  Events
+	metrics *metrics
+	log     *slog.Logger
+	serial  atomic.Uint64
+
+	// OnReplaced is called when a claim displaced a connection held by
+	// another instance, so that instance can be told to close it. Set before
+	// Serve is first called.
+	OnReplaced func(nodeID string, prevOwner string, prevGen uint64)
+	// BeforeAttach, if set, runs after a node is accepted and before it
+	// becomes routable (to load its reputation, say). Set before Serve.
+	BeforeAttach func(ctx context.Context, nodeID, accountID, name string)
+
+	// Waiting for capacity: requests that found every capable node full
+	// wait on slotCh, which is closed (and replaced) when a slot frees up.
+	slotWaiters atomic.Int32
+	slotMu      sync.Mutex
+	slotCh      chan struct{}
+
+	mu       sync.RWMutex
+	sessions map[string]*Session   // node id → its current session
+	byCap    map[string][]*Session // capability → sessions; rebuilt on change, read without copying
+	serving  int                   // Serve calls in progress
+	draining bool
+	idle     chan struct{} // closed when draining and serving reaches 0
+}
+
+// NewHub returns a hub. events receives task traffic from every session.
+func NewHub(cfg Config, auth Authenticator, claims Claims, events Events) *Hub {
+	cfg = cfg.withDefaults()
+	return &Hub{
+		cfg:      cfg,
+		auth:     auth,
+		claims:   claims,
+		events:   events,
+		metrics:  newMetrics(cfg.Registerer),
+		log:      cfg.Logger,
+		sessions: make(map[string]*Session),
+		byCap:    make(map[string][]*Session),
+		idle:     make(chan struct{}),
+		slotCh:   make(chan struct{}),
+	}
+}
+
+// Changed returns a channel that is closed the next time a node slot frees
+// up or a node arrives here, and a func to call when done waiting.
+func (h *Hub) Changed() (<-chan struct{}, func()) {
+	h.slotWaiters.Add(1)
+	h.slotMu.Lock()
+	ch := h.slotCh
+	h.slotMu.Unlock()
+	return ch, func() { h.slotWaiters.Add(-1) }
+}
+
+// notifyCapacity wakes the requests waiting for a slot. It costs nothing
+// when none waits, which is the common case on the hot path.
+func (h *Hub) notifyCapacity() {
+	if h.slotWaiters.Load() == 0 {
+		return
+	}
+	h.slotMu.Lock()
+	close(h.slotCh)
+	h.slotCh = make(chan struct{})
+	h.slotMu.Unlock()
+}
+
+// Serve runs the handshake of one node connection on the calling goroutine
+// and, once the node is registered, hands the connection to two goroutines
+// of its own (a reader and a writer) and returns. The caller's goroutine,
+// typically an HTTP handler's with a deep stack, is then free to end: an
+// idle node costs only its two small goroutines. ctx should be the server's
+// root context (never a hijacked request's). remote is the client's
+// address, for logs.
+func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string) error {
+	h.mu.Lock()
+	if h.draining {
+		h.mu.Unlock()
+		_ = conn.Close(CloseDraining, "server draining")
+		return ErrShuttingDown
+	}
+	h.serving++
+	h.mu.Unlock()
+	handedOff := false
+	defer func() {
+		if !handedOff {
+			h.done()
+		}
+	}()
+
+	conn.SetReadLimit(h.cfg.MaxMessageBytes)
+	reg, acct, ok := h.handshake(ctx, conn, remote)
+	if !ok {
+		return nil
+	}
+	nodeID := NodeID(acct.ID, reg.Name)
+	log := h.log.With("node_id", nodeID, "name", reg.Name, "remote", remote)
+	claim, err := h.claims.Claim(ctx, h.cfg.Instance, nodeID, acct.ID, h.cfg.MaxNodesPerAccount)
+	switch {
+	case errors.Is(err, ErrTooManyNodes):
+		h.reject(conn, "too_many_nodes", CodeTooManyNodes,
+			fmt.Sprintf("this account already has %d nodes online", h.cfg.MaxNodesPerAccount), ClosePolicy)
+		return nil
+	case err != nil:
+		log.Warn("cannot claim node identity", "err", err)
+		h.reject(conn, "unavailable", CodeUnavailable, "the coordinator cannot register nodes right now; retry later", CloseTryAgainLater)
+		return nil
+	}
+
+	maxc := reg.MaxConcurrency
+	if maxc == 0 {
+		maxc = h.cfg.DefaultConcurrency
+	}
+	s := &Session{
+		Serial:      h.serial.Add(1),
+		NodeID:      nodeID,
+		Gen:         claim.Gen,
+		Remote:      remote,
+		ConnectedAt: time.Now(),
+		Info: Info{
+			Name: reg.Name, AccountID: acct.ID, Trust: acct.Trust,
+			Capabilities: reg.Capabilities, Languages: reg.Languages,
+			ModelInfo: reg.ModelInfo, MaxConcurrency: maxc,
+		},
+		conn:       conn,
+		hub:        h,
+		log:        log,
+		wake:       make(chan struct{}, 1),
+		writerDone: make(chan struct{}),
+	}
+	if h.BeforeAttach != nil {
+		h.BeforeAttach(ctx, nodeID, acct.ID, reg.Name)
+	}
+	// node_registered is queued before the session becomes routable, so it is
+	// always the node's first message; the writer starts only once the node
+	// is routable, so a node that has node_registered can be sent tasks.
+	s.Send(Encode(MsgNodeRegistered, map[string]string{"node_id": nodeID}))
+	if prev := h.attach(s); prev != nil {
+		// Invariant 1: the newest connection wins. The old one's tasks fail
+		// now (from its writer), not when its close handshake finishes.
+		prev.Close(CloseReplaced, "replaced by a newer connection")
+	}
+	go s.writeLoop(ctx)
+	if claim.PrevOwner != "" && claim.PrevOwner != h.cfg.Instance && h.OnReplaced != nil {
+		h.OnReplaced(nodeID, claim.PrevOwner, claim.PrevGen)
+	}
+	h.metrics.registered.Inc()
+	log.Info("node registered", "gen", claim.Gen, "capabilities", reg.Capabilities, "max_concurrency", maxc)
+	handedOff = true
+	go h.run(ctx, s)
+	return nil
+}
+
+// run reads a session's messages until it ends, then lets its claim go.
+func (h *Hub) run(ctx context.Context, s *Session) {
+	defer h.done()
+	s.readLoop(ctx)
+	<-s.writerDone
+	// A fresh context: the root one may be cancelled (shutdown), and the
+	// claim must still be let go.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := h.claims.Release(rctx, s.NodeID, s.Info.AccountID, s.Gen); err != nil {
+		s.log.Warn("cannot release node claim", "err", err)
+	}
+}
+
+// handshake reads and checks node_register. On failure it has already told
+// the node why and closed the connection.
+func (h *Hub) handshake(ctx context.Context, conn *websocket.Conn, remote string) (Registration, Account, bool) {
+	// A timer rather than a read deadline: coder/websocket drops the TCP
+	// connection on a context expiry, and the node deserves a close frame.
+	timedOut := make(chan struct{})
+	timer := time.AfterFunc(h.cfg.RegisterTimeout, func() {
+		defer close(timedOut)
+		h.metrics.rejected.WithLabelValues("timeout").Inc()
+		_ = conn.Close(ClosePolicy, "node_register expected within "+h.cfg.RegisterTimeout.String())
+	})
+	typ, data, err := conn.Read(ctx)
+	if !timer.Stop() {
+		<-timedOut
+		return Registration{}, Account{}, false
+	}
+	if err != nil {
+		if errorsIsTooBig(err) {
+			h.metrics.rejected.WithLabelValues("too_big").Inc()
+		}
+		return Registration{}, Account{}, false
+	}
+	if typ != websocket.MessageText {
+		h.reject(conn, "invalid", CodeInvalidRegistration, "binary frames are not part of the protocol", ClosePolicy)
+		return Registration{}, Account{}, false
+	}
+	msg, err := DecodeMessage(data)
+	if err == nil && msg.MsgType != MsgNodeRegister {
+		err = fmt.Errorf("the first message must be node_register, not %q", truncate(msg.MsgType, 64))
+	}
+	var reg Registration
+	if err == nil {
+		reg, err = DecodeRegister(msg.Payload)
+	}
+	if err != nil {
+		h.reject(conn, "invalid", CodeInvalidRegistration, truncate(err.Error(), 500), ClosePolicy)
+		return Registration{}, Account{}, false
+	}
+	acct, err := h.auth.AuthenticateNode(ctx, reg.APIKey)
+	switch {
+	case errors.Is(err, ErrUnknownKey):
+		h.reject(conn, "auth_failed", CodeAuthFailed, "Invalid API key", CloseAuthFailed)
+		return Registration{}, Account{}, false
+	case err != nil:
+		h.log.Warn("cannot authenticate node", "remote", remote, "err", err)
+		h.reject(conn, "unavailable", CodeUnavailable, "the coordinator cannot check API keys right now; retry later", CloseTryAgainLater)
+		return Registration{}, Account{}, false
+	}
+	return reg, acct, true
+}
+
+// reject tells a node why it is refused and closes its connection. It runs
+// before the session's writer exists, so it writes directly.
+func (h *Hub) reject(conn *websocket.Conn, label, code, message string, close websocket.StatusCode) {
+	h.metrics.rejected.WithLabelValues(label).Inc()
+	wctx, cancel := context.WithTimeout(context.Background(), h.cfg.WriteTimeout)
+	_ = conn.Write(wctx, websocket.MessageText, Encode(MsgError, ErrorPayload{Code: code, Message: message}))
+	cancel()
+	_ = conn.Close(close, truncate(message, 100))
+}
+
+func (h *Hub) done() {
+	h.mu.Lock()
+	h.serving--
+	if h.draining && h.serving == 0 {
+		close(h.idle)
+	}
+	h.mu.Unlock()
+}
+
+// attach makes s the session of its node and returns the one it replaced.
+func (h *Hub) attach(s *Session) *Session {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	prev := h.sessions[s.NodeID]
+	h.sessions[s.NodeID] = s
+	if prev != nil {
+		h.unindexLocked(prev)
+	}
+	h.indexLocked(s)
+	h.metrics.connected.Set(float64(len(h.sessions)))
+	defer h.notifyCapacity()
+	return prev
+}
+
+// detach removes s if it is still its node's session.
+func (h *Hub) detach(s *Session) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sessions[s.NodeID] != s {
+		return
+	}
+	delete(h.sessions, s.NodeID)
+	h.unindexLocked(s)
+	h.metrics.connected.Set(float64(len(h.sessions)))
+}
+
+// indexLocked adds s to the capability index. Slices in the index are
+// replaced, never modified, so a reader may keep one after the lock is gone.
+func (h *Hub) indexLocked(s *Session) {
+	for _, c := range s.Info.Capabilities {
+		old := h.byCap[c]
+		next := make([]*Session, len(old), len(old)+1)
+		copy(next, old)
+		h.byCap[c] = append(next, s)
+	}
+}
+
+// unindexLocked removes s from the capability index.
+func (h *Hub) unindexLocked(s *Session) {
+	for _, c := range s.Info.Capabilities {
+		old := h.byCap[c]
+		next := make([]*Session, 0, len(old))
+		for _, x := range old {
+			if x != s {
+				next = append(next, x)
+			}
+		}
+		if len(next) == 0 {
+			delete(h.byCap, c)
+		} else {
+			h.byCap[c] = next
+		}
+	}
+}
+
+// Session returns the current session of a node on this instance, or nil.
+func (h *Hub) Session(nodeID string) *Session {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.sessions[nodeID]
+}
+
+// Sessions returns the current sessions, ordered by node id.
+func (h *Hub) Sessions() []*Session {
+	h.mu.RLock()
+	out := make([]*Session, 0, len(h.sessions))
+	for _, s := range h.sessions {
+		out = append(out, s)
+	}
+	h.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
+	return out
+}
+
+// Len is the number of nodes connected here.
+func (h *Hub) Len() int {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return len(h.sessions)
+}
+
+// withCapability returns the sessions that declared capability. The slice
+// is shared and must not be modified.
+func (h *Hub) withCapability(capability string) []*Session {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.byCap[capability]
+}
+
+// CloseAccount closes every session of an account (it was deleted) with 4003.
+func (h *Hub) CloseAccount(accountID string) int {
+	n := 0
+	for _, s := range h.Sessions() {
+		if s.Info.AccountID == accountID {
+			s.Close(CloseAccountDeleted, "account deleted")
+			n++
+		}
+	}
+	return n
+}
+
+// CloseReplaced closes this instance's session of nodeID if its generation
+// is older than gen: another instance has a newer connection.
+func (h *Hub) CloseReplaced(nodeID string, gen uint64) bool {
+	s := h.Session(nodeID)
+	if s == nil || s.Gen >= gen {
+		return false
+	}
+	s.Close(CloseReplaced, "replaced by a newer connection")
+	return true
+}
+
+// Shutdown stops accepting nodes, closes every session with 1001 (so nodes
+// reconnect to another instance) and waits until they are gone or ctx ends.
+func (h *Hub) Shutdown(ctx context.Context) error {
+	h.mu.Lock()
+	if !h.draining {
+		h.draining = true
+		if h.serving == 0 {
+			close(h.idle)
+		}
+	}
+	h.mu.Unlock()
+	for _, s := range h.Sessions() {
+		s.Close(CloseDraining, "server draining; reconnect")
+	}
+	select {
+	case <-h.idle:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("nodes: %d connections still open: %w", h.Len(), ctx.Err())
+	}
+}
+
+func errorsIsTooBig(err error) bool { return errors.Is(err, websocket.ErrMessageTooBig) }

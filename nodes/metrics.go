@@ -1,0 +1,45 @@
+package nodes
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	connected  prometheus.Gauge
+	registered prometheus.Counter
+	rejected   *prometheus.CounterVec
+	closes     *prometheus.CounterVec
+	sendDrops  prometheus.Counter
+	invalid    *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "switchyard", Subsystem: "nodes", Name: "connected",
+			Help: "Node connections held by this instance.",
+		}),
+		registered: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "nodes", Name: "registrations_total",
+			Help: "Node registrations accepted.",
+		}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "nodes", Name: "handshake_rejections_total",
+			Help: "Node handshakes refused, by reason.",
+		}, []string{"reason"}),
+		closes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "nodes", Name: "closes_total",
+			Help: "Registered node connections closed, by WebSocket close code (4000 = replaced).",
+		}, []string{"code"}),
+		sendDrops: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "nodes", Name: "send_queue_drops_total",
+			Help: "Nodes dropped because their send queue was full (a slow node).",
+		}),
+		invalid: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "nodes", Name: "invalid_messages_total",
+			Help: "Node messages refused or ignored, by kind.",
+		}, []string{"kind"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.connected, m.registered, m.rejected, m.closes, m.sendDrops, m.invalid)
+	}
+	return m
+}

@@ -1,0 +1,143 @@
+package nodes
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// Limits of node_register (GEMMANET-WIRE §1).
+const (
+	maxAPIKeyChars     = 128
+	maxNameChars       = 64
+	maxCapabilities    = 32
+	maxLanguages       = 64
+	maxLanguageChars   = 16
+	maxModelInfoChars  = 2048
+	MaxNodeConcurrency = 1024 // the largest max_concurrency a node may declare
+)
+
+var capabilityRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// Registration is a validated node_register.
+type Registration struct {
+	APIKey         string
+	Name           string
+	Capabilities   []string
+	Languages      []string
+	ModelInfo      json.RawMessage // a JSON object
+	MaxConcurrency int             // 0 when the node did not say
+}
+
+// DecodeRegister decodes and validates a node_register payload. Its error
+// text is sent to the node, so it names the field and the rule.
+func DecodeRegister(p json.RawMessage) (Registration, error) {
+	var raw struct {
+		APIKey         *string         `json:"api_key"`
+		Name           *string         `json:"name"`
+		Capabilities   []string        `json:"capabilities"`
+		Languages      []string        `json:"languages"`
+		ModelInfo      json.RawMessage `json:"model_info"`
+		MaxConcurrency *json.Number    `json:"max_concurrency"`
+	}
+	var r Registration
+	if err := json.Unmarshal(p, &raw); err != nil {
+		return r, fmt.Errorf("%w: %s", ErrInvalidMessage, jsonErr(err))
+	}
+	switch {
+	case raw.APIKey == nil || *raw.APIKey == "":
+		return r, fmt.Errorf("%w: api_key is required", ErrInvalidMessage)
+	case utf8.RuneCountInString(*raw.APIKey) > maxAPIKeyChars:
+		return r, fmt.Errorf("%w: api_key is longer than %d characters", ErrInvalidMessage, maxAPIKeyChars)
+	case raw.Name == nil || *raw.Name == "":
+		return r, fmt.Errorf("%w: name is required", ErrInvalidMessage)
+	case utf8.RuneCountInString(*raw.Name) > maxNameChars:
+		return r, fmt.Errorf("%w: name is longer than %d characters", ErrInvalidMessage, maxNameChars)
+	case len(raw.Capabilities) == 0:
+		return r, fmt.Errorf("%w: capabilities must list at least one capability", ErrInvalidMessage)
+	case len(raw.Capabilities) > maxCapabilities:
+		return r, fmt.Errorf("%w: capabilities has more than %d items", ErrInvalidMessage, maxCapabilities)
+	case len(raw.Languages) > maxLanguages:
+		return r, fmt.Errorf("%w: languages has more than %d items", ErrInvalidMessage, maxLanguages)
+	}
+	for _, c := range raw.Capabilities {
+		if !capabilityRE.MatchString(c) {
+			return r, fmt.Errorf("%w: capability %q must match %s", ErrInvalidMessage, truncate(c, 80), capabilityRE)
+		}
+	}
+	for _, l := range raw.Languages {
+		if n := utf8.RuneCountInString(l); n == 0 || n > maxLanguageChars {
+			return r, fmt.Errorf("%w: each language must be 1-%d characters", ErrInvalidMessage, maxLanguageChars)
+		}
+	}
+	info := raw.ModelInfo
+	if len(info) == 0 || string(info) == "null" {
+		info = json.RawMessage("{}")
+	}
+	if info[0] != '{' {
+		return r, fmt.Errorf("%w: model_info must be an object", ErrInvalidMessage)
+	}
+	// Measured compactly, as GemmaNet measures its serialised form.
+	compact, err := compactJSON(info)
+	if err != nil {
+		return r, fmt.Errorf("%w: model_info: %s", ErrInvalidMessage, jsonErr(err))
+	}
+	if utf8.RuneCount(compact) > maxModelInfoChars {
+		return r, fmt.Errorf("%w: model_info is longer than %d characters as JSON", ErrInvalidMessage, maxModelInfoChars)
+	}
+	if raw.MaxConcurrency != nil {
+		n, err := raw.MaxConcurrency.Int64()
+		if err != nil || n < 1 || n > MaxNodeConcurrency {
+			return r, fmt.Errorf("%w: max_concurrency must be an integer from 1 to %d", ErrInvalidMessage, MaxNodeConcurrency)
+		}
+		r.MaxConcurrency = int(n)
+	}
+	r.APIKey, r.Name = *raw.APIKey, *raw.Name
+	r.Capabilities = dedupe(raw.Capabilities)
+	r.Languages = raw.Languages
+	if r.Languages == nil {
+		r.Languages = []string{}
+	}
+	r.ModelInfo = compact
+	return r, nil
+}
+
+func compactJSON(b []byte) ([]byte, error) {
+	var v map[string]any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
+
+func dedupe(in []string) []string {
+	out := in[:0:0]
+	seen := make(map[string]bool, len(in))
+	for _, s := range in {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// nodeIDNamespace is GemmaNet's: uuid5(NAMESPACE_URL, "https://gemmanet.net/node"),
+// so a node keeps its id when it moves from GemmaNet to switchyard.
+var nodeIDNamespace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://gemmanet.net/node"))
+
+// NodeID derives a node's id from its account and name: stable across
+// reconnects, distinct between accounts.
+func NodeID(accountID, name string) string {
+	return uuid.NewSHA1(nodeIDNamespace, []byte(accountID+"/"+name)).String()
+}

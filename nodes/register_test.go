@@ -1,0 +1,74 @@
+package nodes
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestDecodeRegister(t *testing.T) {
+	long := func(n int) string { return strings.Repeat("a", n) }
+	caps := func(n int) string {
+		s := make([]string, n)
+		for i := range s {
+			s[i] = fmt.Sprintf("%q", fmt.Sprintf("c%d", i))
+		}
+		return "[" + strings.Join(s, ",") + "]"
+	}
+	ok := func(extra string) string {
+		return `{"api_key":"gn_k","name":"n","capabilities":["echo"]` + extra + `}`
+	}
+	cases := []struct {
+		name, in, wantErr string
+	}{
+		{"minimal", ok(""), ""},
+		{"everything", ok(`,"languages":["en","pt-BR"],"model_info":{"gpu":"A100"},"max_concurrency":8`), ""},
+		{"no key", `{"name":"n","capabilities":["echo"]}`, "api_key is required"},
+		{"key too long", `{"api_key":"` + long(129) + `","name":"n","capabilities":["echo"]}`, "api_key is longer than 128"},
+		{"key at limit", `{"api_key":"` + long(128) + `","name":"n","capabilities":["echo"]}`, ""},
+		{"no name", `{"api_key":"k","capabilities":["echo"]}`, "name is required"},
+		{"name at limit (runes)", `{"api_key":"k","name":"` + strings.Repeat("é", 64) + `","capabilities":["echo"]}`, ""},
+		{"name too long", `{"api_key":"k","name":"` + long(65) + `","capabilities":["echo"]}`, "name is longer than 64"},
+		{"no capabilities", `{"api_key":"k","name":"n","capabilities":[]}`, "at least one capability"},
+		{"32 capabilities", `{"api_key":"k","name":"n","capabilities":` + caps(32) + `}`, ""},
+		{"33 capabilities", `{"api_key":"k","name":"n","capabilities":` + caps(33) + `}`, "more than 32"},
+		{"bad capability", ok(`,"capabilities":["-x"]`), "must match"},
+		{"capability too long", ok(`,"capabilities":["` + long(65) + `"]`), "must match"},
+		{"capability with dots", ok(`,"capabilities":["gemma3.4b_it-q4"]`), ""},
+		{"language too long", ok(`,"languages":["` + long(17) + `"]`), "1-16 characters"},
+		{"empty language", ok(`,"languages":[""]`), "1-16 characters"},
+		{"model_info not object", ok(`,"model_info":[1]`), "model_info must be an object"},
+		{"model_info at limit", ok(`,"model_info":{"x":"` + long(2040) + `"}`), ""},
+		{"model_info too long", ok(`,"model_info":{"x":"` + long(2041) + `"}`), "longer than 2048"},
+		{"max_concurrency zero", ok(`,"max_concurrency":0`), "from 1 to 1024"},
+		{"max_concurrency float", ok(`,"max_concurrency":1.5`), "from 1 to 1024"},
+		{"max_concurrency huge", ok(`,"max_concurrency":100000`), "from 1 to 1024"},
+		{"capabilities wrong type", `{"api_key":"k","name":"n","capabilities":"echo"}`, "capabilities must be an array"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := DecodeRegister(json.RawMessage(c.in))
+			switch {
+			case c.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case c.wantErr != "" && (err == nil || !errors.Is(err, ErrInvalidMessage) || !strings.Contains(err.Error(), c.wantErr)):
+				t.Fatalf("got %v; want an error containing %q", err, c.wantErr)
+			}
+		})
+	}
+}
+
+func TestDecodeRegisterDefaults(t *testing.T) {
+	r, err := DecodeRegister(json.RawMessage(`{"api_key":"k","name":"n","capabilities":["a","b","a"],"model_info":null}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(r.ModelInfo) != "{}" || len(r.Languages) != 0 || r.Languages == nil || r.MaxConcurrency != 0 {
+		t.Fatalf("defaults: %+v", r)
+	}
+	if strings.Join(r.Capabilities, ",") != "a,b" {
+		t.Fatalf("duplicate capabilities kept: %v", r.Capabilities)
+	}
+}

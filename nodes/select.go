@@ -1,0 +1,72 @@
+package nodes
+
+import (
+	"math/rand/v2"
+	"slices"
+)
+
+// TrustOfficial is the tier a request may demand; nodes of other tiers are
+// then never picked.
+const TrustOfficial = "official"
+
+// Standing is what reputation and benchmarks say of a node.
+type Standing struct {
+	Score       float64 // reputation, 0-100 (50 for a new node)
+	AvgMs       float64 // average response time; 0 when unknown
+	Suspended   bool
+	HasBench    bool
+	BenchMs     float64 // average benchmark response time
+	BenchFailed bool
+}
+
+// Pick says what a request needs of a node.
+type Pick struct {
+	Capability string
+	Trust      string   // "official" admits only official nodes; anything else admits all
+	Exclude    []string // nodes already tried for this request
+}
+
+// Select picks the best candidate by GemmaNet's score (GEMMANET-WIRE §3),
+// among nodes that are not suspended, not excluded, of the demanded trust,
+// and with a free slot. When none qualifies, found is false and busy says
+// whether some node would have, but for its slots being full.
+func Select(cands []Candidate, p Pick, standing func(nodeID string) Standing) (best Candidate, found, busy bool) {
+	bestScore := 0.0
+	for _, c := range cands {
+		if slices.Contains(p.Exclude, c.NodeID) {
+			continue
+		}
+		if p.Trust == TrustOfficial && c.Trust != TrustOfficial {
+			continue
+		}
+		st := standing(c.NodeID)
+		if st.Suspended {
+			continue
+		}
+		if c.FreeSlots <= 0 {
+			busy = true
+			continue
+		}
+		score := Score(st, c.CPU, rand.Float64())
+		if !found || score > bestScore {
+			best, bestScore, found = c, score, true
+		}
+	}
+	return best, found, busy && !found
+}
+
+// Score is GemmaNet's routing score for a node that has the capability:
+// 0.25 for the match, 0.25·reputation/100, 0.15·(1 − cpu/100),
+// 0.10·speed, 0.15·benchmark speed, 0.10·random, and −0.2 for a failed
+// benchmark. jitter is the random draw in [0, 1).
+func Score(st Standing, cpu, jitter float64) float64 {
+	speed := 1 - min(st.AvgMs/10000, 1)
+	bench, penalty := 0.0, 0.0
+	if st.HasBench {
+		bench = 1 - min(st.BenchMs/10000, 1)
+		if st.BenchFailed {
+			penalty = 0.2
+		}
+	}
+	return 0.25 + 0.25*st.Score/100 + 0.15*(1-cpu/100) + 0.10*speed + 0.15*bench + 0.10*jitter - penalty
+}

@@ -1,0 +1,134 @@
+package nodes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+)
+
+func TestScore(t *testing.T) {
+	cases := []struct {
+		st     Standing
+		cpu    float64
+		jitter float64
+		want   float64
+	}{
+		// A new node: 0.25 + 0.25·0.5 + 0.15 + 0.10 + 0 + 0 = 0.625.
+		{Standing{Score: 50}, 0, 0, 0.625},
+		{Standing{Score: 100, AvgMs: 5000}, 50, 1, 0.25 + 0.25 + 0.075 + 0.05 + 0.10},
+		{Standing{Score: 50, HasBench: true, BenchMs: 2000}, 0, 0, 0.625 + 0.15*0.8},
+		{Standing{Score: 50, HasBench: true, BenchMs: 20000, BenchFailed: true}, 100, 0, 0.25 + 0.125 + 0 + 0.10 + 0 - 0.2},
+	}
+	for _, c := range cases {
+		if got := Score(c.st, c.cpu, c.jitter); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("Score(%+v, cpu %v, jitter %v) = %v; want %v", c.st, c.cpu, c.jitter, got, c.want)
+		}
+	}
+}
+
+func TestSelectFilters(t *testing.T) {
+	cands := []Candidate{
+		{NodeID: "full", FreeSlots: 0, Trust: "official"},
+		{NodeID: "suspended", FreeSlots: 1, Trust: "official"},
+		{NodeID: "tried", FreeSlots: 1, Trust: "official"},
+		{NodeID: "community", FreeSlots: 1, Trust: "community"},
+		{NodeID: "official", FreeSlots: 1, Trust: "official"},
+	}
+	standing := func(id string) Standing { return Standing{Score: 50, Suspended: id == "suspended"} }
+	for i := 0; i < 50; i++ {
+		c, ok, _ := Select(cands, Pick{Trust: TrustOfficial, Exclude: []string{"tried"}}, standing)
+		if !ok || c.NodeID != "official" {
+			t.Fatalf("official pick = %v, %v", c.NodeID, ok)
+		}
+	}
+	seen := map[string]bool{}
+	for i := 0; i < 200; i++ {
+		c, ok, _ := Select(cands, Pick{Exclude: []string{"tried"}}, standing)
+		if !ok {
+			t.Fatal("no pick")
+		}
+		seen[c.NodeID] = true
+	}
+	if len(seen) != 2 || !seen["community"] || !seen["official"] {
+		t.Fatalf("picks over 200 draws: %v; want only community and official", seen)
+	}
+	_, ok, busy := Select(cands, Pick{Exclude: []string{"tried", "community", "official"}}, standing)
+	if ok || !busy {
+		t.Fatalf("Select = found %v, busy %v; want not found and busy (the full node)", ok, busy)
+	}
+	_, ok, busy = Select(cands[1:], Pick{Exclude: []string{"tried", "community", "official"}}, standing)
+	if ok || busy {
+		t.Fatalf("Select with only suspended and excluded nodes = found %v, busy %v; want neither", ok, busy)
+	}
+}
+
+func TestSelectPrefersReputation(t *testing.T) {
+	cands := []Candidate{{NodeID: "good", FreeSlots: 1}, {NodeID: "bad", FreeSlots: 1}}
+	standing := func(id string) Standing {
+		if id == "good" {
+			return Standing{Score: 95}
+		}
+		return Standing{Score: 10}
+	}
+	// 0.25·0.85 = 0.21 between them outweighs the 0.10 random term: always good.
+	for i := 0; i < 100; i++ {
+		if c, _, _ := Select(cands, Pick{}, standing); c.NodeID != "good" {
+			t.Fatalf("picked %s over a node with far better reputation", c.NodeID)
+		}
+	}
+}
+
+func TestMemoryClaims(t *testing.T) {
+	ctx := context.Background()
+	m := NewMemoryClaims()
+	c1, err := m.Claim(ctx, "i1", "n1", "acct", 2)
+	if err != nil || c1.Gen != 1 || c1.PrevOwner != "" {
+		t.Fatalf("first claim = %+v, %v", c1, err)
+	}
+	// A reconnect of the same node does not count twice against the cap.
+	c2, err := m.Claim(ctx, "i2", "n1", "acct", 1)
+	if err != nil || c2.Gen != 2 || c2.PrevOwner != "i1" || c2.PrevGen != 1 {
+		t.Fatalf("re-claim = %+v, %v", c2, err)
+	}
+	if _, err := m.Claim(ctx, "i1", "n2", "acct", 1); !errors.Is(err, ErrTooManyNodes) {
+		t.Fatalf("claim over the cap = %v", err)
+	}
+	// Releasing a stale generation leaves the newer claim in place.
+	if err := m.Release(ctx, "n1", "acct", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Claim(ctx, "i1", "n2", "acct", 1); !errors.Is(err, ErrTooManyNodes) {
+		t.Fatalf("stale release freed the cap: %v", err)
+	}
+	if err := m.Release(ctx, "n1", "acct", 2); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := m.Claim(ctx, "i1", "n2", "acct", 1); err != nil || c.Gen != 1 {
+		t.Fatalf("claim after release = %+v, %v", c, err)
+	}
+}
+
+func TestMemoryClaimsCapUnderConcurrency(t *testing.T) {
+	m := NewMemoryClaims()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	won := 0
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := m.Claim(context.Background(), "i", fmt.Sprintf("n%d", i), "acct", 5); err == nil {
+				mu.Lock()
+				won++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if won != 5 {
+		t.Fatalf("%d of 50 concurrent claims won; the cap is 5", won)
+	}
+}

@@ -1,0 +1,319 @@
+package nodes
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// Close codes of the node protocol (GEMMANET-WIRE §1, DESIGN §6).
+const (
+	CloseNormal         = websocket.StatusNormalClosure   // 1000
+	CloseDraining       = websocket.StatusGoingAway       // 1001: the instance is draining; reconnect elsewhere
+	CloseUnsupported    = websocket.StatusUnsupportedData // 1003: a binary frame
+	ClosePolicy         = websocket.StatusPolicyViolation // 1008: invalid registration, too many nodes
+	CloseTooBig         = websocket.StatusMessageTooBig   // 1009: a message over the read limit
+	CloseTryAgainLater  = websocket.StatusTryAgainLater   // 1013: send queue overflow, or the store is unavailable
+	CloseReplaced       = websocket.StatusCode(4000)      // a newer connection of the same identity took over
+	CloseAuthFailed     = websocket.StatusCode(4001)
+	CloseAccountDeleted = websocket.StatusCode(4003)
+	closeUnanswered     = websocket.StatusCode(1011) // ping unanswered: the socket is dead
+)
+
+// Info is what a node declared at registration; it never changes for the
+// life of a session.
+type Info struct {
+	Name           string
+	AccountID      string
+	Trust          string
+	Capabilities   []string
+	Languages      []string
+	ModelInfo      json.RawMessage
+	MaxConcurrency int
+}
+
+// Events receives what a session's node sends about tasks. The tasks
+// package implements it (the owner side). Calls for one session come from
+// its reader goroutine, in order; Closed may come from another goroutine,
+// once, as soon as the session starts closing.
+type Events interface {
+	Chunk(s *Session, c ChunkPayload)
+	Result(s *Session, r ResultPayload)
+	// BadResult is a task_result that names a task but cannot be read.
+	BadResult(s *Session, taskID string, err error)
+	// Closed is called once when the session stops taking work (replaced,
+	// dropped or disconnected): its tasks must fail now.
+	Closed(s *Session)
+}
+
+// Session is one node connection. Its identity fields are set before it
+// becomes visible and never change.
+type Session struct {
+	Serial      uint64 // process-unique connection number
+	NodeID      string
+	Gen         uint64 // fencing generation of this connection's claim
+	Info        Info
+	Remote      string
+	ConnectedAt time.Time
+
+	conn *websocket.Conn
+	hub  *Hub
+	log  *slog.Logger
+
+	// The send queue: a slice behind a mutex rather than a channel, so that
+	// an idle connection costs no buffer (each idle node is budgeted at 32 KiB).
+	mu          sync.Mutex
+	queue       [][]byte
+	closing     bool
+	closeCode   websocket.StatusCode
+	closeReason string
+	wake        chan struct{} // cap 1: the queue has work, or the session is closing
+	writerDone  chan struct{}
+	closedOnce  sync.Once
+
+	inflight   atomic.Int32
+	cpuBits    atomic.Uint64 // float64 bits of the last heartbeat's cpu_percent
+	lastSeenNs atomic.Int64
+}
+
+// TryAcquire takes one of the node's slots for a task. It fails when the
+// node is at its max_concurrency or closing (DESIGN §5, invariant 7).
+func (s *Session) TryAcquire() bool {
+	maxc := int32(s.Info.MaxConcurrency)
+	for {
+		n := s.inflight.Load()
+		if n >= maxc || s.isClosing() {
+			return false
+		}
+		if s.inflight.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// Release returns a slot taken by TryAcquire.
+func (s *Session) Release() {
+	s.inflight.Add(-1)
+	s.hub.notifyCapacity()
+}
+
+// InFlight is the number of tasks the node holds now.
+func (s *Session) InFlight() int { return int(s.inflight.Load()) }
+
+// FreeSlots is max_concurrency minus the tasks in flight.
+func (s *Session) FreeSlots() int { return max(s.Info.MaxConcurrency-s.InFlight(), 0) }
+
+// CPU is the cpu_percent of the node's last heartbeat.
+func (s *Session) CPU() float64 { return math.Float64frombits(s.cpuBits.Load()) }
+
+func (s *Session) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
+}
+
+// Send queues a message for the node and never blocks. A node whose queue
+// is full is too slow to keep up: it is dropped (closed with 1013) rather
+// than allowed to stall the instance. Send reports whether the message was
+// queued.
+func (s *Session) Send(msg []byte) bool {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return false
+	}
+	if len(s.queue) >= s.hub.cfg.SendQueue {
+		s.mu.Unlock()
+		s.hub.metrics.sendDrops.Inc()
+		s.log.Warn("node send queue full, dropping the node", "queued", s.hub.cfg.SendQueue)
+		s.Close(CloseTryAgainLater, "send queue overflow")
+		return false
+	}
+	s.queue = append(s.queue, msg)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// SendError sends an `error` message to the node.
+func (s *Session) SendError(code, message string) bool {
+	return s.Send(Encode(MsgError, ErrorPayload{Code: code, Message: message}))
+}
+
+// Close starts closing the session with a close code; it returns at once.
+// The first call wins. The node's tasks are failed from the writer
+// goroutine, before the close handshake (which may take seconds).
+func (s *Session) Close(code websocket.StatusCode, reason string) {
+	s.mu.Lock()
+	if !s.closing {
+		s.closing = true
+		s.closeCode, s.closeReason = code, reason
+	}
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writeLoop is the session's only writer. It also pings the node, so a
+// dead socket is noticed even when nothing else is sent.
+func (s *Session) writeLoop(ctx context.Context) {
+	defer close(s.writerDone)
+	ping := time.NewTicker(s.hub.cfg.PingInterval)
+	defer ping.Stop()
+	var batch [][]byte
+	for {
+		select {
+		case <-s.wake:
+		case <-ping.C:
+			pctx, cancel := context.WithTimeout(ctx, s.hub.cfg.PingTimeout)
+			err := s.conn.Ping(pctx)
+			cancel()
+			if err != nil {
+				s.Close(closeUnanswered, "ping unanswered")
+			}
+		case <-ctx.Done():
+			s.Close(CloseDraining, "server shutting down")
+		}
+		s.mu.Lock()
+		closing := s.closing
+		batch, s.queue = s.queue, batch[:0]
+		s.mu.Unlock()
+		if closing {
+			s.shutdown()
+			return
+		}
+		for i, msg := range batch {
+			wctx, cancel := context.WithTimeout(ctx, s.hub.cfg.WriteTimeout)
+			err := s.conn.Write(wctx, websocket.MessageText, msg)
+			cancel()
+			batch[i] = nil
+			if err != nil {
+				s.log.Debug("write to node failed", "err", err)
+				s.Close(closeUnanswered, "write failed")
+				break
+			}
+		}
+	}
+}
+
+// shutdown runs once, on the writer goroutine: take the session out of
+// routing, fail its tasks, then do the close handshake.
+func (s *Session) shutdown() {
+	s.closedOnce.Do(func() {
+		s.hub.detach(s)
+		s.hub.events.Closed(s)
+		s.mu.Lock()
+		code, reason := s.closeCode, s.closeReason
+		s.queue = nil
+		s.mu.Unlock()
+		s.hub.metrics.closes.WithLabelValues(closeLabel(code)).Inc()
+		s.log.Info("node disconnected", "code", int(code), "reason", reason)
+		_ = s.conn.Close(code, reason)
+	})
+}
+
+// readLoop reads the node's messages until the connection ends.
+func (s *Session) readLoop(ctx context.Context) {
+	for {
+		typ, data, err := s.conn.Read(ctx)
+		if err != nil {
+			code := websocket.CloseStatus(err)
+			switch {
+			case code == CloseTooBig || errorsIsTooBig(err):
+				// The library has already sent 1009.
+				s.Close(CloseTooBig, "message too big")
+			case code != -1:
+				s.Close(code, "closed by the node")
+			default:
+				s.Close(closeUnanswered, "connection lost")
+			}
+			return
+		}
+		s.lastSeenNs.Store(time.Now().UnixNano())
+		if typ != websocket.MessageText {
+			s.hub.metrics.invalid.WithLabelValues("binary").Inc()
+			s.Close(CloseUnsupported, "binary frames are not part of the protocol")
+			return
+		}
+		s.handle(data)
+	}
+}
+
+func (s *Session) handle(data []byte) {
+	msg, err := DecodeMessage(data)
+	if err != nil {
+		s.hub.metrics.invalid.WithLabelValues("envelope").Inc()
+		s.SendError(CodeInvalidMessage, err.Error())
+		return
+	}
+	switch msg.MsgType {
+	case MsgHeartbeat:
+		hb := DecodeHeartbeat(msg.Payload)
+		s.cpuBits.Store(math.Float64bits(hb.CPUPercent))
+	case MsgTaskChunk:
+		c, err := DecodeChunk(msg.Payload)
+		if err != nil {
+			s.hub.metrics.invalid.WithLabelValues(MsgTaskChunk).Inc()
+			s.SendError(CodeInvalidMessage, err.Error())
+			return
+		}
+		s.hub.events.Chunk(s, c)
+	case MsgTaskResult:
+		r, err := DecodeResult(msg.Payload)
+		if err != nil {
+			s.hub.metrics.invalid.WithLabelValues(MsgTaskResult).Inc()
+			s.SendError(CodeInvalidMessage, err.Error())
+			if r.TaskID != "" {
+				s.hub.events.BadResult(s, r.TaskID, err)
+			}
+			return
+		}
+		s.hub.events.Result(s, r)
+	case MsgBenchmarkResult:
+		// Benchmarks are not solicited yet, and an unsolicited result is ignored.
+		s.hub.metrics.invalid.WithLabelValues("unsolicited_benchmark").Inc()
+	case MsgNodeRegister:
+		s.hub.metrics.invalid.WithLabelValues("out_of_order").Inc()
+		s.SendError(CodeUnexpectedMessage, "this connection is already registered")
+	default:
+		s.hub.metrics.invalid.WithLabelValues("unknown_type").Inc()
+		s.SendError(CodeUnexpectedMessage, "unknown msg_type "+truncate(msg.MsgType, 64))
+	}
+}
+
+func closeLabel(code websocket.StatusCode) string {
+	switch code {
+	case CloseNormal:
+		return "1000"
+	case CloseDraining:
+		return "1001"
+	case CloseUnsupported:
+		return "1003"
+	case ClosePolicy:
+		return "1008"
+	case CloseTooBig:
+		return "1009"
+	case closeUnanswered:
+		return "1011"
+	case CloseTryAgainLater:
+		return "1013"
+	case CloseReplaced:
+		return "4000"
+	case CloseAuthFailed:
+		return "4001"
+	case CloseAccountDeleted:
+		return "4003"
+	}
+	return "other"
+}
