@@ -1,0 +1,303 @@
+package tasks_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"go.uber.org/goleak"
+
+	"switchyard/bus"
+	"switchyard/internal/nodetest"
+	"switchyard/nodes"
+	"switchyard/store"
+	"switchyard/tasks"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// instance is the task side of one switchyard instance, without HTTP: the
+// requester (tracker, dispatcher), the owner (owner, hub) and a watcher,
+// subscribed to a shared bus. Two of them on one bus.Memory are two
+// instances in one process.
+type instance struct {
+	id      string
+	tracker *tasks.Tracker
+	owner   *tasks.Owner
+	hub     *nodes.Hub
+	disp    *tasks.Dispatcher
+	watcher *tasks.Watcher
+	sub     bus.Subscription
+	wsURL   string
+	rec     *records
+}
+
+type records struct {
+	mu    sync.Mutex
+	tasks []store.TaskRecord
+}
+
+func (r *records) RecordTask(rec store.TaskRecord) {
+	r.mu.Lock()
+	r.tasks = append(r.tasks, rec)
+	r.mu.Unlock()
+}
+func (r *records) RecordOutcome(store.Outcome) {}
+
+type keyAuth struct{}
+
+func (keyAuth) AuthenticateNode(_ context.Context, key string) (nodes.Account, error) {
+	if key != "good" {
+		return nodes.Account{}, nodes.ErrUnknownKey
+	}
+	return nodes.Account{ID: "acct", Trust: "community"}, nil
+}
+
+// newInstance starts an instance on b. dir is where its dispatcher looks
+// for nodes; nil means its own hub.
+func newInstance(t *testing.T, id string, b bus.Bus, dir nodes.Directory, cfg tasks.DispatcherConfig) *instance {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	m := tasks.NewMetrics(nil)
+	in := &instance{id: id, tracker: tasks.NewTracker(), rec: &records{}}
+	in.owner = tasks.NewOwner(ctx, tasks.OwnerConfig{Instance: id, Logger: log}, b, in.tracker.Deliver, m)
+	in.hub = nodes.NewHub(nodes.Config{Instance: id, Logger: log}, keyAuth{}, nodes.NewMemoryClaims(), in.owner)
+	in.owner.SetSessions(in.hub)
+	if dir == nil {
+		dir = in.hub
+	}
+	cfg.Instance, cfg.Logger = id, log
+	in.disp = tasks.NewDispatcher(cfg, dir, func(string) nodes.Standing { return nodes.Standing{Score: 50} }, in.owner, b, in.tracker, in.rec, m)
+	in.watcher = tasks.NewWatcher(tasks.WatcherConfig{Instance: id, Interval: 20 * time.Millisecond, Logger: log}, b, in.tracker, in.owner, m)
+	sub, err := b.Subscribe(ctx, id, tasks.BusHandler(in.owner, in.tracker, m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.sub = sub
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		_ = in.hub.Serve(ctx, c, r.RemoteAddr)
+	}))
+	in.wsURL = "ws" + strings.TrimPrefix(srv.URL, "http")
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); in.watcher.Run(ctx) }()
+	t.Cleanup(func() {
+		sctx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+		defer stop()
+		_ = in.hub.Shutdown(sctx)
+		cancel()
+		srv.Close()
+		wg.Wait()
+		_ = in.sub.Close()
+	})
+	return in
+}
+
+// pair is a requester R whose dispatcher routes to the nodes of owner O.
+func pair(t *testing.T, cfg tasks.DispatcherConfig) (r, o *instance, b *bus.Memory) {
+	b = bus.NewMemory()
+	t.Cleanup(func() { _ = b.Close() })
+	o = newInstance(t, "O", b, nil, cfg)
+	r = newInstance(t, "R", b, o.hub, cfg) // O's hub lists its nodes with owner "O"
+	return r, o, b
+}
+
+type outcome struct {
+	out tasks.Outcome
+	err error
+}
+
+// run starts a task the way an HTTP request would; it is abandoned (its
+// context cancelled) and waited for when the test ends.
+func run(t *testing.T, r *instance, ctx context.Context, req tasks.Request, h tasks.Hooks) <-chan outcome {
+	ctx, cancel := context.WithCancel(ctx)
+	ch := make(chan outcome, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		out, err := r.disp.Run(ctx, req, h)
+		ch <- outcome{out, err}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return ch
+}
+
+func wait(t *testing.T, ch <-chan outcome) outcome {
+	t.Helper()
+	select {
+	case o := <-ch:
+		return o
+	case <-time.After(5 * time.Second):
+		t.Fatal("no outcome within 5s")
+	}
+	return outcome{}
+}
+
+func code(err error) string {
+	var e *tasks.Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+// Requester and owner are separate components that talk through the bus:
+// a plain and a streaming task cross from R to O's node and back.
+func TestCrossInstancePlainAndStream(t *testing.T) {
+	r, o, _ := pair(t, tasks.DispatcherConfig{})
+	n := nodetest.Connect(t, o.wsURL, nodetest.Reg("good", "w", "echo"))
+
+	ch := run(t, r, context.Background(), tasks.Request{TaskID: "t1", TaskType: "echo", Content: "hi", Params: []byte(`{"k":1}`)}, tasks.Hooks{})
+	m := n.Expect("task_assign")
+	if m.TaskID() != "t1" || m.Payload["content"] != "hi" || m.Payload["params"].(map[string]any)["k"] != 1.0 {
+		t.Fatalf("assign %v", m.Payload)
+	}
+	n.Result("t1", "completed", "HI")
+	if got := wait(t, ch); got.err != nil || got.out.Result != "HI" || got.out.NodeID != n.ID {
+		t.Fatalf("%+v", got)
+	}
+
+	var deltas []string
+	ch = run(t, r, context.Background(), tasks.Request{TaskID: "t2", TaskType: "echo", Content: "x", Stream: true},
+		tasks.Hooks{Chunk: func(d string) error { deltas = append(deltas, d); return nil }})
+	n.Expect("task_assign")
+	for _, d := range []string{"a", "b", "c"} {
+		n.Chunk("t2", d)
+	}
+	n.Result("t2", "completed", "abc")
+	if got := wait(t, ch); got.err != nil || strings.Join(deltas, "") != "abc" || !got.out.Streamed {
+		t.Fatalf("%+v deltas %v", got, deltas)
+	}
+	if r.tracker.Len() != 0 || o.owner.Len() != 0 {
+		t.Fatalf("entries outlive their tasks: tracker %d, forwarding %d", r.tracker.Len(), o.owner.Len())
+	}
+	if len(r.rec.tasks) != 2 || r.rec.tasks[0].Owner != "O" || r.rec.tasks[0].Requester != "R" {
+		t.Fatalf("records %+v", r.rec.tasks)
+	}
+}
+
+// Invariant 5: when the requester is gone, the owner cancels the task on
+// the node at once. A stream notices on its next chunk (the publish reaches
+// nobody); a plain task through the watcher.
+func TestInvariant5RequesterGoneFreesTheNode(t *testing.T) {
+	t.Run("stream", func(t *testing.T) {
+		r, o, _ := pair(t, tasks.DispatcherConfig{})
+		n := nodetest.Connect(t, o.wsURL, nodetest.Reg("good", "w", "echo"))
+		got := make(chan string, 16)
+		run(t, r, context.Background(), tasks.Request{TaskID: "s1", TaskType: "echo", Stream: true},
+			tasks.Hooks{Chunk: func(d string) error { got <- d; return nil }})
+		n.Expect("task_assign")
+		n.Chunk("s1", "first")
+		<-got
+		_ = r.sub.Close() // the requester instance dies
+		n.Chunk("s1", "second")
+		if m := n.Expect("task_cancel"); m.TaskID() != "s1" || m.Payload["reason"] != "requester gone" {
+			t.Fatalf("cancel %v", m.Payload)
+		}
+		waitUntil(t, func() bool { return o.owner.Len() == 0 })
+	})
+	t.Run("plain", func(t *testing.T) {
+		r, o, _ := pair(t, tasks.DispatcherConfig{})
+		n := nodetest.Connect(t, o.wsURL, nodetest.Reg("good", "w", "echo"))
+		run(t, r, context.Background(), tasks.Request{TaskID: "p1", TaskType: "echo"}, tasks.Hooks{})
+		n.Expect("task_assign")
+		start := time.Now()
+		_ = r.sub.Close()
+		if m := n.Expect("task_cancel"); m.TaskID() != "p1" || m.Payload["reason"] != "requester gone" {
+			t.Fatalf("cancel %v", m.Payload)
+		}
+		t.Logf("owner noticed the requester was gone after %s", time.Since(start))
+		waitUntil(t, func() bool { return o.owner.Len() == 0 })
+	})
+}
+
+// Invariant 4: when the owner is gone, the requester fails its tasks with
+// node_disconnected at once, not at their deadline.
+func TestInvariant4OwnerGoneFailsTasksFast(t *testing.T) {
+	r, o, _ := pair(t, tasks.DispatcherConfig{TaskTimeout: time.Minute})
+	n := nodetest.Connect(t, o.wsURL, nodetest.Reg("good", "w", "echo"))
+	ch := run(t, r, context.Background(), tasks.Request{TaskID: "t", TaskType: "echo"}, tasks.Hooks{})
+	n.Expect("task_assign")
+	start := time.Now()
+	_ = o.sub.Close() // the owner instance dies
+	got := wait(t, ch)
+	if code(got.err) != tasks.CodeNodeDisconnected || time.Since(start) > time.Second {
+		t.Fatalf("%v after %s", got.err, time.Since(start))
+	}
+}
+
+// Invariant 6 across instances: a client that goes away cancels the task
+// on the node, through the bus.
+func TestInvariant6CancelCrossesTheBus(t *testing.T) {
+	r, o, _ := pair(t, tasks.DispatcherConfig{})
+	n := nodetest.Connect(t, o.wsURL, map[string]any{"api_key": "good", "name": "w", "capabilities": []string{"echo"}, "max_concurrency": 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := run(t, r, ctx, tasks.Request{TaskID: "c1", TaskType: "echo"}, tasks.Hooks{})
+	n.Expect("task_assign")
+	cancel()
+	if got := wait(t, ch); code(got.err) != tasks.CodeCanceled {
+		t.Fatalf("%v", got.err)
+	}
+	if m := n.Expect("task_cancel"); m.TaskID() != "c1" || m.Payload["reason"] != "client gone" {
+		t.Fatalf("cancel %v", m.Payload)
+	}
+	// The slot is free again on the owner.
+	ch = run(t, r, context.Background(), tasks.Request{TaskID: "c2", TaskType: "echo"}, tasks.Hooks{})
+	n.Result(n.Expect("task_assign").TaskID(), "completed", "ok")
+	if got := wait(t, ch); got.err != nil {
+		t.Fatal(got.err)
+	}
+	_ = o
+}
+
+// Invariant 7 across instances: the owner refuses an assign beyond the
+// node's max_concurrency; the requester waits for the slot and retries.
+func TestInvariant7OwnerRefusesOverCommit(t *testing.T) {
+	r, o, _ := pair(t, tasks.DispatcherConfig{})
+	n := nodetest.Connect(t, o.wsURL, map[string]any{"api_key": "good", "name": "w", "capabilities": []string{"echo"}, "max_concurrency": 1})
+	first := run(t, r, context.Background(), tasks.Request{TaskID: "a", TaskType: "echo"}, tasks.Hooks{})
+	n.Expect("task_assign")
+	// O's own requester takes nothing; a direct assign from "R" beyond the cap is refused.
+	second := run(t, r, context.Background(), tasks.Request{TaskID: "b", TaskType: "echo"}, tasks.Hooks{})
+	select {
+	case m := <-n.Msgs:
+		t.Fatalf("node at max_concurrency 1 got %s %v", m.MsgType, m.Payload)
+	case <-time.After(100 * time.Millisecond):
+	}
+	n.Result("a", "completed", "1")
+	if got := wait(t, first); got.err != nil {
+		t.Fatal(got.err)
+	}
+	if m := n.Expect("task_assign"); m.TaskID() != "b" {
+		t.Fatalf("assign %v", m.Payload)
+	}
+	n.Result("b", "completed", "2")
+	if got := wait(t, second); got.err != nil {
+		t.Fatal(got.err)
+	}
+	_ = o
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,409 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"switchyard/bus"
+	"switchyard/nodes"
+	"switchyard/store"
+)
+
+// Request is a task as a client asked for it, already validated.
+type Request struct {
+	TaskID    string
+	AccountID string
+	TaskType  string
+	Content   string
+	Params    json.RawMessage // a JSON object; nil means {}
+	Stream    bool
+	Trust     string // "official" restricts routing to official nodes
+}
+
+// Outcome is a task that reached its node and came back with a result. A
+// handler failure is an Outcome with Status "failed", not an error.
+type Outcome struct {
+	TaskID       string
+	NodeID       string
+	Status       string // "completed" or "failed"
+	Result       string
+	ProcessingMs int64
+	Usage        *store.Usage
+	Streamed     bool // at least one chunk reached the client
+}
+
+// Hooks let the HTTP side follow a task as it runs. Both are optional.
+type Hooks struct {
+	// Assigned is called once, when the task is first handed to a node; a
+	// streaming response starts then.
+	Assigned func()
+	// Chunk receives each streamed delta in order. An error (the client is
+	// gone) cancels the task.
+	Chunk func(delta string) error
+}
+
+// Recorder keeps what is known of finished tasks (the store's batch writer
+// and the reputation cache). It must not block.
+type Recorder interface {
+	RecordTask(rec store.TaskRecord)
+	RecordOutcome(o store.Outcome)
+}
+
+// DispatcherConfig configures a Dispatcher. Zero values take the defaults shown.
+type DispatcherConfig struct {
+	Instance    string        // this instance's id (required)
+	MaxAttempts int           // default 3: nodes tried before "no node"
+	TaskTimeout time.Duration // default 60s: a plain task's deadline; a stream's limit between chunks
+	StreamMax   time.Duration // default 600s: a stream's total limit
+	// QueueTimeout (default 10s) is how long a request waits for a free
+	// slot when every capable node is full, before it fails with nodes_busy.
+	QueueTimeout time.Duration
+	Logger       *slog.Logger // default slog.Default()
+}
+
+func (c DispatcherConfig) withDefaults() DispatcherConfig {
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 3
+	}
+	if c.TaskTimeout == 0 {
+		c.TaskTimeout = 60 * time.Second
+	}
+	if c.StreamMax == 0 {
+		c.StreamMax = 600 * time.Second
+	}
+	if c.QueueTimeout == 0 {
+		c.QueueTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Dispatcher is the requester side: it runs a task from node selection to
+// outcome, retrying on another node while the task has not been handed
+// over, and records every task it finishes exactly once.
+type Dispatcher struct {
+	cfg      DispatcherConfig
+	dir      nodes.Directory
+	standing func(string) nodes.Standing
+	owner    *Owner  // this instance's owner side: the fast path
+	bus      bus.Bus // the way to every other owner
+	tracker  *Tracker
+	rec      Recorder
+	metrics  *Metrics
+	log      *slog.Logger
+}
+
+// NewDispatcher wires a dispatcher.
+func NewDispatcher(cfg DispatcherConfig, dir nodes.Directory, standing func(string) nodes.Standing,
+	owner *Owner, b bus.Bus, tracker *Tracker, rec Recorder, m *Metrics) *Dispatcher {
+	cfg = cfg.withDefaults()
+	return &Dispatcher{
+		cfg: cfg, dir: dir, standing: standing, owner: owner, bus: b,
+		tracker: tracker, rec: rec, metrics: m, log: cfg.Logger,
+	}
+}
+
+// Run runs one task to its end. ctx is the client's: when it ends first
+// (the client went away) the task is cancelled on its node. The error, if
+// any, is a *Error whose Status is the HTTP answer.
+func (d *Dispatcher) Run(ctx context.Context, req Request, h Hooks) (Outcome, error) {
+	start := time.Now()
+	p := d.tracker.add(&req, start)
+	defer d.tracker.remove(p)
+	r := run{d: d, p: p, req: &req, hooks: h, start: start}
+	out, err := r.dispatch(ctx)
+	d.finish(&r, out, err)
+	return out, err
+}
+
+// run is the state of one Run.
+type run struct {
+	d        *Dispatcher
+	p        *pending
+	req      *Request
+	hooks    Hooks
+	start    time.Time
+	assigned time.Time // of the attempt that got the node
+	owner    string
+	nodeID   string
+	attempts int
+	lastSeq  uint32
+	streamed bool
+}
+
+func (r *run) dispatch(ctx context.Context) (Outcome, error) {
+	d := r.d
+	var tried []string
+	var cands []nodes.Candidate
+	var queueDeadline time.Time
+	for r.attempts < d.cfg.MaxAttempts {
+		changed, doneWaiting := d.dir.Changed()
+		cands = d.dir.Candidates(cands[:0], r.req.TaskType)
+		c, ok, busy := nodes.Select(cands, nodes.Pick{Capability: r.req.TaskType, Trust: r.req.Trust, Exclude: tried}, d.standing)
+		if busy {
+			if queueDeadline.IsZero() {
+				queueDeadline = time.Now().Add(d.cfg.QueueTimeout)
+			}
+			err := r.waitForSlot(ctx, changed, queueDeadline)
+			doneWaiting()
+			if err != nil {
+				return Outcome{}, err
+			}
+			continue
+		}
+		doneWaiting()
+		if !ok {
+			break
+		}
+		tried = append(tried, c.NodeID)
+		r.attempts++
+		r.p.retarget(c.Owner, c.NodeID, c.Gen, r.attempts)
+		err := d.send(ctx, c, r.req, r.p)
+		if isFull(err) {
+			// Another request took the last slot first: not this node's
+			// fault, and not an attempt. Wait for capacity like any other.
+			tried, r.attempts = tried[:len(tried)-1], r.attempts-1
+			if err := r.backOff(ctx, &queueDeadline); err != nil {
+				return Outcome{}, err
+			}
+			continue
+		}
+		if isRefused(err) {
+			continue
+		}
+		if err != nil {
+			return Outcome{}, err
+		}
+		r.assigned, r.owner, r.nodeID = time.Now(), c.Owner, c.NodeID
+		r.p.markAssigned(r.assigned)
+		if r.hooks.Assigned != nil {
+			r.hooks.Assigned()
+			r.hooks.Assigned = nil
+		}
+		out, err := r.await(ctx)
+		if isRefused(err) {
+			r.owner, r.nodeID = "", ""
+			if isFull(err) {
+				tried, r.attempts = tried[:len(tried)-1], r.attempts-1
+				if err := r.backOff(ctx, &queueDeadline); err != nil {
+					return Outcome{}, err
+				}
+			}
+			continue
+		}
+		return out, err
+	}
+	msg := "no node available for this task type"
+	if r.req.Trust == nodes.TrustOfficial {
+		msg = "no official node available for this task type"
+	}
+	return Outcome{}, &Error{Code: CodeNoNode, Message: msg}
+}
+
+// backOff waits a moment after a node refused for want of a slot, within
+// the request's queue time.
+func (r *run) backOff(ctx context.Context, queueDeadline *time.Time) error {
+	if queueDeadline.IsZero() {
+		*queueDeadline = time.Now().Add(r.d.cfg.QueueTimeout)
+	}
+	changed, done := r.d.dir.Changed()
+	defer done()
+	return r.waitForSlot(ctx, changed, *queueDeadline)
+}
+
+// waitForSlot waits until capacity may have appeared: a signal from the
+// directory, or a short recheck for changes on other instances.
+func (r *run) waitForSlot(ctx context.Context, changed <-chan struct{}, deadline time.Time) error {
+	left := time.Until(deadline)
+	if left <= 0 {
+		return &Error{Code: CodeBusy, Message: "every node that can run this task type is busy; retry later"}
+	}
+	t := time.NewTimer(min(left, 25*time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-changed:
+	case <-t.C:
+	case <-ctx.Done():
+		return &Error{Code: CodeCanceled, Message: "the client went away"}
+	}
+	return nil
+}
+
+// send hands the assign to the node's owner: directly when it is this
+// instance, else over the bus. A refusal is a *Error with code refused.
+func (d *Dispatcher) send(ctx context.Context, c nodes.Candidate, req *Request, p *pending) error {
+	e := &bus.Envelope{
+		Kind: bus.KindAssign, From: d.cfg.Instance, ReplyTo: d.cfg.Instance,
+		TaskID: req.TaskID, NodeID: c.NodeID, Gen: c.Gen,
+		TaskType: req.TaskType, Content: req.Content, Params: req.Params, Stream: req.Stream,
+		Deadline: p.created.Add(d.deadline(req)).UnixMilli(),
+	}
+	if c.Owner == d.cfg.Instance {
+		return d.owner.Assign(e)
+	}
+	d.metrics.hops.WithLabelValues(e.Kind.String()).Inc()
+	n, err := d.bus.Publish(ctx, c.Owner, e)
+	switch {
+	case err != nil:
+		return &Error{Code: CodeUnavailable, Message: "cannot reach the instance that holds the node: " + err.Error()}
+	case n == 0:
+		return refused("the node's instance is gone")
+	}
+	return nil
+}
+
+// deadline is the longest the owner keeps a task.
+func (d *Dispatcher) deadline(req *Request) time.Duration {
+	if req.Stream {
+		return d.cfg.StreamMax
+	}
+	return d.cfg.TaskTimeout
+}
+
+// await waits for the current attempt's outcome.
+func (r *run) await(ctx context.Context) (Outcome, error) {
+	d := r.d
+	timer := time.NewTimer(d.cfg.TaskTimeout)
+	defer timer.Stop()
+	hardStop := r.p.created.Add(d.cfg.StreamMax)
+	var batch []*bus.Envelope
+	for {
+		select {
+		case <-r.p.signal:
+		case <-timer.C:
+			r.cancel("deadline passed")
+			return Outcome{}, &Error{Code: CodeTimeout, Message: "the task timed out"}
+		case <-ctx.Done():
+			r.cancel("client gone")
+			return Outcome{}, &Error{Code: CodeCanceled, Message: "the client went away"}
+		}
+		batch = r.p.take(batch)
+		for _, e := range batch {
+			switch e.Kind {
+			case bus.KindChunk:
+				if e.Seq != r.lastSeq+1 {
+					r.cancel("stream broken")
+					return Outcome{}, &Error{Code: CodeNodeDisconnected, Message: fmt.Sprintf("the stream lost chunks (got %d after %d)", e.Seq, r.lastSeq)}
+				}
+				r.lastSeq = e.Seq
+				if r.hooks.Chunk != nil {
+					if err := r.hooks.Chunk(e.Delta); err != nil {
+						r.cancel("client gone")
+						return Outcome{}, &Error{Code: CodeCanceled, Message: "the client went away"}
+					}
+				}
+				r.streamed = true
+				// A stream may outlive TaskTimeout while it keeps producing.
+				timer.Reset(min(d.cfg.TaskTimeout, time.Until(hardStop)))
+			case bus.KindResult:
+				return r.result(e.Result)
+			case bus.KindNodeGone:
+				return Outcome{}, &Error{Code: CodeNodeDisconnected, Message: "the node disconnected before returning a result"}
+			}
+		}
+	}
+}
+
+func (r *run) result(res *bus.Result) (Outcome, error) {
+	if res.Code != "" {
+		return Outcome{}, &Error{Code: res.Code, Message: res.Message}
+	}
+	if r.req.Stream && res.Chunks != r.lastSeq {
+		return Outcome{}, &Error{Code: CodeNodeDisconnected, Message: fmt.Sprintf("the stream lost chunks (%d sent, %d arrived)", res.Chunks, r.lastSeq)}
+	}
+	out := Outcome{
+		TaskID: r.req.TaskID, NodeID: r.nodeID, Status: "failed", Result: res.Text,
+		ProcessingMs: res.ProcessingMs, Streamed: r.streamed,
+	}
+	if res.Status == store.StatusCompleted {
+		out.Status = store.StatusCompleted
+	}
+	if out.ProcessingMs < 0 {
+		out.ProcessingMs = time.Since(r.assigned).Milliseconds()
+	}
+	if res.HasUsage {
+		out.Usage = &store.Usage{PromptTokens: res.PromptTokens, CompletionTokens: res.OutputTokens}
+	}
+	return out, nil
+}
+
+// cancel tells the owner to stop the current attempt (DESIGN §5, invariant 6).
+func (r *run) cancel(reason string) {
+	owner, nodeID, gen := r.p.target()
+	if owner == "" {
+		return
+	}
+	e := &bus.Envelope{Kind: bus.KindCancel, From: r.d.cfg.Instance, ReplyTo: r.d.cfg.Instance,
+		TaskID: r.req.TaskID, NodeID: nodeID, Gen: gen, Reason: reason}
+	if owner == r.d.cfg.Instance {
+		r.d.owner.Cancel(e)
+		return
+	}
+	r.d.metrics.hops.WithLabelValues(e.Kind.String()).Inc()
+	// The client's context may be what ended; the cancel must still go out.
+	ctx, stop := context.WithTimeout(context.Background(), 2*time.Second)
+	defer stop()
+	if _, err := r.d.bus.Publish(ctx, owner, e); err != nil {
+		r.d.log.Warn("cannot send cancel; the owner's sweep will stop the task at its deadline", "task_id", r.req.TaskID, "err", err)
+	}
+}
+
+// finish records the task once, and the node's part in its reputation.
+func (d *Dispatcher) finish(r *run, out Outcome, err error) {
+	now := time.Now()
+	rec := store.TaskRecord{
+		ID: r.req.TaskID, AccountID: r.req.AccountID, TaskType: r.req.TaskType, Stream: r.req.Stream,
+		Requester: d.cfg.Instance, Owner: r.owner, Attempts: r.attempts,
+		CreatedAt: r.start.UTC(), FinishedAt: now.UTC(), ContentBytes: int64(len(r.req.Content)),
+	}
+	if !r.assigned.IsZero() {
+		rec.AssignedAt = r.assigned.UTC()
+	}
+	if r.nodeID != "" {
+		rec.NodeIDs = []string{r.nodeID}
+	}
+	outcome := out.Status
+	mode := "plain"
+	if r.req.Stream {
+		mode = "stream"
+	}
+	var nodeOutcome *store.Outcome
+	if err == nil {
+		rec.Status, rec.ProcessingMs, rec.ResultBytes = out.Status, out.ProcessingMs, int64(len(out.Result))
+		if out.Usage != nil {
+			rec.Usage = *out.Usage
+		}
+		nodeOutcome = &store.Outcome{NodeID: r.nodeID, Success: out.Status == store.StatusCompleted,
+			ElapsedMs: now.Sub(r.assigned).Milliseconds(), At: now}
+		if !r.req.Stream && out.ProcessingMs >= 0 {
+			d.metrics.overhead.Observe(max(now.Sub(r.start).Seconds()-float64(out.ProcessingMs)/1000, 0))
+		}
+	} else {
+		e := AsError(err)
+		outcome = e.Code
+		rec.Status, rec.ErrorCode = store.StatusError, e.Code
+		switch e.Code {
+		case CodeCanceled:
+			rec.Status = store.StatusCanceled
+		case CodeTimeout:
+			// GemmaNet counts a timeout as a failure of the full timeout.
+			nodeOutcome = &store.Outcome{NodeID: r.nodeID, ElapsedMs: d.cfg.TaskTimeout.Milliseconds(), At: now}
+		case CodeNodeDisconnected, CodeResultTooLarge:
+			nodeOutcome = &store.Outcome{NodeID: r.nodeID, ElapsedMs: now.Sub(r.assigned).Milliseconds(), At: now}
+		}
+		if e.Code != CodeCanceled && e.Code != CodeNoNode {
+			d.log.Info("task failed", "task_id", r.req.TaskID, "node_id", r.nodeID, "code", e.Code, "message", e.Message)
+		}
+	}
+	d.metrics.outcomes.WithLabelValues(outcome).Inc()
+	d.metrics.latency.WithLabelValues(mode).Observe(now.Sub(r.start).Seconds())
+	d.rec.RecordTask(rec)
+	if nodeOutcome != nil && nodeOutcome.NodeID != "" {
+		d.rec.RecordOutcome(*nodeOutcome)
+	}
+}

@@ -1,0 +1,64 @@
+package tasks
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the task counters an operator graphs. One set per instance.
+type Metrics struct {
+	outcomes  *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+	overhead  prometheus.Histogram
+	refusals  *prometheus.CounterVec
+	dropped   *prometheus.CounterVec
+	cancels   *prometheus.CounterVec
+	hops      *prometheus.CounterVec
+	replaced  prometheus.Counter
+	ownerDied prometheus.Counter
+}
+
+// NewMetrics creates the task metrics and registers them with reg (nil: not registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "tasks", Name: "total",
+			Help: "Tasks finished on this (requesting) instance, by outcome: completed, failed, or the error code.",
+		}, []string{"outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "switchyard", Subsystem: "tasks", Name: "duration_seconds",
+			Help:    "Time from request to outcome, by mode (plain or stream).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 600},
+		}, []string{"mode"}),
+		overhead: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "switchyard", Subsystem: "tasks", Name: "overhead_seconds",
+			Help:    "Coordinator overhead of completed plain tasks: duration minus the node's reported processing time.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1, .25, 1},
+		}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "tasks", Name: "refusals_total",
+			Help: "Assigns this owner refused (and the requester retried elsewhere), by reason.",
+		}, []string{"reason"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "tasks", Name: "dropped_events_total",
+			Help: "Chunks and results dropped because they did not come from the assigned connection, or came for an unknown or finished task.",
+		}, []string{"kind"}),
+		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "tasks", Name: "cancels_total",
+			Help: "task_cancel messages sent to nodes, by reason.",
+		}, []string{"reason"}),
+		hops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "tasks", Name: "cross_instance_envelopes_total",
+			Help: "Envelopes this instance published to another instance, by kind.",
+		}, []string{"kind"}),
+		replaced: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "tasks", Name: "replace_closes_total",
+			Help: "Local node sockets closed because another instance has a newer connection of the node.",
+		}),
+		ownerDied: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "tasks", Name: "owner_died_total",
+			Help: "Tasks failed because the instance holding their node stopped answering.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.outcomes, m.latency, m.overhead, m.refusals, m.dropped, m.cancels, m.hops, m.replaced, m.ownerDied)
+	}
+	return m
+}
