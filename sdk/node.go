@@ -1,0 +1,302 @@
+package sdk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/coder/websocket"
+)
+
+// Handler serves one task. It returns the full result text (also when it
+// streamed: the agent does not accumulate chunks). A returned error makes the
+// task fail with the error's text as its result.
+//
+// emit sends one chunk to the client when the task asked for streaming; when
+// it did not, emit does nothing and returns nil, so a handler can call it
+// either way. emit returns an error once the task is cancelled or the
+// connection is gone; the handler should then return.
+//
+// ctx is cancelled when the server cancels the task (task_cancel), when the
+// connection drops and when the node stops. A task whose ctx was cancelled
+// sends no task_result, whatever the handler returns: the server has already
+// given up on it (and GemmaNet's server ignores late results anyway).
+//
+// Handlers run concurrently, at most NodeConfig.MaxConcurrency at once.
+type Handler interface {
+	Handle(ctx context.Context, t *Task, emit func(delta string) error) (Result, error)
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, t *Task, emit func(delta string) error) (Result, error)
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, t *Task, emit func(delta string) error) (Result, error) {
+	return f(ctx, t, emit)
+}
+
+// Task is one assignment from the server.
+type Task struct {
+	ID      string
+	Type    string // the capability it was routed by
+	Content string
+	Params  map[string]any // never nil
+	Stream  bool           // whether emit reaches the client
+}
+
+// Result is what a handler returns.
+type Result struct {
+	Text  string
+	Usage *Usage // optional; sent as null when nil
+}
+
+// Errors that end Node.Run for good.
+var (
+	// ErrReplaced: the server closed the connection with 4000 because another
+	// connection with the same key and name registered. Reconnecting would
+	// only fight over the identity, so the node stops, like GemmaNet's SDK.
+	ErrReplaced = errors.New("sdk: replaced by a newer connection with the same name (close 4000)")
+	// ErrAccountDeleted: the server closed the connection with 4003.
+	ErrAccountDeleted = errors.New("sdk: the account was deleted (close 4003)")
+)
+
+// RegistrationError is the server's refusal of node_register. Run returns it
+// when it is permanent (Code auth_failed or invalid_registration); other
+// codes, such as too_many_nodes, are retried with backoff.
+type RegistrationError struct {
+	Code    string
+	Message string
+}
+
+func (e *RegistrationError) Error() string {
+	return fmt.Sprintf("sdk: registration refused: %s: %s", e.Code, e.Message)
+}
+
+// Permanent reports whether retrying the same registration cannot succeed.
+func (e *RegistrationError) Permanent() bool {
+	return e.Code == "auth_failed" || e.Code == "invalid_registration"
+}
+
+// NodeConfig configures a Node. Zero values mean the stated default.
+type NodeConfig struct {
+	URL          string   // ws://host:port/ws/node (wss, http and https also work); required
+	APIKey       string   // the account's API key, 1–128 characters; required
+	Name         string   // 1–64 characters; with the key it fixes the node id; required
+	Capabilities []string // 1–32 task types, each ^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$; required
+	Languages    []string // at most 64, each 1–16 characters; default none
+	ModelInfo    map[string]any
+	// MaxConcurrency is how many handlers may run at once; sent to the
+	// server as max_concurrency. Default 1.
+	MaxConcurrency int
+	Handler        Handler // required
+	// HeartbeatInterval between heartbeats. Default 30 s.
+	HeartbeatInterval time.Duration
+	// PingInterval between WebSocket pings; a ping unanswered for as long
+	// drops the connection (and reconnects), which catches a server that
+	// vanished without closing. Default 20 s, like GemmaNet's SDK.
+	PingInterval time.Duration
+	// MinBackoff and MaxBackoff bound the reconnect delay, which doubles
+	// after each failed attempt (jittered) and resets after a successful
+	// registration. Defaults 1 s and 60 s.
+	MinBackoff time.Duration
+	MaxBackoff time.Duration
+	Logger     *slog.Logger // default slog.Default()
+	// OnRegistered, if set, is called with the node id after every
+	// successful registration, before any task is served.
+	OnRegistered func(nodeID string)
+}
+
+var capabilityRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// withDefaults validates c and returns a copy with defaults filled in.
+func (c NodeConfig) withDefaults() (NodeConfig, error) {
+	u, err := url.Parse(c.URL)
+	switch {
+	case c.URL == "":
+		return c, errors.New("sdk: NodeConfig.URL is required (ws://HOST:PORT/ws/node)")
+	case err != nil:
+		return c, fmt.Errorf("sdk: NodeConfig.URL: %w", err)
+	case u.Scheme != "ws" && u.Scheme != "wss" && u.Scheme != "http" && u.Scheme != "https":
+		return c, fmt.Errorf("sdk: NodeConfig.URL %q must start with ws:// or wss://", c.URL)
+	case u.Host == "":
+		return c, fmt.Errorf("sdk: NodeConfig.URL %q has no host", c.URL)
+	}
+	if n := utf8.RuneCountInString(c.APIKey); n < 1 || n > 128 {
+		return c, errors.New("sdk: NodeConfig.APIKey is required (1–128 characters)")
+	}
+	if n := utf8.RuneCountInString(c.Name); n < 1 || n > 64 {
+		return c, fmt.Errorf("sdk: NodeConfig.Name must be 1–64 characters, got %d", n)
+	}
+	if n := len(c.Capabilities); n < 1 || n > 32 {
+		return c, fmt.Errorf("sdk: NodeConfig.Capabilities must list 1–32 task types, got %d", n)
+	}
+	for _, cp := range c.Capabilities {
+		if !capabilityRE.MatchString(cp) {
+			return c, fmt.Errorf("sdk: capability %q must match %s", cp, capabilityRE)
+		}
+	}
+	if len(c.Languages) > 64 {
+		return c, fmt.Errorf("sdk: NodeConfig.Languages may list at most 64, got %d", len(c.Languages))
+	}
+	for _, l := range c.Languages {
+		if n := utf8.RuneCountInString(l); n < 1 || n > 16 {
+			return c, fmt.Errorf("sdk: language %q must be 1–16 characters", l)
+		}
+	}
+	if mi, err := json.Marshal(c.ModelInfo); err != nil || len(mi) > 2048 {
+		return c, fmt.Errorf("sdk: NodeConfig.ModelInfo must encode as JSON of at most 2048 bytes (%d bytes, %v)", len(mi), err)
+	}
+	if c.Handler == nil {
+		return c, errors.New("sdk: NodeConfig.Handler is required")
+	}
+	if c.MaxConcurrency < 0 || c.HeartbeatInterval < 0 || c.PingInterval < 0 || c.MinBackoff < 0 || c.MaxBackoff < 0 {
+		return c, errors.New("sdk: NodeConfig durations and MaxConcurrency must not be negative")
+	}
+	// Copy the slices and map so that a caller changing theirs later does
+	// not change what a reconnect sends.
+	c.Capabilities = append([]string(nil), c.Capabilities...)
+	c.Languages = append([]string{}, c.Languages...)
+	mi := make(map[string]any, len(c.ModelInfo))
+	for k, v := range c.ModelInfo {
+		mi[k] = v
+	}
+	c.ModelInfo = mi
+	if c.MaxConcurrency == 0 {
+		c.MaxConcurrency = 1
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = 30 * time.Second
+	}
+	if c.PingInterval == 0 {
+		c.PingInterval = 20 * time.Second
+	}
+	if c.MinBackoff == 0 {
+		c.MinBackoff = time.Second
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = 60 * time.Second
+	}
+	if c.MinBackoff > c.MaxBackoff {
+		return c, fmt.Errorf("sdk: NodeConfig.MinBackoff (%v) must not exceed MaxBackoff (%v)", c.MinBackoff, c.MaxBackoff)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// Node is the node agent: it holds one WebSocket to the coordinator at a
+// time, serves the tasks it is assigned and reconnects when the connection
+// drops.
+type Node struct {
+	cfg     NodeConfig
+	log     *slog.Logger
+	slots   chan struct{} // a token per running handler; cap MaxConcurrency
+	active  atomic.Int64  // running handlers, reported in heartbeats
+	running atomic.Bool   // Run in progress
+
+	mu     sync.Mutex
+	nodeID string
+}
+
+// NewNode validates cfg and returns a Node that is not yet connected.
+func NewNode(cfg NodeConfig) (*Node, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Node{
+		cfg:   c,
+		log:   c.Logger.With("node_name", c.Name),
+		slots: make(chan struct{}, c.MaxConcurrency),
+	}, nil
+}
+
+// NodeID returns the id the server assigned at the last registration, or ""
+// before the first one.
+func (n *Node) NodeID() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.nodeID
+}
+
+func (n *Node) setNodeID(id string) {
+	n.mu.Lock()
+	n.nodeID = id
+	n.mu.Unlock()
+}
+
+// Run connects, registers and serves tasks, reconnecting with backoff, until
+// ctx is done (it returns nil then) or the server stops the node for good:
+// ErrReplaced, ErrAccountDeleted or a permanent *RegistrationError. Every
+// handler has returned and every goroutine Run started has ended before it
+// returns. Run may not be called again while it is running.
+func (n *Node) Run(ctx context.Context) error {
+	if !n.running.CompareAndSwap(false, true) {
+		return errors.New("sdk: Node.Run is already running")
+	}
+	defer n.running.Store(false)
+
+	bo := newBackoff(n.cfg.MinBackoff, n.cfg.MaxBackoff)
+	var delay time.Duration // the first attempt goes at once
+	for {
+		if delay > 0 {
+			t := time.NewTimer(delay)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+		}
+		registered, err := n.connect(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if stop := permanent(err); stop != nil {
+			return stop
+		}
+		if registered {
+			bo.reset()
+		}
+		// A draining server (1001) wants its nodes elsewhere now. Only after
+		// a session that was serving, though: a server that refused the
+		// handshake with 1001 must not be hammered in a tight loop.
+		if registered && closeStatus(err) == int(websocket.StatusGoingAway) {
+			delay = 0
+			n.log.Info("server is draining; reconnecting now", "err", err)
+			continue
+		}
+		delay = bo.next()
+		msg := "connection failed; retrying"
+		if registered {
+			msg = "disconnected; reconnecting"
+		}
+		n.log.Warn(msg, "err", err, "in", delay.Round(time.Millisecond))
+	}
+}
+
+// permanent returns the error Run should stop with, or nil to retry.
+func permanent(err error) error {
+	var re *RegistrationError
+	switch {
+	case errors.As(err, &re) && re.Permanent():
+		return re
+	case closeStatus(err) == CloseReplaced:
+		return ErrReplaced
+	case closeStatus(err) == CloseAccountDeleted:
+		return ErrAccountDeleted
+	case closeStatus(err) == CloseAuthFailed:
+		// Closed with 4001 without the error message that normally comes first.
+		return &RegistrationError{Code: "auth_failed", Message: "closed with 4001"}
+	}
+	return nil
+}

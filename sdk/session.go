@@ -1,0 +1,244 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+const (
+	// handshakeTimeout bounds dialing plus the node_register round trip.
+	handshakeTimeout = 15 * time.Second
+	// writeTimeout bounds one socket write; a write that takes longer closes
+	// the connection (coder/websocket does so when the context expires).
+	writeTimeout = 10 * time.Second
+	// readLimit leaves room over the server's 4 MiB for the envelope around
+	// the biggest payload it may send.
+	readLimit = MaxMessageBytes + 64<<10
+)
+
+// session is one connection's lifetime: from dial to close. Sessions of a
+// Node never overlap: Run starts the next only after the last one returned.
+type session struct {
+	n      *Node
+	conn   *websocket.Conn
+	nodeID string
+	log    *slog.Logger
+	wg     sync.WaitGroup // every goroutine the session starts
+
+	// wmu makes this the socket's only writer: messages leave whole and in
+	// the order their senders took the lock (a task's chunks, then its result).
+	wmu sync.Mutex
+
+	mu    sync.Mutex
+	tasks map[string]context.CancelFunc // running tasks, for task_cancel
+}
+
+// connect runs one session. registered reports whether the server accepted
+// node_register; err says why the session ended (never nil).
+func (n *Node) connect(ctx context.Context) (registered bool, err error) {
+	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	defer cancel()
+	conn, _, err := websocket.Dial(hctx, n.cfg.URL, nil)
+	if err != nil {
+		return false, fmt.Errorf("sdk: connect to %s: %w", n.cfg.URL, err)
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(readLimit)
+
+	s := &session{n: n, conn: conn, log: n.log, tasks: map[string]context.CancelFunc{}}
+	s.nodeID, err = s.register(hctx)
+	cancel() // the handshake deadline must not outlive the handshake
+	if err != nil {
+		return false, err
+	}
+	s.log = n.log.With("node_id", s.nodeID)
+	n.setNodeID(s.nodeID)
+	s.log.Info("registered", "url", n.cfg.URL, "max_concurrency", n.cfg.MaxConcurrency)
+	if n.cfg.OnRegistered != nil {
+		n.cfg.OnRegistered(s.nodeID)
+	}
+	return true, s.serve(ctx)
+}
+
+// register sends node_register and waits for the server's first message,
+// which must be node_registered or an error.
+func (s *session) register(ctx context.Context) (string, error) {
+	c := s.n.cfg
+	err := s.send(MsgNodeRegister, RegisterPayload{
+		APIKey:         c.APIKey,
+		Name:           c.Name,
+		Capabilities:   c.Capabilities,
+		Languages:      c.Languages,
+		ModelInfo:      c.ModelInfo,
+		MaxConcurrency: c.MaxConcurrency,
+	})
+	if err != nil {
+		return "", fmt.Errorf("sdk: send node_register: %w", err)
+	}
+	_, data, err := s.conn.Read(ctx)
+	if err != nil {
+		return "", fmt.Errorf("sdk: waiting for node_registered: %w", err)
+	}
+	env, err := ParseEnvelope(data)
+	if err != nil {
+		return "", err
+	}
+	switch env.MsgType {
+	case MsgNodeRegistered:
+		var p RegisteredPayload
+		if err := env.DecodePayload(&p); err != nil {
+			return "", err
+		}
+		if p.NodeID == "" {
+			return "", errors.New("sdk: node_registered without a node_id")
+		}
+		return p.NodeID, nil
+	case MsgError:
+		var p ErrorPayload
+		if err := env.DecodePayload(&p); err != nil {
+			return "", err
+		}
+		return "", &RegistrationError{Code: p.Code, Message: p.Message}
+	default:
+		return "", fmt.Errorf("sdk: expected node_registered, got %q", env.MsgType)
+	}
+}
+
+// serve reads messages until the connection ends, then cancels what is
+// still running and waits for it. It returns why the connection ended.
+func (s *session) serve(ctx context.Context) error {
+	// Tasks and keepalive stop with the node (ctx) or with the connection.
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	readDone := make(chan struct{})
+	s.wg.Go(func() { s.keepalive(sctx) })
+	s.wg.Go(func() {
+		// The reader does not use ctx: cancelling a read makes coder/websocket
+		// drop the socket, and a stopping node should say goodbye instead.
+		select {
+		case <-ctx.Done():
+			s.conn.Close(websocket.StatusNormalClosure, "node stopping")
+		case <-readDone:
+		}
+	})
+
+	err := s.readLoop(sctx)
+	close(readDone)
+	cancel()
+	s.conn.CloseNow()
+	s.wg.Wait()
+	return err
+}
+
+func (s *session) readLoop(sctx context.Context) error {
+	rctx := context.WithoutCancel(sctx)
+	for {
+		typ, data, err := s.conn.Read(rctx)
+		if err != nil {
+			return err
+		}
+		if typ != websocket.MessageText {
+			s.log.Warn("ignoring a binary message")
+			continue
+		}
+		env, err := ParseEnvelope(data)
+		if err != nil {
+			s.log.Warn("ignoring a malformed message", "err", err)
+			continue
+		}
+		switch env.MsgType {
+		case MsgTaskAssign:
+			var p TaskAssignPayload
+			if err := env.DecodePayload(&p); err != nil || p.TaskID == "" {
+				s.log.Warn("ignoring a malformed task_assign", "err", err)
+				continue
+			}
+			s.startTask(sctx, p)
+		case MsgTaskCancel:
+			var p TaskCancelPayload
+			if err := env.DecodePayload(&p); err != nil {
+				s.log.Warn("ignoring a malformed task_cancel", "err", err)
+				continue
+			}
+			s.cancelTask(p)
+		case MsgBenchmark:
+			var p BenchmarkPayload
+			if err := env.DecodePayload(&p); err != nil {
+				s.log.Warn("ignoring a malformed benchmark", "err", err)
+				continue
+			}
+			s.wg.Go(func() { s.runBenchmark(sctx, p.Prompts) })
+		case MsgError:
+			var p ErrorPayload
+			_ = env.DecodePayload(&p)
+			s.log.Warn("server reported an error", "code", p.Code, "message", p.Message)
+		default:
+			s.log.Debug("ignoring a message", "msg_type", env.MsgType)
+		}
+	}
+}
+
+// keepalive sends heartbeats and pings until ctx is done. An unanswered ping
+// drops the connection, which makes the reader return and Run reconnect.
+func (s *session) keepalive(ctx context.Context) {
+	hb := time.NewTicker(s.n.cfg.HeartbeatInterval)
+	defer hb.Stop()
+	ping := time.NewTicker(s.n.cfg.PingInterval)
+	defer ping.Stop()
+	cpu := newCPUSampler()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hb.C:
+			err := s.send(MsgHeartbeat, HeartbeatPayload{
+				NodeID:      s.nodeID,
+				ActiveTasks: int(s.n.active.Load()),
+				CPUPercent:  cpu.percent(),
+			})
+			if err != nil {
+				s.log.Debug("heartbeat not sent", "err", err)
+			}
+		case <-ping.C:
+			pctx, cancel := context.WithTimeout(ctx, s.n.cfg.PingInterval)
+			err := s.conn.Ping(pctx)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				s.log.Warn("server did not answer a ping; dropping the connection", "err", err)
+				s.conn.CloseNow()
+				return
+			}
+		}
+	}
+}
+
+// errTooLarge is returned for a message over the server's size limit; sending
+// it would make the server close the connection with 1009.
+var errTooLarge = errors.New("sdk: message exceeds the server's 4 MiB limit")
+
+// send writes one message. It is the only way anything reaches the socket.
+func (s *session) send(msgType string, payload any) error {
+	data, err := MarshalEnvelope(msgType, payload)
+	if err != nil {
+		return err
+	}
+	if len(data) > MaxMessageBytes {
+		return fmt.Errorf("%w (%s of %d bytes)", errTooLarge, msgType, len(data))
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	return s.conn.Write(ctx, websocket.MessageText, data)
+}
+
+// closeStatus is the close code in err, or -1.
+func closeStatus(err error) int {
+	return int(websocket.CloseStatus(err))
+}

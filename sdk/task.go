@@ -1,0 +1,217 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// startTask registers the task for task_cancel and runs it in its own
+// goroutine. A task_assign for a task id already running is dropped.
+func (s *session) startTask(sctx context.Context, p TaskAssignPayload) {
+	tctx, cancel := context.WithCancel(sctx)
+	s.mu.Lock()
+	if _, dup := s.tasks[p.TaskID]; dup {
+		s.mu.Unlock()
+		cancel()
+		s.log.Warn("ignoring a second task_assign for a running task", "task_id", p.TaskID)
+		return
+	}
+	s.tasks[p.TaskID] = cancel
+	s.mu.Unlock()
+
+	s.wg.Go(func() {
+		defer func() {
+			s.mu.Lock()
+			delete(s.tasks, p.TaskID)
+			s.mu.Unlock()
+			cancel()
+		}()
+		s.runTask(tctx, p)
+	})
+}
+
+// cancelTask cancels a running task's context; its handler is expected to
+// return soon, and no task_result is sent for it. Unknown ids are ignored:
+// the task may have just finished.
+func (s *session) cancelTask(p TaskCancelPayload) {
+	s.mu.Lock()
+	cancel, ok := s.tasks[p.TaskID]
+	s.mu.Unlock()
+	if ok {
+		s.log.Debug("task cancelled by the server", "task_id", p.TaskID, "reason", p.Reason)
+		cancel()
+	}
+}
+
+// acquire takes a handler slot, waiting for one if all are busy; it reports
+// false if ctx ended first.
+func (n *Node) acquire(ctx context.Context) bool {
+	select {
+	case n.slots <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// tryAcquire takes a handler slot if one is free.
+func (n *Node) tryAcquire() bool {
+	select {
+	case n.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (n *Node) release() { <-n.slots }
+
+func (s *session) runTask(ctx context.Context, p TaskAssignPayload) {
+	if !s.n.tryAcquire() {
+		// The server tracks our free slots (max_concurrency) and should
+		// never send more, though a benchmark probe holds a slot it does not
+		// count. Waiting is better than refusing the task.
+		s.log.Warn("task assigned while every slot is busy (server over-commit or a benchmark running); it waits for a slot",
+			"task_id", p.TaskID, "max_concurrency", s.n.cfg.MaxConcurrency)
+		if !s.n.acquire(ctx) {
+			return
+		}
+	}
+
+	params := p.Params
+	if params == nil {
+		params = map[string]any{}
+	}
+	t := &Task{ID: p.TaskID, Type: p.TaskType, Content: p.Content, Params: params, Stream: p.Stream}
+	em := &emitter{s: s, ctx: ctx, taskID: p.TaskID, stream: p.Stream}
+	res, elapsed, err := s.n.call(ctx, t, em.emit)
+	em.close()
+	// Free the slot before the result leaves: the server frees its own on
+	// receipt and may assign the next task at once; that one must find the
+	// slot free, or it would wait and log an over-commit that did not happen.
+	s.n.release()
+
+	if ctx.Err() != nil {
+		s.log.Debug("task cancelled; no result sent", "task_id", p.TaskID, "err", err)
+		return
+	}
+	out := TaskResultPayload{
+		TaskID:           p.TaskID,
+		NodeID:           s.nodeID,
+		Status:           StatusCompleted,
+		Result:           res.Text,
+		ProcessingTimeMs: roundMs(elapsed),
+		Usage:            res.Usage,
+	}
+	if err != nil {
+		s.log.Debug("handler failed", "task_id", p.TaskID, "err", err)
+		out.Status, out.Result, out.Usage = StatusFailed, err.Error(), nil
+	}
+	err = s.send(MsgTaskResult, out)
+	if errors.Is(err, errTooLarge) {
+		s.log.Warn("result too large; reporting the task failed", "task_id", p.TaskID, "bytes", len(out.Result))
+		out.Status, out.Usage = StatusFailed, nil
+		out.Result = fmt.Sprintf("result of %d bytes exceeds the 4 MiB message limit", len(res.Text))
+		err = s.send(MsgTaskResult, out)
+	}
+	if err != nil {
+		s.log.Debug("task_result not sent", "task_id", p.TaskID, "err", err)
+	}
+}
+
+// call runs the handler and measures only the handler: the time reported as
+// processing_time_ms, which the load test subtracts from the client's latency
+// to find the coordinator's share. A panic fails the task instead of the node.
+func (n *Node) call(ctx context.Context, t *Task, emit func(string) error) (res Result, elapsed time.Duration, err error) {
+	n.active.Add(1)
+	start := time.Now()
+	defer func() {
+		elapsed = time.Since(start)
+		n.active.Add(-1)
+		if r := recover(); r != nil {
+			n.log.Error("handler panicked", "task_id", t.ID, "panic", r, "stack", string(debug.Stack()))
+			res, err = Result{}, fmt.Errorf("handler panicked: %v", r)
+		}
+	}()
+	res, err = n.cfg.Handler.Handle(ctx, t, emit)
+	return res, elapsed, err
+}
+
+// roundMs rounds to the nearest millisecond, so that the reported time is
+// off by at most half a millisecond either way rather than always short.
+func roundMs(d time.Duration) int64 {
+	return int64((d + time.Millisecond/2) / time.Millisecond)
+}
+
+// emitter is the emit function a handler receives. Chunks of one task go out
+// in the order emit was called, and none after the handler returned.
+type emitter struct {
+	s      *session
+	ctx    context.Context
+	taskID string
+	stream bool
+
+	mu     sync.Mutex
+	closed bool
+}
+
+var errEmitAfterReturn = errors.New("sdk: emit called after the handler returned")
+
+func (e *emitter) emit(delta string) error {
+	if !e.stream {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.closed:
+		return errEmitAfterReturn
+	case e.ctx.Err() != nil:
+		return e.ctx.Err()
+	case delta == "":
+		return nil
+	}
+	return e.s.send(MsgTaskChunk, TaskChunkPayload{TaskID: e.taskID, Delta: delta})
+}
+
+func (e *emitter) close() {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+}
+
+// runBenchmark answers a benchmark probe by running the handler on each
+// prompt in turn, as a non-streaming task of the node's first capability.
+// Each prompt takes a slot like any task, so a probe never over-commits.
+func (s *session) runBenchmark(ctx context.Context, prompts []string) {
+	results := make([]BenchmarkItem, 0, len(prompts))
+	noEmit := func(string) error { return nil }
+	for i, prompt := range prompts {
+		if !s.n.acquire(ctx) {
+			return
+		}
+		t := &Task{
+			ID:      fmt.Sprintf("benchmark-%d", i+1),
+			Type:    s.n.cfg.Capabilities[0],
+			Content: prompt,
+			Params:  map[string]any{},
+		}
+		res, elapsed, err := s.n.call(ctx, t, noEmit)
+		s.n.release()
+		if ctx.Err() != nil {
+			return
+		}
+		item := BenchmarkItem{Prompt: prompt, Response: res.Text, TimeMs: roundMs(elapsed), Success: err == nil}
+		if err != nil {
+			item.Response = ""
+		}
+		results = append(results, item)
+	}
+	if err := s.send(MsgBenchmarkResult, BenchmarkResultPayload{NodeID: s.nodeID, Results: results}); err != nil {
+		s.log.Debug("benchmark_result not sent", "err", err)
+	}
+}
