@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"switchyard/store"
+)
+
+// openStore opens the store the admin commands work on: the same one serve
+// would use with the same flags.
+func openStore(ctx context.Context, sf storeFlags, lf logFlags, stderr io.Writer) (store.Store, error) {
+	log, err := lf.logger(stderr)
+	if err != nil {
+		return nil, err
+	}
+	return store.Open(ctx, store.Options{DataDir: sf.dataDir, DatabaseURL: sf.databaseURL, Logger: log})
+}
+
+func adminFlags(name, summary string, stderr io.Writer) (*flagSet, *storeFlags, *logFlags) {
+	fs := newFlagSet(name, summary, stderr)
+	sf, lf := &storeFlags{}, &logFlags{}
+	sf.register(fs)
+	fs.StringVar(&lf.format, "log-format", "text", "log format: text or json")
+	fs.StringVar(&lf.level, "log-level", "warn", "log level: debug, info, warn or error")
+	return fs, sf, lf
+}
+
+func runAccounts(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "create" {
+		return fmt.Errorf(`usage: switchyard accounts create --name NAME [--email EMAIL] [--trust community|official]`)
+	}
+	fs, sf, lf := adminFlags("accounts create", `Creates an account and its first API key. The key is printed once, alone on
+the last line of stdout, so scripts can take it with "| tail -n1".`, stderr)
+	name := fs.String("name", "", "the account's unique name (required)")
+	email := fs.String("email", "", "a contact address (optional)")
+	trust := fs.String("trust", store.TrustCommunity, "trust tier: community or official (official nodes serve requests that demand it)")
+	if err := fs.parse(args[1:]); err != nil {
+		return err
+	}
+	if *name == "" {
+		return errors.New("--name is required (for example: switchyard accounts create --name alice)")
+	}
+	st, err := openStore(ctx, *sf, *lf, stderr)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	acct, key, err := st.CreateAccount(ctx, *name, *email, *trust)
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		return fmt.Errorf("an account named %q exists already; add a key to it with: switchyard keys create --account %s", *name, *name)
+	case errors.Is(err, store.ErrInvalid):
+		return fmt.Errorf("--trust %q: use community or official", *trust)
+	case err != nil:
+		return err
+	}
+	fmt.Fprintf(stdout, "account %s created (id %s, trust %s)\n", acct.Name, acct.ID, acct.Trust)
+	fmt.Fprintln(stdout, "API key (shown once; store it now):")
+	fmt.Fprintln(stdout, key)
+	return nil
+}
+
+func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	const use = `usage: switchyard keys create --account NAME|ID | keys list [--account NAME|ID] | keys revoke KEY_ID|PREFIX`
+	if len(args) == 0 {
+		return errors.New(use)
+	}
+	sub := args[0]
+	fs, sf, lf := adminFlags("keys "+sub, "Manages API keys. Keys are stored as SHA-256; a new key is printed once, alone on the last line.", stderr)
+	account := fs.String("account", "", "the account, by name or id")
+	if err := fs.parse(args[1:]); err != nil {
+		return err
+	}
+	st, err := openStore(ctx, *sf, *lf, stderr)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	switch sub {
+	case "create":
+		acct, err := findAccount(ctx, st, *account)
+		if err != nil {
+			return err
+		}
+		k, key, err := st.CreateKey(ctx, acct.ID)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "key %s created for account %s (shown once; store it now):\n%s\n", k.ID, acct.Name, key)
+	case "list":
+		id := ""
+		if *account != "" {
+			acct, err := findAccount(ctx, st, *account)
+			if err != nil {
+				return err
+			}
+			id = acct.ID
+		}
+		keys, err := st.ListKeys(ctx, id)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "KEY ID\tPREFIX\tACCOUNT\tCREATED\tREVOKED")
+		for _, k := range keys {
+			revoked := "-"
+			if k.RevokedAt != nil {
+				revoked = k.RevokedAt.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Prefix, k.AccountID, k.CreatedAt.UTC().Format(time.RFC3339), revoked)
+		}
+		return tw.Flush()
+	case "revoke":
+		if fs.NArg() != 1 {
+			return errors.New("usage: switchyard keys revoke KEY_ID|PREFIX (see switchyard keys list)")
+		}
+		if err := st.RevokeKey(ctx, fs.Arg(0)); errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("no live key %q (see switchyard keys list)", fs.Arg(0))
+		} else if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "key %s revoked (running instances stop accepting it within 30s)\n", fs.Arg(0))
+	default:
+		return errors.New(use)
+	}
+	return nil
+}
+
+func findAccount(ctx context.Context, st store.Store, nameOrID string) (store.Account, error) {
+	if nameOrID == "" {
+		return store.Account{}, errors.New("--account is required (an account name or id)")
+	}
+	acct, err := st.AccountByName(ctx, nameOrID)
+	if errors.Is(err, store.ErrNotFound) {
+		acct, err = st.Account(ctx, nameOrID)
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return acct, fmt.Errorf("no account %q (create one with: switchyard accounts create --name %s)", nameOrID, nameOrID)
+	}
+	return acct, err
+}
+
+func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, sf, lf := adminFlags("migrate", "Applies the database migrations that are not applied yet, then exits. serve also does this at boot.", stderr)
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
+		return err
+	}
+	applied, err := store.Migrate(ctx, store.Options{DataDir: sf.dataDir, DatabaseURL: sf.databaseURL, Logger: log})
+	if err != nil {
+		return err
+	}
+	if len(applied) == 0 {
+		fmt.Fprintln(stdout, "the database is up to date")
+	}
+	for _, m := range applied {
+		fmt.Fprintln(stdout, "applied", m)
+	}
+	return nil
+}
+
+func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("status", "Prints a running server's status (GET /api/v1/status) and readiness (GET /api/health).", stderr)
+	url := fs.String("url", "http://127.0.0.1:8800", "the server's base URL")
+	asJSON := fs.Bool("json", false, "print the raw JSON of both endpoints")
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	base := strings.TrimRight(*url, "/")
+	client := &http.Client{Timeout: 5 * time.Second}
+	var status, health map[string]any
+	if _, err := getJSON(ctx, client, base+"/api/v1/status", &status); err != nil {
+		return fmt.Errorf("cannot reach %s: %w (is the server running? set --url)", base, err)
+	}
+	code, err := getJSON(ctx, client, base+"/api/health", &health)
+	if err != nil {
+		return fmt.Errorf("cannot read %s/api/health: %w", base, err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"status": status, "health": health})
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	for _, k := range []string{"instance_name", "instance_id", "version", "mode", "store", "online_nodes", "tasks_in_flight", "total_tasks_today", "uptime_seconds"} {
+		if v, ok := status[k]; ok {
+			fmt.Fprintf(tw, "%s\t%v\n", k, v)
+		}
+	}
+	fmt.Fprintf(tw, "ready\t%v\n", code == http.StatusOK)
+	if r, ok := health["reason"]; ok {
+		fmt.Fprintf(tw, "reason\t%v\n", r)
+	}
+	if checks, ok := health["checks"].(map[string]any); ok {
+		for k, v := range checks {
+			fmt.Fprintf(tw, "check %s\t%v\n", k, v)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if code != http.StatusOK {
+		return errors.New("the server is not ready")
+	}
+	return nil
+}
+
+func getJSON(ctx context.Context, c *http.Client, url string, v any) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(v); err != nil {
+		return resp.StatusCode, fmt.Errorf("not a switchyard answer (HTTP %d): %w", resp.StatusCode, err)
+	}
+	return resp.StatusCode, nil
+}

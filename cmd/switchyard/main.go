@@ -1,0 +1,78 @@
+// Command switchyard is the task coordinator: `switchyard serve` runs an
+// instance, `switchyard node` a ready-made worker, and the other
+// subcommands manage accounts, keys and the database.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+const usage = `switchyard — a task coordinator for fleets of workers.
+
+Usage:
+  switchyard [serve] [flags]       run an instance (the default command)
+  switchyard node [flags]          run a ready-made worker node (echo, sleep or exec)
+  switchyard accounts create ...   create an account and its first API key
+  switchyard keys create|list|revoke ...
+                                   manage API keys
+  switchyard migrate [flags]       apply database migrations and exit
+  switchyard status [flags]        print a server's status and health
+  switchyard version               print the version
+
+Run "switchyard COMMAND --help" for a command's flags. Every flag can also be
+set with an environment variable: --database-url is SWITCHYARD_DATABASE_URL.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+	default:
+		fmt.Fprintln(os.Stderr, "switchyard:", err)
+		os.Exit(1)
+	}
+}
+
+// run dispatches to a subcommand. It never exits the process, so tests can
+// call it.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return runServe(ctx, args, stdout, stderr)
+	case "node":
+		return runNode(ctx, args, stdout, stderr)
+	case "accounts":
+		return runAccounts(ctx, args, stdout, stderr)
+	case "keys":
+		return runKeys(ctx, args, stdout, stderr)
+	case "migrate":
+		return runMigrate(ctx, args, stdout, stderr)
+	case "status":
+		return runStatus(ctx, args, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", cmd)
+}

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"switchyard/sdk"
+)
+
+func TestRunNodeRefusesBadFlags(t *testing.T) {
+	base := []string{"--api-key", "k", "--name", "w1", "--capability", "chat"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--name", "w1", "--capability", "chat"}, "--api-key is required (create one with: switchyard accounts create --name NAME)"},
+		{[]string{"--api-key", "k", "--capability", "chat"}, "--name is required"},
+		{[]string{"--api-key", "k", "--name", "w1"}, "--capability is required"},
+		{append(base, "--url", "localhost:8080"), "--url"},
+		{append(base, "--url", "ftp://h/ws/node"), "must start with ws://"},
+		{append(base, "--max-concurrency", "0"), "--max-concurrency must be at least 1"},
+		{append(base, "--handler", "magic"), "--handler must be echo, sleep or exec"},
+		{append(base, "--handler", "exec"), "--handler exec needs the command after --"},
+		{append(base, "--handler", "echo", "--", "cat"), "only used with --handler exec"},
+		{append(base, "--handler", "sleep", "--sleep-min", "2s", "--sleep-max", "1s"), "--sleep-min (2s) must be between 0 and --sleep-max (1s)"},
+		{append(base, "--model-info", "[1]"), "--model-info must be a JSON object"},
+		{append(base, "--log-level", "loud"), "--log-level"},
+		{append(base[:4], "--capability", "no spaces"), "capability"},
+	} {
+		err := runNode(context.Background(), tc.args, &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("runNode %q: err = %v, want it to contain %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestRunNodeHelp(t *testing.T) {
+	var stderr bytes.Buffer
+	err := runNode(context.Background(), []string{"--help"}, &bytes.Buffer{}, &stderr)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("--help: err = %v, want flag.ErrHelp", err)
+	}
+	for _, want := range []string{"--handler exec -- python3 worker.py", "--sleep-chunks", "SWITCHYARD_API_KEY"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("--help lacks %q:\n%s", want, stderr.String())
+		}
+	}
+}
+
+func TestNodeWSURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"ws://h:1/ws/node":  "ws://h:1/ws/node",
+		"http://h:1":        "ws://h:1/ws/node",
+		"https://h/":        "wss://h/ws/node",
+		"wss://h/custom/ws": "wss://h/custom/ws",
+	} {
+		if got, err := nodeWSURL(in); err != nil || got != want {
+			t.Errorf("nodeWSURL(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the node's goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestRunNodeServesTasks runs `switchyard node` against a minimal server
+// that registers it, assigns one task and checks the result.
+func TestRunNodeServesTasks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	type outcome struct {
+		reg sdk.RegisterPayload
+		res sdk.TaskResultPayload
+		err error
+	}
+	got := make(chan outcome, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			got <- outcome{err: err}
+			return
+		}
+		defer c.CloseNow()
+		var o outcome
+		read := func(want string, v any) error {
+			for {
+				_, data, err := c.Read(ctx)
+				if err != nil {
+					return err
+				}
+				env, err := sdk.ParseEnvelope(data)
+				if err != nil || env.MsgType == sdk.MsgHeartbeat {
+					continue
+				}
+				if env.MsgType != want {
+					return errors.New("got " + env.MsgType + ", want " + want)
+				}
+				return env.DecodePayload(v)
+			}
+		}
+		send := func(typ string, p any) error {
+			data, err := sdk.MarshalEnvelope(typ, p)
+			if err != nil {
+				return err
+			}
+			return c.Write(ctx, websocket.MessageText, data)
+		}
+		o.err = errors.Join(
+			read(sdk.MsgNodeRegister, &o.reg),
+			send(sdk.MsgNodeRegistered, sdk.RegisteredPayload{NodeID: "node-42"}),
+			send(sdk.MsgTaskAssign, sdk.TaskAssignPayload{TaskID: "t1", TaskType: "chat", Content: "ping"}),
+			read(sdk.MsgTaskResult, &o.res),
+		)
+		got <- o
+		c.Read(ctx) // until the node goes
+	}))
+	defer srv.Close()
+
+	t.Setenv("SWITCHYARD_API_KEY", "gn_from_env")
+	var stdout, stderr syncBuffer
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- runNode(runCtx, []string{"--url", srv.URL, "--name", "w1", "--capability", "chat,echo", "--max-concurrency", "2", "--languages", "en"}, &stdout, &stderr)
+	}()
+	o := <-got
+	stop()
+	if err := <-done; err != nil {
+		t.Errorf("runNode = %v after cancel, want nil", err)
+	}
+	if o.err != nil {
+		t.Fatalf("server side: %v\nnode log:\n%s", o.err, stderr.String())
+	}
+	reg, _ := json.Marshal(o.reg)
+	if o.reg.APIKey != "gn_from_env" || o.reg.Name != "w1" || strings.Join(o.reg.Capabilities, ",") != "chat,echo" ||
+		o.reg.MaxConcurrency != 2 || strings.Join(o.reg.Languages, ",") != "en" {
+		t.Errorf("node_register = %s", reg)
+	}
+	if o.res.TaskID != "t1" || o.res.Status != "completed" || o.res.Result != "ping" {
+		t.Errorf("task_result = %+v", o.res)
+	}
+	if !strings.Contains(stdout.String(), "node_id=node-42\n") {
+		t.Errorf("stdout %q lacks the node id", stdout.String())
+	}
+	if strings.Contains(stderr.String(), "gn_from_env") {
+		t.Error("the API key appears in the log")
+	}
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"switchyard/server"
+)
+
+// logFlags are the logging flags every long-running command shares.
+type logFlags struct {
+	format string
+	level  string
+}
+
+func (l *logFlags) register(fs *flagSet) {
+	fs.StringVar(&l.format, "log-format", "text", "log format: text or json")
+	fs.StringVar(&l.level, "log-level", "info", "log level: debug, info, warn or error")
+}
+
+func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(l.level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", l.level)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch strings.ToLower(l.format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: use text or json", l.format)
+}
+
+// storeFlags select the store; serve and the admin commands share them.
+type storeFlags struct {
+	dataDir     string
+	databaseURL string
+}
+
+func (s *storeFlags) register(fs *flagSet) {
+	fs.StringVar(&s.dataDir, "data-dir", "./data", "directory of the embedded SQLite store (used when --database-url is empty)")
+	fs.StringVar(&s.databaseURL, "database-url", "", "PostgreSQL URL (postgres://user:pass@host:5432/db); empty keeps SQLite in --data-dir")
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("serve", `Runs a switchyard instance. With nothing set it listens on :8800, keeps its
+data in SQLite under ./data, and needs nothing else. Nodes connect to
+ws://HOST:PORT/ws/node; clients call http://HOST:PORT/api/v1/…`, stderr)
+	var cfg server.Config
+	var lf logFlags
+	var sf storeFlags
+	sf.register(fs)
+	lf.register(fs)
+	fs.StringVar(&cfg.Listen, "listen", ":8800", "address to listen on for the API and node sockets")
+	fs.StringVar(&cfg.InstanceName, "instance-name", "", "human name of this instance in logs and status (default: the host name)")
+	fs.BoolVar(&cfg.OpenRegistration, "open-registration", false, "let anyone create an account with POST /api/v1/register")
+	fs.IntVar(&cfg.MaxNodesPerAccount, "max-nodes-per-account", 5, "nodes one account may have online at once")
+	fs.IntVar(&cfg.DefaultConcurrency, "default-max-concurrency", 4, "tasks at once for a node that does not declare max_concurrency")
+	fs.DurationVar(&cfg.TaskTimeout, "task-timeout", 60*time.Second, "deadline of a plain task; for a stream, the longest wait between chunks")
+	fs.DurationVar(&cfg.StreamMax, "stream-max", 600*time.Second, "longest a streaming task may run in total")
+	fs.DurationVar(&cfg.QueueTimeout, "queue-timeout", 10*time.Second, "how long a request waits for a free slot when every capable node is busy (then 503 nodes_busy)")
+	fs.Int64Var(&cfg.ResultMaxBytes, "result-max-bytes", 1<<20, "largest result a node may return (over all chunks, and for the final result)")
+	fs.Int64Var(&cfg.MaxMessageBytes, "max-message-bytes", 4<<20, "largest message a node may send; a larger one closes its socket with 1009")
+	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", 2_000_000, "largest request body; a larger one is refused with 413")
+	fs.IntVar(&cfg.RequestRate, "request-rate", 60, "requests per minute per API key on /api/v1/request and /api/v1/rate (-1: no limit)")
+	fs.IntVar(&cfg.PublicRate, "public-rate", 120, "requests per minute per client IP on the public endpoints (-1: no limit)")
+	fs.IntVar(&cfg.RegisterRate, "register-rate", 5, "sign-ups per hour per client IP with --open-registration (-1: no limit)")
+	fs.IntVar(&cfg.HandshakeRate, "handshake-rate", 30, "node connections per minute per client IP (-1: no limit)")
+	fs.DurationVar(&cfg.PingInterval, "ping-interval", 20*time.Second, "how often to ping node sockets to notice dead ones")
+	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM, how long to let tasks in flight finish")
+	fs.BoolVar(&cfg.TrustProxy, "trust-proxy", false, "take client IPs from X-Forwarded-For (only behind a proxy you run)")
+	fs.DurationVar(&cfg.StoreFlushInterval, "store-flush-interval", 200*time.Millisecond, "how often finished tasks are written to the database, in batches")
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve takes no arguments, got %q (see switchyard serve --help)", fs.Args())
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
+		return err
+	}
+	cfg.DataDir, cfg.DatabaseURL, cfg.Logger, cfg.Version = sf.dataDir, sf.databaseURL, log, version
+	app, err := server.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return app.Run(ctx)
+}

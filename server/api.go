@@ -1,0 +1,215 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"switchyard/store"
+)
+
+// rate is POST /api/v1/rate: {task_id, rating} → {status, node_ids, rating}.
+func (a *App) rate(c echo.Context) error {
+	var body struct {
+		TaskID *string `json:"task_id"`
+		Rating *int    `json:"rating"`
+	}
+	if err := bindJSON(c, &body); err != nil {
+		return err
+	}
+	switch {
+	case body.TaskID == nil || *body.TaskID == "" || len(*body.TaskID) > 64:
+		return newError(http.StatusUnprocessableEntity, "invalid_request", "task_id is required (at most 64 characters)")
+	case body.Rating == nil:
+		return newError(http.StatusUnprocessableEntity, "invalid_request", "rating is required")
+	case *body.Rating < 1 || *body.Rating > 5:
+		return newError(http.StatusBadRequest, "invalid_rating", "Rating must be 1-5")
+	}
+	// Reputation.Rate writes the task's record first if it is still in the
+	// batch writer, and updates the cached counters with the store.
+	nodeIDs, err := a.rep.Rate(c.Request().Context(), *body.TaskID, accountOf(c).ID, *body.Rating, time.Now())
+	switch {
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrExpired):
+		return newError(http.StatusNotFound, "task_not_found", "Task not found or expired")
+	case errors.Is(err, store.ErrForbidden):
+		return newError(http.StatusForbidden, "not_task_owner", "Only the account that requested a task can rate it")
+	case errors.Is(err, store.ErrConflict):
+		return newError(http.StatusConflict, "already_rated", "Task already rated")
+	case errors.Is(err, store.ErrInvalid):
+		return newError(http.StatusBadRequest, "invalid_rating", "Rating must be 1-5")
+	case err != nil:
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"status": "rated", "node_ids": nodeIDs, "rating": *body.Rating})
+}
+
+// taskView is GET /api/v1/tasks/{id}.
+type taskView struct {
+	store.TaskRecord
+	Running bool `json:"running"`
+}
+
+// task is GET /api/v1/tasks/{id}: a task of the caller's account, in flight
+// here or finished anywhere.
+func (a *App) task(c echo.Context) error {
+	id := c.Param("id")
+	acct := accountOf(c)
+	notFound := newError(http.StatusNotFound, "task_not_found", "no task with this id for this account")
+	if t, ok := a.tracker.Lookup(id); ok {
+		if t.AccountID != acct.ID {
+			return notFound
+		}
+		rec := store.TaskRecord{ID: t.TaskID, AccountID: t.AccountID, TaskType: t.TaskType, Stream: t.Stream,
+			Status: "running", Requester: a.instanceID, Owner: t.Owner, Attempts: t.Attempt,
+			CreatedAt: t.CreatedAt.UTC(), NodeIDs: []string{}}
+		if t.NodeID != "" {
+			rec.NodeIDs = []string{t.NodeID}
+		}
+		if !t.AssignedAt.IsZero() {
+			rec.AssignedAt = t.AssignedAt.UTC()
+		}
+		return c.JSON(http.StatusOK, taskView{TaskRecord: rec, Running: true})
+	}
+	rec, err := a.writer.Task(c.Request().Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		return notFound
+	}
+	if err != nil {
+		return err
+	}
+	if rec.AccountID != acct.ID {
+		return notFound
+	}
+	if rec.NodeIDs == nil {
+		rec.NodeIDs = []string{}
+	}
+	return c.JSON(http.StatusOK, taskView{TaskRecord: rec})
+}
+
+// account is GET /api/v1/account.
+func (a *App) account(c echo.Context) error {
+	acct := accountOf(c)
+	online := 0
+	for _, s := range a.hub.Sessions() {
+		if s.Info.AccountID == acct.ID {
+			online++
+		}
+	}
+	return c.JSON(http.StatusOK, map[string]any{
+		"account_id": acct.ID, "name": acct.Name, "email": acct.Email, "trust": acct.Trust,
+		"created_at": acct.CreatedAt.UTC(), "nodes_online": online,
+	})
+}
+
+// deleteAccount is DELETE /api/v1/account: the account and its keys go, and
+// its live nodes are closed with 4003.
+func (a *App) deleteAccount(c echo.Context) error {
+	acct := accountOf(c)
+	if err := a.store.DeleteAccount(c.Request().Context(), acct.ID); err != nil {
+		return err
+	}
+	a.auth.forgetAccount(acct.ID)
+	closed := a.hub.CloseAccount(acct.ID)
+	a.log.Info("account deleted", "account_id", acct.ID, "nodes_closed", closed)
+	return c.JSON(http.StatusOK, map[string]any{"status": "deleted", "account_id": acct.ID, "nodes_closed": closed})
+}
+
+// status is GET /api/v1/status: GemmaNet's fields, then ours.
+func (a *App) status(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]any{
+		"status":            "running",
+		"version":           a.cfg.Version,
+		"online_nodes":      a.hub.Online(),
+		"total_tasks_today": a.tasksToday(c.Request().Context()),
+		"instance_id":       a.instanceID,
+		"instance_name":     a.cfg.InstanceName,
+		"ready":             !a.draining.Load(),
+		"tasks_in_flight":   a.tracker.Len(),
+		"uptime_seconds":    int64(time.Since(a.started).Seconds()),
+		"store":             a.storeKind(),
+		"mode":              "single",
+	})
+}
+
+// tasksToday counts tasks completed since midnight UTC, cached for a
+// second so a busy status page does not load the database.
+func (a *App) tasksToday(ctx context.Context) int64 {
+	a.statusMu.Lock()
+	defer a.statusMu.Unlock()
+	if time.Since(a.statusAt) < time.Second {
+		return a.statusToday
+	}
+	midnight := time.Now().UTC().Truncate(24 * time.Hour)
+	n, err := a.store.CountCompletedSince(ctx, midnight)
+	if err != nil {
+		a.log.Warn("cannot count today's tasks", "err", err)
+		return a.statusToday
+	}
+	a.statusAt, a.statusToday = time.Now(), n
+	return n
+}
+
+// nodes is GET /api/v1/nodes?capability=.
+func (a *App) nodes(c echo.Context) error {
+	return c.JSON(http.StatusOK, a.hub.List(c.QueryParam("capability")))
+}
+
+// reputation is GET /api/v1/reputation/{node_id}.
+func (a *App) reputation(c echo.Context) error {
+	r, err := a.rep.Report(c.Request().Context(), c.Param("node_id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, r)
+}
+
+// leaderboard is GET /api/v1/leaderboard?limit= (1-100, default 20).
+func (a *App) leaderboard(c echo.Context) error {
+	limit := 20
+	if s := c.QueryParam("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 100 {
+			return newError(http.StatusUnprocessableEntity, "invalid_request", "limit must be an integer from 1 to 100")
+		}
+		limit = n
+	}
+	entries, err := a.rep.Leaderboard(c.Request().Context(), limit)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, entries)
+}
+
+// register is POST /api/v1/register: open sign-up, off unless configured.
+func (a *App) register(c echo.Context) error {
+	if !a.cfg.OpenRegistration {
+		return newError(http.StatusForbidden, "registration_closed",
+			"open registration is off on this server; ask its operator for an API key (switchyard accounts create)")
+	}
+	var body struct {
+		Email *string `json:"email"`
+	}
+	if c.Request().ContentLength != 0 {
+		if err := bindJSON(c, &body); err != nil {
+			return err
+		}
+	}
+	email := ""
+	if body.Email != nil {
+		if len(*body.Email) > 256 {
+			return newError(http.StatusUnprocessableEntity, "invalid_request", "email must be at most 256 characters")
+		}
+		email = *body.Email
+	}
+	name := "acct-" + randomHex(6)
+	acct, key, err := a.store.CreateAccount(c.Request().Context(), name, email, store.TrustCommunity)
+	if err != nil {
+		return err
+	}
+	a.log.Info("account registered", "account_id", acct.ID)
+	return c.JSON(http.StatusOK, map[string]string{"api_key": key, "account_id": acct.ID})
+}

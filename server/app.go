@@ -1,0 +1,288 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"switchyard/bus"
+	"switchyard/nodes"
+	"switchyard/ratelimit"
+	"switchyard/store"
+	"switchyard/tasks"
+)
+
+// App is one switchyard instance: every component, wired, and the HTTP
+// server in front of them. New builds it; Run serves until its context
+// ends and then drains.
+type App struct {
+	cfg        Config
+	log        *slog.Logger
+	instanceID string
+	started    time.Time
+
+	registry *prometheus.Registry
+	store    store.Store
+	writer   *store.Writer
+	rep      *store.Reputation
+	limiter  ratelimit.Limiter
+	rlm      *ratelimit.Metrics
+	bus      bus.Bus
+	sub      bus.Subscription
+	hub      *nodes.Hub
+	owner    *tasks.Owner
+	tracker  *tasks.Tracker
+	disp     *tasks.Dispatcher
+	watcher  *tasks.Watcher
+	auth     *authCache
+	metrics  *httpMetrics
+
+	echo     *echo.Echo
+	http     *http.Server
+	listener net.Listener
+
+	// root bounds everything long-lived (node sessions, bus publishes); it
+	// is cancelled only after the drain, never by a request.
+	root     context.Context
+	stopRoot context.CancelFunc
+	draining atomic.Bool
+	bg       sync.WaitGroup
+
+	statusMu    sync.Mutex
+	statusAt    time.Time
+	statusToday int64
+}
+
+// New builds an instance from cfg: it checks the configuration, opens (and
+// migrates) the store, and binds the listen address. Nothing is served
+// until Run.
+func New(ctx context.Context, cfg Config) (*App, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	a := &App{
+		cfg:        cfg,
+		instanceID: uuid.Must(uuid.NewV7()).String(),
+		started:    time.Now(),
+		registry:   prometheus.NewRegistry(),
+	}
+	a.log = cfg.Logger.With("instance", cfg.InstanceName)
+	a.root, a.stopRoot = context.WithCancel(context.WithoutCancel(ctx))
+	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	ok := false
+	defer func() {
+		if !ok {
+			a.closeAll()
+		}
+	}()
+
+	st, err := store.Open(ctx, store.Options{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL, Logger: a.log})
+	if err != nil {
+		return nil, err
+	}
+	a.store = st
+	a.writer = store.NewWriter(st, store.WriterConfig{FlushInterval: cfg.StoreFlushInterval, Registerer: a.registry, Logger: a.log})
+	a.rep = store.NewReputation(st, a.writer, store.ReputationConfig{Logger: a.log})
+	a.limiter = ratelimit.NewMemory(ratelimit.MemoryConfig{})
+	a.rlm = ratelimit.NewMetrics(a.registry)
+	a.bus = bus.NewMemory()
+	a.auth = newAuthCache(st)
+
+	tm := tasks.NewMetrics(a.registry)
+	a.tracker = tasks.NewTracker()
+	a.owner = tasks.NewOwner(a.root, tasks.OwnerConfig{Instance: a.instanceID, ResultMaxBytes: cfg.ResultMaxBytes, Logger: a.log}, a.bus, a.tracker.Deliver, tm)
+	a.hub = nodes.NewHub(nodes.Config{
+		Instance: a.instanceID, MaxNodesPerAccount: cfg.MaxNodesPerAccount, DefaultConcurrency: cfg.DefaultConcurrency,
+		PingInterval: cfg.PingInterval, RegisterTimeout: cfg.RegisterTimeout, MaxMessageBytes: cfg.MaxMessageBytes, Logger: a.log, Registerer: a.registry,
+	}, nodeAuth{a}, nodes.NewMemoryClaims(), a.owner)
+	a.owner.SetSessions(a.hub)
+	a.hub.BeforeAttach = a.nodeArriving
+	a.disp = tasks.NewDispatcher(tasks.DispatcherConfig{
+		Instance: a.instanceID, TaskTimeout: cfg.TaskTimeout, StreamMax: cfg.StreamMax, QueueTimeout: cfg.QueueTimeout, Logger: a.log,
+	}, a.hub, a.standing, a.owner, a.bus, a.tracker, recorder{a}, tm)
+	a.watcher = tasks.NewWatcher(tasks.WatcherConfig{Instance: a.instanceID, Logger: a.log}, a.bus, a.tracker, a.owner, tm)
+	a.registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "switchyard", Subsystem: "tasks", Name: "in_flight",
+			Help: "Tasks waiting for their outcome on this (requesting) instance."}, func() float64 { return float64(a.tracker.Len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "switchyard", Subsystem: "tasks", Name: "forwarding",
+			Help: "Tasks held by nodes connected to this (owning) instance."}, func() float64 { return float64(a.owner.Len()) }),
+	)
+	a.metrics = newHTTPMetrics(a.registry)
+
+	sub, err := a.bus.Subscribe(ctx, a.instanceID, tasks.BusHandler(a.owner, a.tracker, tm))
+	if err != nil {
+		return nil, fmt.Errorf("bus: subscribe: %w", err)
+	}
+	a.sub = sub
+
+	a.echo = a.routes()
+	a.http = &http.Server{
+		Handler:           a.echo,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("cannot listen on %s: %w (choose another with --listen)", cfg.Listen, err)
+	}
+	a.listener = ln
+	ok = true
+	return a, nil
+}
+
+// Addr is the address the instance listens on.
+func (a *App) Addr() string { return a.listener.Addr().String() }
+
+// InstanceID is this process's unique instance id.
+func (a *App) InstanceID() string { return a.instanceID }
+
+// Store is the instance's store (tests and the CLI use it).
+func (a *App) Store() store.Store { return a.store }
+
+// Run serves until ctx ends, then drains (DESIGN §5, invariant 9): it stops
+// taking requests and nodes, reports not ready, lets tasks in flight
+// finish up to the drain timeout, closes node sockets with 1001, flushes
+// the store and closes everything.
+func (a *App) Run(ctx context.Context) error {
+	a.bg.Add(2)
+	go func() {
+		defer a.bg.Done()
+		a.watcher.Run(a.root)
+	}()
+	go func() {
+		defer a.bg.Done()
+		// Instances that share a database converge on each node's counters.
+		_ = a.rep.Run(a.root, 30*time.Second)
+	}()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- a.http.Serve(a.listener) }()
+	a.log.Info("switchyard is serving", "addr", a.Addr(), "instance_id", a.instanceID, "store", a.storeKind())
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+		err = fmt.Errorf("http server: %w", err)
+	}
+	a.drain()
+	return err
+}
+
+func (a *App) storeKind() string {
+	if a.cfg.DatabaseURL != "" {
+		return "postgres"
+	}
+	return "sqlite"
+}
+
+// drain is the orderly stop. Each step is bounded.
+func (a *App) drain() {
+	start := time.Now()
+	a.draining.Store(true)
+	a.log.Info("draining", "in_flight", a.tracker.Len(), "forwarding", a.owner.Len(), "timeout", a.cfg.DrainTimeout)
+
+	deadline := time.Now().Add(a.cfg.DrainTimeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	for (a.tracker.Len() > 0 || a.owner.Len() > 0) && time.Now().Before(deadline) {
+		<-tick.C
+	}
+	tick.Stop()
+	if n := a.tracker.Len() + a.owner.Len(); n > 0 {
+		a.log.Warn("drain timeout: tasks still in flight will fail", "tasks", n)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := a.hub.Shutdown(ctx); err != nil {
+		a.log.Warn("closing node connections", "err", err)
+	}
+	if err := a.http.Shutdown(ctx); err != nil {
+		a.log.Warn("closing HTTP connections", "err", err)
+	}
+	a.stopRoot()
+	a.bg.Wait()
+	a.closeAll()
+	a.log.Info("stopped", "drain", time.Since(start).Round(time.Millisecond))
+}
+
+// closeAll closes every component that was opened, in reverse order.
+func (a *App) closeAll() {
+	a.stopRoot()
+	if a.listener != nil {
+		_ = a.listener.Close()
+	}
+	if a.sub != nil {
+		_ = a.sub.Close()
+	}
+	if a.bus != nil {
+		_ = a.bus.Close()
+	}
+	if a.limiter != nil {
+		_ = a.limiter.Close()
+	}
+	if a.writer != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := a.writer.Close(ctx); err != nil {
+			a.log.Error("task records not written", "err", err)
+		}
+		cancel()
+	}
+	if a.store != nil {
+		_ = a.store.Close()
+	}
+}
+
+// nodeArriving loads a node's reputation before it can be routed to, and
+// remembers its name for the leaderboard. Best effort: a slow store must
+// not keep a node out.
+func (a *App) nodeArriving(ctx context.Context, nodeID, accountID, name string) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := a.rep.Load(ctx, []string{nodeID}); err != nil {
+		a.log.Warn("cannot load node reputation", "node_id", nodeID, "err", err)
+	}
+	if err := a.store.RecordNode(ctx, nodeID, accountID, name); err != nil {
+		a.log.Warn("cannot record node", "node_id", nodeID, "err", err)
+	}
+}
+
+// standing is routing's view of a node's reputation.
+func (a *App) standing(nodeID string) nodes.Standing {
+	v := a.rep.Get(nodeID)
+	return nodes.Standing{Score: v.Score, AvgMs: v.AvgMs, Suspended: v.Suspended}
+}
+
+// recorder hands finished tasks to the store's batch writer and the
+// reputation cache.
+type recorder struct{ a *App }
+
+func (r recorder) RecordTask(rec store.TaskRecord) { r.a.writer.AddTask(rec) }
+func (r recorder) RecordOutcome(o store.Outcome)   { r.a.rep.Observe(o) }
+
+// nodeAuth resolves node API keys through the same cache as the API.
+type nodeAuth struct{ a *App }
+
+func (n nodeAuth) AuthenticateNode(ctx context.Context, key string) (nodes.Account, error) {
+	acct, err := n.a.auth.authenticate(ctx, key)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nodes.Account{}, nodes.ErrUnknownKey
+	case err != nil:
+		return nodes.Account{}, err
+	}
+	return nodes.Account{ID: acct.ID, Trust: acct.Trust}, nil
+}

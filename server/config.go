@@ -1,0 +1,141 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+)
+
+// Config is everything an instance is started with. Zero values take the
+// defaults shown; Validate refuses combinations that cannot work.
+type Config struct {
+	Listen       string // default ":8800"
+	DataDir      string // default "./data"; where the SQLite store lives
+	DatabaseURL  string // postgres://… selects PostgreSQL instead of SQLite
+	InstanceName string // default the host name; shown in logs and status
+	Version      string // reported by /api/v1/status
+
+	OpenRegistration   bool          // POST /api/v1/register creates accounts for anyone
+	MaxNodesPerAccount int           // default 5
+	DefaultConcurrency int           // default 4: max_concurrency of a node that does not declare one
+	TaskTimeout        time.Duration // default 60s (a stream: between chunks)
+	StreamMax          time.Duration // default 600s: a stream's total limit
+	QueueTimeout       time.Duration // default 10s: how long a request waits for a free node slot
+	ResultMaxBytes     int64         // default 1 MiB
+	MaxMessageBytes    int64         // default 4 MiB: the largest node message
+	MaxBodyBytes       int64         // default 2,000,000: the largest request body
+
+	RequestRate   int // default 60 per minute per API key, for /api/v1/request and /api/v1/rate; -1 disables
+	PublicRate    int // default 120 per minute per client IP, for the public GET endpoints; -1 disables
+	RegisterRate  int // default 5 per hour per client IP; -1 disables
+	HandshakeRate int // default 30 per minute per client IP, for node connections; -1 disables
+
+	PingInterval    time.Duration // default 20s: server pings to notice dead node sockets
+	RegisterTimeout time.Duration // default 10s: a node's first message must arrive within it
+	DrainTimeout    time.Duration // default 30s: how long SIGTERM waits for tasks in flight
+	TrustProxy      bool          // take client IPs from X-Forwarded-For (behind a load balancer)
+
+	StoreFlushInterval time.Duration // default 200ms: how often task records are written
+
+	Logger *slog.Logger // default slog.Default()
+}
+
+func (c Config) withDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = ":8800"
+	}
+	if c.DataDir == "" {
+		c.DataDir = "./data"
+	}
+	if c.InstanceName == "" {
+		c.InstanceName, _ = os.Hostname()
+		if c.InstanceName == "" {
+			c.InstanceName = "switchyard"
+		}
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	setDefault(&c.MaxNodesPerAccount, 5)
+	setDefault(&c.DefaultConcurrency, 4)
+	setDefault(&c.TaskTimeout, 60*time.Second)
+	setDefault(&c.StreamMax, 600*time.Second)
+	setDefault(&c.QueueTimeout, 10*time.Second)
+	setDefault(&c.ResultMaxBytes, 1<<20)
+	setDefault(&c.MaxMessageBytes, 4<<20)
+	setDefault(&c.MaxBodyBytes, 2_000_000)
+	setDefault(&c.RequestRate, 60)
+	setDefault(&c.PublicRate, 120)
+	setDefault(&c.RegisterRate, 5)
+	setDefault(&c.HandshakeRate, 30)
+	setDefault(&c.PingInterval, 20*time.Second)
+	setDefault(&c.DrainTimeout, 30*time.Second)
+	setDefault(&c.StoreFlushInterval, 200*time.Millisecond)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func setDefault[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
+	}
+}
+
+// Validate checks a configuration (after defaults) and says, in one
+// sentence per problem, what to change.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if strings.Contains(c.InstanceName, ":") {
+		bad("--instance-name %q must not contain ':' (it is part of Redis values)", c.InstanceName)
+	}
+	if c.DatabaseURL != "" && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
+		bad("--database-url must be a postgres:// URL (leave it empty to use SQLite in --data-dir)")
+	}
+	if c.MaxNodesPerAccount < 1 {
+		bad("--max-nodes-per-account must be at least 1")
+	}
+	if c.DefaultConcurrency < 1 || c.DefaultConcurrency > 1024 {
+		bad("--default-max-concurrency must be from 1 to 1024")
+	}
+	if c.TaskTimeout <= 0 || c.StreamMax <= 0 {
+		bad("--task-timeout and --stream-max must be positive")
+	} else if c.StreamMax < c.TaskTimeout {
+		bad("--stream-max (%s) must not be shorter than --task-timeout (%s)", c.StreamMax, c.TaskTimeout)
+	}
+	if c.QueueTimeout < 0 {
+		bad("--queue-timeout must not be negative")
+	}
+	if c.ResultMaxBytes < 1 {
+		bad("--result-max-bytes must be positive")
+	}
+	if c.MaxMessageBytes < c.ResultMaxBytes {
+		bad("--max-message-bytes (%d) must be at least --result-max-bytes (%d), or a result at the cap could not arrive", c.MaxMessageBytes, c.ResultMaxBytes)
+	}
+	if c.MaxBodyBytes < 1 {
+		bad("--max-body-bytes must be positive")
+	}
+	for name, v := range map[string]int{"--request-rate": c.RequestRate, "--public-rate": c.PublicRate,
+		"--register-rate": c.RegisterRate, "--handshake-rate": c.HandshakeRate} {
+		if v < -1 {
+			bad("%s must be -1 (off) or a positive number", name)
+		}
+	}
+	if c.PingInterval < 100*time.Millisecond {
+		bad("--ping-interval must be at least 100ms")
+	}
+	if c.DrainTimeout < 0 {
+		bad("--drain-timeout must not be negative")
+	}
+	if c.StoreFlushInterval <= 0 {
+		bad("--store-flush-interval must be positive")
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,202 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits of POST /api/v1/request (GEMMANET-WIRE §2).
+const (
+	maxTaskTypeChars    = 64
+	maxContentChars     = 200_000
+	maxParamKeys        = 32
+	maxParamKeyChars    = 64
+	maxParamStringChars = 8192
+	maxParamDepth       = 4 // params itself is level 1
+	maxParamBytes       = 32 << 10
+)
+
+// errInvalidBody is the kind of every validation error (422).
+var errInvalidBody = errors.New("invalid request body")
+
+// taskBody is a validated POST /api/v1/request body.
+type taskBody struct {
+	TaskType string
+	Content  string
+	Params   json.RawMessage // a compact JSON object, "{}" when absent
+	Stream   bool
+	Trust    string // "any" or "official"
+	APIKey   string // deprecated body field; the Authorization header wins
+}
+
+// parseTaskBody decodes and checks a request body. Every error wraps
+// errInvalidBody and names the field and the rule broken.
+func parseTaskBody(b []byte) (taskBody, error) {
+	var raw struct {
+		TaskType *string         `json:"task_type"`
+		Content  *string         `json:"content"`
+		Params   json.RawMessage `json:"params"`
+		Stream   *bool           `json:"stream"`
+		Trust    *string         `json:"trust"`
+		APIKey   *string         `json:"api_key"`
+	}
+	var t taskBody
+	if err := decodeObject(b, &raw); err != nil {
+		return t, err
+	}
+	switch {
+	case raw.TaskType == nil:
+		return t, invalid("task_type is required")
+	case raw.Content == nil:
+		return t, invalid("content is required")
+	}
+	if n := utf8.RuneCountInString(*raw.TaskType); n < 1 || n > maxTaskTypeChars {
+		return t, invalid("task_type must be 1-%d characters", maxTaskTypeChars)
+	}
+	if utf8.RuneCountInString(*raw.Content) > maxContentChars {
+		return t, invalid("content must be at most %d characters", maxContentChars)
+	}
+	params, err := checkParams(raw.Params)
+	if err != nil {
+		return t, err
+	}
+	t = taskBody{TaskType: *raw.TaskType, Content: *raw.Content, Params: params, Trust: "any"}
+	if raw.Stream != nil {
+		t.Stream = *raw.Stream
+	}
+	if raw.Trust != nil {
+		switch *raw.Trust {
+		case "any", "official":
+			t.Trust = *raw.Trust
+		default:
+			return t, invalid(`trust must be "any" or "official"`)
+		}
+	}
+	if raw.APIKey != nil {
+		t.APIKey = *raw.APIKey
+	}
+	return t, nil
+}
+
+func invalid(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", errInvalidBody, fmt.Sprintf(format, a...))
+}
+
+// decodeObject decodes a JSON object into v, with errors a client can act on.
+func decodeObject(b []byte, v any) error {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || b[0] != '{' {
+		return invalid("the body must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return invalid("%s has the wrong type (%s)", te.Field, te.Value)
+		}
+		return invalid("the body is not valid JSON")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return invalid("the body must hold one JSON object")
+	}
+	return nil
+}
+
+// checkParams checks params and returns it compacted ("{}" when absent).
+// Keys become handler keyword arguments on the node, so they must be
+// identifiers and never "content".
+func checkParams(p json.RawMessage) (json.RawMessage, error) {
+	p = bytes.TrimSpace(p)
+	if len(p) == 0 || string(p) == "null" {
+		return json.RawMessage("{}"), nil
+	}
+	if p[0] != '{' {
+		return nil, invalid("params must be an object")
+	}
+	if len(p) > 4*maxParamBytes {
+		return nil, invalid("params must be at most %d bytes as JSON", maxParamBytes)
+	}
+	var m map[string]any
+	dec := json.NewDecoder(bytes.NewReader(p))
+	dec.UseNumber()
+	if err := dec.Decode(&m); err != nil {
+		return nil, invalid("params is not valid JSON")
+	}
+	if len(m) > maxParamKeys {
+		return nil, invalid("params must have at most %d keys", maxParamKeys)
+	}
+	for k, v := range m {
+		if !isIdentifier(k) || utf8.RuneCountInString(k) > maxParamKeyChars || k == "content" {
+			return nil, invalid("params key %q must be an identifier of at most %d characters, and not \"content\"", clip(k, 80), maxParamKeyChars)
+		}
+		if err := checkValue(v, 2); err != nil {
+			return nil, err
+		}
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, p); err != nil {
+		return nil, invalid("params is not valid JSON")
+	}
+	if buf.Len() > maxParamBytes {
+		return nil, invalid("params must be at most %d bytes as JSON", maxParamBytes)
+	}
+	return buf.Bytes(), nil
+}
+
+func checkValue(v any, depth int) error {
+	switch x := v.(type) {
+	case string:
+		if utf8.RuneCountInString(x) > maxParamStringChars {
+			return invalid("strings in params must be at most %d characters", maxParamStringChars)
+		}
+	case map[string]any:
+		if depth > maxParamDepth {
+			return invalid("params must not nest deeper than %d levels", maxParamDepth)
+		}
+		for k, e := range x {
+			if utf8.RuneCountInString(k) > maxParamStringChars {
+				return invalid("strings in params must be at most %d characters", maxParamStringChars)
+			}
+			if err := checkValue(e, depth+1); err != nil {
+				return err
+			}
+		}
+	case []any:
+		if depth > maxParamDepth {
+			return invalid("params must not nest deeper than %d levels", maxParamDepth)
+		}
+		for _, e := range x {
+			if err := checkValue(e, depth+1); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// isIdentifier is Python's str.isidentifier, closely enough: a letter or
+// underscore, then letters, digits and underscores.
+func isIdentifier(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, r := range s {
+		if r == '_' || unicode.IsLetter(r) || (i > 0 && (unicode.IsDigit(r) || unicode.Is(unicode.Mn, r) || unicode.Is(unicode.Mc, r))) {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
