@@ -303,12 +303,17 @@ func (h *Hub) handshake(ctx context.Context, conn *websocket.Conn, remote string
 }
 
 // reject tells a node why it is refused and closes its connection. It runs
-// before the session's writer exists, so it writes directly.
+// before the session's writer exists, so it writes directly. A refusal
+// that is only for now (code unavailable) sends no error message: any
+// error during registration makes GemmaNet's SDK stop for good, while a
+// bare close makes it retry.
 func (h *Hub) reject(conn *websocket.Conn, label, code, message string, close websocket.StatusCode) {
 	h.metrics.rejected.WithLabelValues(label).Inc()
-	wctx, cancel := context.WithTimeout(context.Background(), h.cfg.WriteTimeout)
-	_ = conn.Write(wctx, websocket.MessageText, Encode(MsgError, ErrorPayload{Code: code, Message: message}))
-	cancel()
+	if code != CodeUnavailable {
+		wctx, cancel := context.WithTimeout(context.Background(), h.cfg.WriteTimeout)
+		_ = conn.Write(wctx, websocket.MessageText, Encode(MsgError, ErrorPayload{Code: code, Message: message}))
+		cancel()
+	}
 	_ = conn.Close(close, truncate(message, 100))
 }
 

@@ -10,5 +10,6 @@
 // The package owns its own copy of the wire shapes (wire.go) and must not
 // import any other switchyard package: it is what third parties link against,
 // and the load test uses it as an outside client would.
-// Ready-made handlers live in sdk/handlers.
+// Ready-made handlers live in sdk/handlers; the examples show a node and a
+// streaming request.
 package sdk

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,19 +24,96 @@ import (
 	"switchyard/sdk/handlers"
 )
 
-// benchSetup starts an instance with limits off and nodes echo nodes.
+// benchSetup starts an instance with limits off and nodes echo nodes, all
+// in this process.
 func benchSetup(b *testing.B, nodes, concurrency int) (*testApp, string) {
 	ta := startApp(b, func(c *Config) {
 		c.MaxNodesPerAccount = 1000
 		c.StoreFlushInterval = 200 * time.Millisecond
 	})
 	key := ta.account(b, "bench", "")
+	startEchoNodes(b, ta.wsURL, key, nodes, concurrency)
+	return ta, key
+}
+
+// benchProcess starts the built switchyard binary as its own process (as
+// in production: its garbage collector and scheduler are not shared with
+// the load generator), with nodes echo nodes in this process.
+func benchProcess(b *testing.B, nodes, concurrency int) (url, key string) {
+	bin := buildBinary(b)
+	dir := b.TempDir()
+	out, err := exec.Command(bin, "accounts", "create", "--name", "bench", "--data-dir", dir).Output()
+	if err != nil {
+		b.Fatalf("accounts create: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	key = lines[len(lines)-1]
+	port := freePort(b)
+	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:"+port, "--data-dir", dir, "--log-level", "warn",
+		"--request-rate", "-1", "--public-rate", "-1", "--handshake-rate", "-1", "--max-nodes-per-account", "1000")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() })
+	url = "http://127.0.0.1:" + port
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if resp, err := http.Get(url + "/livez"); err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("the server did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	startEchoNodes(b, "ws://127.0.0.1:"+port+"/ws/node", key, nodes, concurrency)
+	return url, key
+}
+
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+)
+
+func buildBinary(b *testing.B) string {
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "switchyard-bench")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtBin = dir + "/switchyard"
+		out, err := exec.Command("go", "build", "-o", builtBin, "switchyard/cmd/switchyard").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		b.Fatal(buildErr)
+	}
+	return builtBin
+}
+
+func freePort(b *testing.B) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+// startEchoNodes runs SDK echo nodes until the benchmark ends.
+func startEchoNodes(b *testing.B, wsURL, key string, nodes, concurrency int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	registered := make(chan string, nodes)
 	for i := 0; i < nodes; i++ {
 		n, err := sdk.NewNode(sdk.NodeConfig{
-			URL: ta.wsURL, APIKey: key, Name: fmt.Sprintf("echo-%d", i), Capabilities: []string{"echo"},
+			URL: wsURL, APIKey: key, Name: fmt.Sprintf("echo-%d", i), Capabilities: []string{"echo"},
 			MaxConcurrency: concurrency, Handler: handlers.Echo(), Logger: testLogger(b),
 			OnRegistered: func(id string) { registered <- id },
 		})
@@ -49,7 +127,6 @@ func benchSetup(b *testing.B, nodes, concurrency int) (*testApp, string) {
 		<-registered
 	}
 	b.Cleanup(func() { cancel(); wg.Wait() })
-	return ta, key
 }
 
 func benchClient() *http.Client {
@@ -98,11 +175,36 @@ func BenchmarkPlainThroughput(b *testing.B) {
 	}
 }
 
+// BenchmarkPlainThroughputProcess is BenchmarkPlainThroughput with the
+// instance in its own process.
+func BenchmarkPlainThroughputProcess(b *testing.B) {
+	url, key := benchProcess(b, 4, 256)
+	c := benchClient()
+	var failed atomic.Int64
+	b.SetParallelism(32)
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, _, err := post(c, url, key, `{"task_type":"echo","content":"hello"}`); err != nil {
+				failed.Add(1)
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
+	if failed.Load() > 0 {
+		b.Fatalf("%d of %d requests failed", failed.Load(), b.N)
+	}
+}
+
 // BenchmarkOverheadAt1000rps sends b.N requests at a steady 1,000 per
 // second and reports the coordinator's overhead: the client's latency
 // minus the processing time the node reported.
+//
+// The instance runs as its own process; the clients and nodes share this
+// one, and the machine's cores with it.
 func BenchmarkOverheadAt1000rps(b *testing.B) {
-	ta, key := benchSetup(b, 4, 256)
+	url, key := benchProcess(b, 4, 256)
 	c := benchClient()
 	overheads := make([]time.Duration, b.N)
 	var wg sync.WaitGroup
@@ -115,7 +217,7 @@ func BenchmarkOverheadAt1000rps(b *testing.B) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, took, err := post(c, ta.url, key, `{"task_type":"echo","content":"hello"}`)
+			r, took, err := post(c, url, key, `{"task_type":"echo","content":"hello"}`)
 			if err != nil {
 				failed.Add(1)
 				return

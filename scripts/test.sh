@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Runs switchyard's whole test suite with the race detector.
+#
+# It needs PostgreSQL and Redis on loopback. When they are not reachable it
+# installs them from Debian's packages (apt-get, as root or with sudo) and
+# starts them, so a fresh machine with only Go can run it:
+#
+#   ./scripts/test.sh            # everything: vet, tests with -race, short fuzzing
+#   ./scripts/test.sh ./store/   # only some packages (no fuzzing)
+#
+# Environment:
+#   SWITCHYARD_TEST_DATABASE_URL  PostgreSQL for the tests
+#                                 (default postgres://postgres:postgres@127.0.0.1:5432/test?sslmode=disable)
+#   SWITCHYARD_TEST_REDIS_URL     Redis for the tests (default redis://127.0.0.1:6379/0)
+#   FUZZTIME                      how long each fuzz target runs (default 5s; 0 skips fuzzing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export SWITCHYARD_TEST_DATABASE_URL=${SWITCHYARD_TEST_DATABASE_URL:-postgres://postgres:postgres@127.0.0.1:5432/test?sslmode=disable}
+export SWITCHYARD_TEST_REDIS_URL=${SWITCHYARD_TEST_REDIS_URL:-redis://127.0.0.1:6379/0}
+FUZZTIME=${FUZZTIME:-5s}
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+
+as_root() {
+	if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+		echo "need root to run: $*" >&2; return 1; fi
+}
+
+apt_install() {
+	say "installing $* from Debian's packages"
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+# Is a TCP port on loopback accepting connections?
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+ensure_postgres() {
+	if command -v psql >/dev/null && psql "$SWITCHYARD_TEST_DATABASE_URL" -Atqc 'select 1' >/dev/null 2>&1; then
+		return
+	fi
+	if ! command -v pg_ctlcluster >/dev/null || ! ls /etc/postgresql/*/main >/dev/null 2>&1; then
+		apt_install postgresql postgresql-client
+	fi
+	local ver
+	ver=$(ls /etc/postgresql | sort -V | tail -n1)
+	if ! port_open 5432; then
+		say "starting PostgreSQL $ver"
+		as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main start
+	fi
+	for _ in $(seq 1 50); do port_open 5432 && break; sleep 0.2; done
+	# A fresh cluster asks for a password over TCP: give the postgres role
+	# the one in the default URL, and create the test database.
+	as_root su postgres -c "psql -qc \"ALTER USER postgres PASSWORD 'postgres'\"" >/dev/null
+	as_root su postgres -c "createdb test" 2>/dev/null || true
+	psql "$SWITCHYARD_TEST_DATABASE_URL" -Atqc 'select 1' >/dev/null ||
+		{ echo "PostgreSQL is running but $SWITCHYARD_TEST_DATABASE_URL does not work" >&2; exit 1; }
+}
+
+ensure_redis() {
+	if port_open 6379; then return; fi
+	command -v redis-server >/dev/null || apt_install redis-server
+	say "starting Redis"
+	redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no >/dev/null
+	for _ in $(seq 1 50); do port_open 6379 && return; sleep 0.1; done
+	echo "Redis did not start on 127.0.0.1:6379" >&2
+	exit 1
+}
+
+ensure_postgres
+ensure_redis
+
+pkgs=("${@:-./...}")
+say "go vet"
+go vet "${pkgs[@]}"
+say "go test -race ${pkgs[*]}"
+go test -race -count=1 -timeout 20m "${pkgs[@]}"
+
+if [ $# -eq 0 ] && [ "$FUZZTIME" != 0 ]; then
+	# Each fuzz target, briefly, from its checked-in corpus (testdata/fuzz).
+	for target in $(grep -rl --include='*_test.go' '^func Fuzz' . | sort); do
+		dir=$(dirname "$target")
+		for fn in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$target" | cut -d' ' -f2); do
+			say "fuzz $dir $fn ($FUZZTIME)"
+			go test -run '^$' -fuzz "^$fn\$" -fuzztime "$FUZZTIME" "$dir" >/dev/null
+		done
+	done
+fi
+say "all tests passed"
