@@ -1,0 +1,325 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisConfig configures a Redis bus. Zero values take the defaults shown.
+type RedisConfig struct {
+	Namespace string        // default "sy": channels are "{ns}:inst:{instance id}"
+	Idle      time.Duration // default 2s: with nothing received for this long, ping the subscription
+	Logger    *slog.Logger  // default slog.Default()
+	// Registerer receives the bus metrics (nil: not registered).
+	Registerer prometheus.Registerer
+	// OnResubscribe, if set, is called (on its own goroutine) each time a
+	// subscription had to be made again after its connection was lost:
+	// envelopes may have been missed, so the instance re-asserts its state.
+	OnResubscribe func(instance string)
+}
+
+// Redis is the Bus of a cluster: one pub/sub channel per instance on a
+// shared Redis. It works with a plain client or a Redis Cluster client
+// (classic pub/sub is broadcast across a cluster; sharded pub/sub is a
+// later step).
+type Redis struct {
+	rdb     redis.UniversalClient
+	cfg     RedisConfig
+	log     *slog.Logger
+	metrics *redisMetrics
+	closed  atomic.Bool
+
+	mu   sync.Mutex
+	subs map[*redisSub]struct{}
+}
+
+var _ Bus = (*Redis)(nil)
+
+type redisMetrics struct {
+	publish        *prometheus.HistogramVec
+	publishErrors  prometheus.Counter
+	noReceiver     prometheus.Counter
+	received       prometheus.Counter
+	malformed      prometheus.Counter
+	resubscribes   prometheus.Counter
+	receiverChecks prometheus.Counter
+}
+
+// NewRedis returns a bus on rdb. The caller owns rdb and closes it after Close.
+func NewRedis(rdb redis.UniversalClient, cfg RedisConfig) *Redis {
+	if cfg.Namespace == "" {
+		cfg.Namespace = "sy"
+	}
+	if cfg.Idle == 0 {
+		cfg.Idle = 2 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	m := &redisMetrics{
+		publish: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "switchyard", Subsystem: "bus", Name: "publish_seconds",
+			Help:    "Time to publish one envelope to another instance, by kind.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1, .5},
+		}, []string{"kind"}),
+		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "bus", Name: "publish_errors_total",
+			Help: "Publishes that failed (Redis unreachable).",
+		}),
+		noReceiver: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "bus", Name: "publish_no_receiver_total",
+			Help: "Publishes that reached no subscriber: the instance addressed is gone.",
+		}),
+		received: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "bus", Name: "received_total",
+			Help: "Envelopes received from other instances.",
+		}),
+		malformed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "bus", Name: "malformed_total",
+			Help: "Messages on this instance's channel that were not valid envelopes (dropped).",
+		}),
+		resubscribes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "bus", Name: "resubscriptions_total",
+			Help: "Times the subscription had to be made again after its connection was lost.",
+		}),
+		receiverChecks: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "bus", Name: "receiver_checks_total",
+			Help: "PUBSUB NUMSUB calls (liveness checks of other instances).",
+		}),
+	}
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(m.publish, m.publishErrors, m.noReceiver, m.received, m.malformed, m.resubscribes, m.receiverChecks)
+	}
+	return &Redis{rdb: rdb, cfg: cfg, log: cfg.Logger.With("component", "bus"), metrics: m, subs: map[*redisSub]struct{}{}}
+}
+
+// Channel is the pub/sub channel of an instance.
+func (r *Redis) Channel(instance string) string { return r.cfg.Namespace + ":inst:" + instance }
+
+// Publish implements Bus. The receiver count PUBLISH returns is the answer:
+// 0 means the instance addressed has no subscription, so it is gone.
+func (r *Redis) Publish(ctx context.Context, to string, e *Envelope) (int, error) {
+	if r.closed.Load() {
+		return 0, ErrClosed
+	}
+	b, err := Encode(e)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	n, err := r.rdb.Publish(ctx, r.Channel(to), b).Result()
+	if err != nil {
+		r.metrics.publishErrors.Inc()
+		return 0, fmt.Errorf("bus: publish %s to %s: %w", e.Kind, to, err)
+	}
+	r.metrics.publish.WithLabelValues(e.Kind.String()).Observe(time.Since(start).Seconds())
+	if n == 0 {
+		r.metrics.noReceiver.Inc()
+	}
+	return int(n), nil
+}
+
+// Receivers implements Bus with PUBSUB NUMSUB.
+func (r *Redis) Receivers(ctx context.Context, ids []string) (map[string]int, error) {
+	if len(ids) == 0 {
+		return map[string]int{}, nil
+	}
+	chans := make([]string, len(ids))
+	for i, id := range ids {
+		chans[i] = r.Channel(id)
+	}
+	r.metrics.receiverChecks.Inc()
+	counts, err := r.rdb.PubSubNumSub(ctx, chans...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("bus: pubsub numsub: %w", err)
+	}
+	out := make(map[string]int, len(ids))
+	for i, id := range ids {
+		if n := counts[chans[i]]; n > 0 {
+			out[id] = int(n)
+		}
+	}
+	return out, nil
+}
+
+// Subscribe implements Bus. It returns once Redis has confirmed the
+// subscription.
+func (r *Redis) Subscribe(ctx context.Context, id string, h Handler) (Subscription, error) {
+	if r.closed.Load() {
+		return nil, ErrClosed
+	}
+	s := &redisSub{r: r, id: id, channel: r.Channel(id), h: h, done: make(chan struct{})}
+	if err := s.open(ctx); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.subs[s] = struct{}{}
+	r.mu.Unlock()
+	go s.loop()
+	return s, nil
+}
+
+// Close implements Bus: it closes every subscription. The client stays open.
+func (r *Redis) Close() error {
+	if r.closed.Swap(true) {
+		return nil
+	}
+	r.mu.Lock()
+	subs := make([]*redisSub, 0, len(r.subs))
+	for s := range r.subs {
+		subs = append(subs, s)
+	}
+	r.mu.Unlock()
+	for _, s := range subs {
+		_ = s.Close()
+	}
+	return nil
+}
+
+// redisSub is one instance's subscription and its receive loop.
+type redisSub struct {
+	r       *Redis
+	id      string
+	channel string
+	h       Handler
+
+	mu     sync.Mutex
+	ps     *redis.PubSub
+	closed bool
+	done   chan struct{} // closed when the loop has stopped
+}
+
+// open subscribes and waits for Redis's confirmation.
+func (s *redisSub) open(ctx context.Context) error {
+	ps := s.r.rdb.Subscribe(ctx, s.channel)
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := ps.Receive(wctx); err != nil {
+		_ = ps.Close()
+		return fmt.Errorf("bus: subscribe to %s: %w", s.channel, err)
+	}
+	s.mu.Lock()
+	s.ps = ps
+	s.mu.Unlock()
+	return nil
+}
+
+// loop receives until the subscription is closed. go-redis reconnects a
+// broken subscription on the next receive and subscribes again; the
+// confirmation that arrives then is how a resubscription is noticed. A
+// connection that goes silent (a host that vanished) is noticed by pinging
+// it, and replaced.
+func (s *redisSub) loop() {
+	defer close(s.done)
+	ctx := context.Background()
+	unanswered := 0
+	backoff := 50 * time.Millisecond
+	for {
+		s.mu.Lock()
+		ps, closed := s.ps, s.closed
+		s.mu.Unlock()
+		if closed {
+			return
+		}
+		msg, err := ps.ReceiveTimeout(ctx, s.r.cfg.Idle)
+		if err != nil {
+			if s.isClosed() {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				unanswered++
+				if unanswered < 3 {
+					_ = ps.Ping(ctx) // the pong, or its absence, shows on the next receive
+					continue
+				}
+				s.r.log.Warn("bus subscription silent; reconnecting", "channel", s.channel)
+				s.replace()
+				unanswered = 0
+				continue
+			}
+			// Redis is unreachable: go-redis will reconnect on the next receive.
+			s.r.log.Debug("bus subscription receive failed", "channel", s.channel, "err", err)
+			time.Sleep(backoff) // pacing the reconnect attempts; nothing to wait on
+			backoff = min(backoff*2, time.Second)
+			continue
+		}
+		unanswered, backoff = 0, 50*time.Millisecond
+		switch m := msg.(type) {
+		case *redis.Message:
+			s.r.metrics.received.Inc()
+			e, err := Decode([]byte(m.Payload))
+			if err != nil {
+				s.r.metrics.malformed.Inc()
+				s.r.log.Warn("dropping a malformed envelope", "channel", s.channel, "err", err)
+				continue
+			}
+			s.h(e)
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				s.resubscribed()
+			}
+		}
+	}
+}
+
+func (s *redisSub) resubscribed() {
+	s.r.metrics.resubscribes.Inc()
+	s.r.log.Info("bus subscription restored; re-syncing", "channel", s.channel)
+	if f := s.r.cfg.OnResubscribe; f != nil {
+		go f(s.id)
+	}
+}
+
+// replace swaps a silent PubSub for a fresh one.
+func (s *redisSub) replace() {
+	s.mu.Lock()
+	old := s.ps
+	s.mu.Unlock()
+	_ = old.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ps := s.r.rdb.Subscribe(ctx, s.channel)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = ps.Close()
+		return
+	}
+	s.ps = ps
+	s.mu.Unlock()
+}
+
+func (s *redisSub) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// Close implements Subscription. It returns when the loop has stopped.
+func (s *redisSub) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		<-s.done
+		return nil
+	}
+	s.closed = true
+	ps := s.ps
+	s.mu.Unlock()
+	err := ps.Close()
+	<-s.done
+	s.r.mu.Lock()
+	delete(s.r.subs, s)
+	s.r.mu.Unlock()
+	return err
+}

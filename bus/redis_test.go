@@ -1,0 +1,99 @@
+package bus_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"switchyard/bus"
+	"switchyard/bus/bustest"
+	"switchyard/internal/redistest"
+)
+
+var _ bus.Bus = (*bus.Redis)(nil)
+
+func redisClient(t *testing.T) *redis.Client { return redistest.Client(t) }
+
+func TestRedis(t *testing.T) {
+	bustest.Run(t, func(t *testing.T) (bus.Bus, func(t *testing.T) bus.Bus) {
+		ns := redistest.Namespace(t)
+		b := bus.NewRedis(redisClient(t), bus.RedisConfig{Namespace: ns})
+		t.Cleanup(func() { _ = b.Close() })
+		return b, func(t *testing.T) bus.Bus {
+			p := bus.NewRedis(redisClient(t), bus.RedisConfig{Namespace: ns})
+			t.Cleanup(func() { _ = p.Close() })
+			return p
+		}
+	})
+}
+
+// After Redis restarts, the subscription comes back by itself, the bus says
+// it had to (so the instance can re-sync), and delivery resumes.
+func TestRedisResubscribesAfterRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	defer rdb.Close()
+	resubscribed := make(chan string, 4)
+	b := bus.NewRedis(rdb, bus.RedisConfig{Namespace: "t", Idle: 200 * time.Millisecond,
+		OnResubscribe: func(id string) { resubscribed <- id }})
+	defer b.Close()
+	got := make(chan *bus.Envelope, 4)
+	sub, err := b.Subscribe(context.Background(), "me", func(e *bus.Envelope) { got <- e })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+
+	srv.Restart()
+	select {
+	case id := <-resubscribed:
+		if id != "me" {
+			t.Fatalf("resubscribed %q", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no resubscription within 10s of the restart")
+	}
+	n, err := b.Publish(context.Background(), "me", &bus.Envelope{Kind: bus.KindCancel, TaskID: "after"})
+	if err != nil || n != 1 {
+		t.Fatalf("publish after the restart: %d, %v", n, err)
+	}
+	select {
+	case e := <-got:
+		if e.TaskID != "after" {
+			t.Fatalf("got %+v", e)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("nothing delivered after the restart")
+	}
+}
+
+// A message on the channel that is not an envelope is dropped; the next
+// one still arrives.
+func TestRedisDropsMalformed(t *testing.T) {
+	rdb := redisClient(t)
+	ns := redistest.Namespace(t)
+	b := bus.NewRedis(rdb, bus.RedisConfig{Namespace: ns})
+	defer b.Close()
+	got := make(chan *bus.Envelope, 4)
+	sub, err := b.Subscribe(context.Background(), "me", func(e *bus.Envelope) { got <- e })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if err := rdb.Publish(context.Background(), b.Channel("me"), "garbage").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Publish(context.Background(), "me", &bus.Envelope{Kind: bus.KindCancel, TaskID: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-got:
+		if e.TaskID != "ok" {
+			t.Fatalf("got %+v", e)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("valid envelope after a malformed one not delivered")
+	}
+}
