@@ -26,9 +26,19 @@ type Claims interface {
 	// Claim makes instance the owner of nodeID for accountID, unless that
 	// would put the account over limit distinct nodes (ErrTooManyNodes).
 	Claim(ctx context.Context, instance, nodeID, accountID string, limit int) (Claim, error)
-	// Release gives up the claim if it is still at gen; a newer claim is
-	// left alone.
-	Release(ctx context.Context, nodeID, accountID string, gen uint64) error
+	// Release gives up the claim if instance still holds it at gen; a newer
+	// claim is left alone.
+	Release(ctx context.Context, instance string, h Held) error
+	// Refresh keeps instance's claims alive and returns those it no longer
+	// holds: a newer connection took them, and their sockets are stale.
+	Refresh(ctx context.Context, instance string, held []Held) (lost []Held, err error)
+}
+
+// Held is a claim an instance holds.
+type Held struct {
+	NodeID    string
+	AccountID string
+	Gen       uint64
 }
 
 // MemoryClaims is Claims for a single instance.
@@ -76,17 +86,31 @@ func (m *MemoryClaims) Claim(_ context.Context, instance, nodeID, accountID stri
 }
 
 // Release implements Claims.
-func (m *MemoryClaims) Release(_ context.Context, nodeID, accountID string, gen uint64) error {
+func (m *MemoryClaims) Release(_ context.Context, instance string, h Held) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if h, ok := m.holders[nodeID]; ok && h.gen == gen {
-		delete(m.holders, nodeID)
+	if cur, ok := m.holders[h.NodeID]; ok && cur.gen == h.Gen && cur.instance == instance {
+		delete(m.holders, h.NodeID)
 	}
-	if nodes := m.accounts[accountID]; nodes[nodeID] == gen {
-		delete(nodes, nodeID)
+	if nodes := m.accounts[h.AccountID]; nodes[h.NodeID] == h.Gen {
+		delete(nodes, h.NodeID)
 		if len(nodes) == 0 {
-			delete(m.accounts, accountID)
+			delete(m.accounts, h.AccountID)
 		}
 	}
 	return nil
+}
+
+// Refresh implements Claims: in memory nothing expires, so only a newer
+// claim makes one lost.
+func (m *MemoryClaims) Refresh(_ context.Context, instance string, held []Held) ([]Held, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var lost []Held
+	for _, h := range held {
+		if cur := m.holders[h.NodeID]; cur.instance != instance || cur.gen != h.Gen {
+			lost = append(lost, h)
+		}
+	}
+	return lost, nil
 }

@@ -91,12 +91,15 @@ type Hub struct {
 	serial  atomic.Uint64
 
 	// OnReplaced is called when a claim displaced a connection held by
-	// another instance, so that instance can be told to close it. Set before
-	// Serve is first called.
-	OnReplaced func(nodeID string, prevOwner string, prevGen uint64)
+	// another instance, so that instance can be told to close its socket of
+	// the node (any generation below gen). Set before Serve is first called.
+	OnReplaced func(nodeID string, prevOwner string, gen uint64)
 	// BeforeAttach, if set, runs after a node is accepted and before it
 	// becomes routable (to load its reputation, say). Set before Serve.
 	BeforeAttach func(ctx context.Context, nodeID, accountID, name string)
+	// OnChange, if set, is called (without blocking) when a node arrives or
+	// leaves; the cluster directory publishes early then. Set before Serve.
+	OnChange func()
 
 	// Waiting for capacity: requests that found every capable node full
 	// wait on slotCh, which is closed (and replaced) when a slot frees up.
@@ -228,7 +231,7 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string) er
 	}
 	go s.writeLoop(ctx)
 	if claim.PrevOwner != "" && claim.PrevOwner != h.cfg.Instance && h.OnReplaced != nil {
-		h.OnReplaced(nodeID, claim.PrevOwner, claim.PrevGen)
+		h.OnReplaced(nodeID, claim.PrevOwner, claim.Gen)
 	}
 	h.metrics.registered.Inc()
 	log.Info("node registered", "gen", claim.Gen, "capabilities", reg.Capabilities, "max_concurrency", maxc)
@@ -246,7 +249,7 @@ func (h *Hub) run(ctx context.Context, s *Session) {
 	// claim must still be let go.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := h.claims.Release(rctx, s.NodeID, s.Info.AccountID, s.Gen); err != nil {
+	if err := h.claims.Release(rctx, h.cfg.Instance, s.held()); err != nil {
 		s.log.Warn("cannot release node claim", "err", err)
 	}
 }
@@ -338,6 +341,9 @@ func (h *Hub) attach(s *Session) *Session {
 	h.indexLocked(s)
 	h.metrics.connected.Set(float64(len(h.sessions)))
 	defer h.notifyCapacity()
+	if h.OnChange != nil {
+		defer h.OnChange()
+	}
 	return prev
 }
 
@@ -351,6 +357,9 @@ func (h *Hub) detach(s *Session) {
 	delete(h.sessions, s.NodeID)
 	h.unindexLocked(s)
 	h.metrics.connected.Set(float64(len(h.sessions)))
+	if h.OnChange != nil {
+		defer h.OnChange()
+	}
 }
 
 // indexLocked adds s to the capability index. Slices in the index are
@@ -437,6 +446,32 @@ func (h *Hub) CloseReplaced(nodeID string, gen uint64) bool {
 	}
 	s.Close(CloseReplaced, "replaced by a newer connection")
 	return true
+}
+
+// RefreshClaims keeps this instance's claims alive, and closes (with 4000)
+// the sessions whose claim a newer connection elsewhere has taken: the
+// fence of invariant 1, for the case where the replace envelope was lost.
+func (h *Hub) RefreshClaims(ctx context.Context) error {
+	sessions := h.Sessions()
+	if len(sessions) == 0 {
+		return nil
+	}
+	held := make([]Held, len(sessions))
+	for i, s := range sessions {
+		held[i] = s.held()
+	}
+	lost, err := h.claims.Refresh(ctx, h.cfg.Instance, held)
+	if err != nil {
+		return err
+	}
+	for _, l := range lost {
+		if s := h.Session(l.NodeID); s != nil && s.Gen == l.Gen {
+			h.metrics.stolen.Inc()
+			s.log.Info("claim taken by a newer connection; closing this one")
+			s.Close(CloseReplaced, "replaced by a newer connection")
+		}
+	}
+	return nil
 }
 
 // Shutdown stops accepting nodes, closes every session with 1001 (so nodes

@@ -9,6 +9,7 @@ type metrics struct {
 	closes     *prometheus.CounterVec
 	sendDrops  prometheus.Counter
 	invalid    *prometheus.CounterVec
+	stolen     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -37,9 +38,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "switchyard", Subsystem: "nodes", Name: "invalid_messages_total",
 			Help: "Node messages refused or ignored, by kind.",
 		}, []string{"kind"}),
+		stolen: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "claims", Name: "stolen_total",
+			Help: "Local node sockets closed because a refresh found their claim taken by a newer connection.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.connected, m.registered, m.rejected, m.closes, m.sendDrops, m.invalid)
+		reg.MustRegister(m.connected, m.registered, m.rejected, m.closes, m.sendDrops, m.invalid, m.stolen)
 	}
 	return m
 }

@@ -97,13 +97,19 @@ func TestMemoryClaims(t *testing.T) {
 		t.Fatalf("claim over the cap = %v", err)
 	}
 	// Releasing a stale generation leaves the newer claim in place.
-	if err := m.Release(ctx, "n1", "acct", 1); err != nil {
+	if lost, _ := m.Refresh(ctx, "i1", []Held{{NodeID: "n1", AccountID: "acct", Gen: 1}}); len(lost) != 1 {
+		t.Fatalf("refresh of a claim taken over: lost %v", lost)
+	}
+	if lost, _ := m.Refresh(ctx, "i2", []Held{{NodeID: "n1", AccountID: "acct", Gen: 2}}); len(lost) != 0 {
+		t.Fatalf("refresh of the current claim: lost %v", lost)
+	}
+	if err := m.Release(ctx, "i1", Held{NodeID: "n1", AccountID: "acct", Gen: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.Claim(ctx, "i1", "n2", "acct", 1); !errors.Is(err, ErrTooManyNodes) {
 		t.Fatalf("stale release freed the cap: %v", err)
 	}
-	if err := m.Release(ctx, "n1", "acct", 2); err != nil {
+	if err := m.Release(ctx, "i2", Held{NodeID: "n1", AccountID: "acct", Gen: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if c, err := m.Claim(ctx, "i1", "n2", "acct", 1); err != nil || c.Gen != 1 {

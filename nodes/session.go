@@ -82,6 +82,8 @@ type Session struct {
 	lastSeenNs atomic.Int64
 }
 
+func (s *Session) held() Held { return Held{NodeID: s.NodeID, AccountID: s.Info.AccountID, Gen: s.Gen} }
+
 // TryAcquire takes one of the node's slots for a task. It fails when the
 // node is at its max_concurrency or closing (DESIGN §5, invariant 7).
 func (s *Session) TryAcquire() bool {

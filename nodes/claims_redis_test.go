@@ -1,0 +1,223 @@
+package nodes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+
+	"switchyard/internal/redistest"
+)
+
+func redisClaims(t *testing.T, ttl time.Duration) *RedisClaims {
+	return NewRedisClaims(redistest.Client(t), RedisClaimsConfig{Namespace: redistest.Namespace(t), TTL: ttl})
+}
+
+// Two concurrent compare-and-sets on the same generation: one wins, one loses.
+func TestRedisClaimsCompareAndSet(t *testing.T) {
+	c := redisClaims(t, time.Minute)
+	ctx := context.Background()
+	for round := 0; round < 20; round++ {
+		node := fmt.Sprintf("n%d", round)
+		var wg sync.WaitGroup
+		results := make(chan bool, 2)
+		for _, inst := range []string{"a", "b"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				won, _, _, err := c.CompareAndClaim(ctx, inst, node, 0)
+				if err != nil {
+					t.Error(err)
+				}
+				results <- won
+			}()
+		}
+		wg.Wait()
+		close(results)
+		wins := 0
+		for w := range results {
+			if w {
+				wins++
+			}
+		}
+		if wins != 1 {
+			t.Fatalf("round %d: %d of 2 concurrent claims on generation 0 won", round, wins)
+		}
+	}
+	won, gen, _, err := c.CompareAndClaim(ctx, "a", "n0", 0)
+	if err != nil || won || gen != 1 {
+		t.Fatalf("a claim at a stale generation: won %v, current %d, %v", won, gen, err)
+	}
+}
+
+// The newest claim wins and names the one it displaced; a refresh of the
+// displaced one fails, and releasing it leaves the new one alone.
+func TestRedisClaimsNewestWins(t *testing.T) {
+	c := redisClaims(t, time.Minute)
+	ctx := context.Background()
+	first, err := c.Claim(ctx, "i1", "node", "acct", 5)
+	if err != nil || first.Gen != 1 || first.PrevOwner != "" {
+		t.Fatalf("first claim %+v, %v", first, err)
+	}
+	second, err := c.Claim(ctx, "i2", "node", "acct", 5)
+	if err != nil || second.Gen != 2 || second.PrevOwner != "i1" || second.PrevGen != 1 {
+		t.Fatalf("second claim %+v, %v", second, err)
+	}
+	stale := Held{NodeID: "node", AccountID: "acct", Gen: 1}
+	current := Held{NodeID: "node", AccountID: "acct", Gen: 2}
+	if lost, err := c.Refresh(ctx, "i1", []Held{stale}); err != nil || len(lost) != 1 {
+		t.Fatalf("refresh at a stale generation: lost %v, %v", lost, err)
+	}
+	if lost, err := c.Refresh(ctx, "i2", []Held{current}); err != nil || len(lost) != 0 {
+		t.Fatalf("refresh of the current claim: lost %v, %v", lost, err)
+	}
+	if err := c.Release(ctx, "i1", stale); err != nil {
+		t.Fatal(err)
+	}
+	owner, _ := c.rdb.Get(ctx, c.OwnerKey("node")).Result()
+	if owner != "i2:2" {
+		t.Fatalf("owner after a stale release: %q", owner)
+	}
+	if err := c.Release(ctx, "i2", current); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.rdb.Exists(ctx, c.OwnerKey("node")).Val(); n != 0 {
+		t.Fatal("owner key left after release")
+	}
+}
+
+// A claim its owner stops refreshing lapses and can be taken again; if
+// nobody took it, the owner's next refresh takes it back (after Redis lost
+// it, say).
+func TestRedisClaimsLapse(t *testing.T) {
+	c := redisClaims(t, 100*time.Millisecond)
+	ctx := context.Background()
+	if _, err := c.Claim(ctx, "i1", "node", "acct", 1); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, c, c.OwnerKey("node"))
+	// Lapsed and not taken: the owner re-takes it.
+	if lost, err := c.Refresh(ctx, "i1", []Held{{NodeID: "node", AccountID: "acct", Gen: 1}}); err != nil || len(lost) != 0 {
+		t.Fatalf("refresh after a lapse: lost %v, %v", lost, err)
+	}
+	if owner := c.rdb.Get(ctx, c.OwnerKey("node")).Val(); owner != "i1:1" {
+		t.Fatalf("owner after re-taking: %q", owner)
+	}
+	waitGone(t, c, c.OwnerKey("node"))
+	// Lapsed, then taken by another instance: its place under the cap
+	// lapsed too, so the account (cap 1) can claim it elsewhere.
+	got, err := c.Claim(ctx, "i2", "node", "acct", 1)
+	if err != nil || got.Gen != 2 || got.PrevOwner != "" {
+		t.Fatalf("claim after the lapse: %+v, %v", got, err)
+	}
+	if lost, err := c.Refresh(ctx, "i1", []Held{{NodeID: "node", AccountID: "acct", Gen: 1}}); err != nil || len(lost) != 1 {
+		t.Fatalf("refresh of the lapsed, re-taken claim: lost %v, %v", lost, err)
+	}
+}
+
+func waitGone(t *testing.T, c *RedisClaims, key string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.rdb.Exists(context.Background(), key).Val() == 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not expire", key)
+		}
+		time.Sleep(20 * time.Millisecond) // waiting out a TTL: there is no event
+	}
+}
+
+// The per-account cap holds across instances under concurrent claims, and a
+// reconnect of a node does not count twice.
+func TestRedisClaimsCapAcrossInstances(t *testing.T) {
+	c := redisClaims(t, time.Minute)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	won, refused := 0, 0
+	for i := 0; i < 12; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := c.Claim(ctx, fmt.Sprintf("inst-%d", i%3), fmt.Sprintf("node-%d", i), "acct", 5)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				won++
+			case errors.Is(err, ErrTooManyNodes):
+				refused++
+			default:
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if won != 5 || refused != 7 {
+		t.Fatalf("12 concurrent nodes, cap 5: %d won, %d refused", won, refused)
+	}
+	// node-X that won can reconnect (elsewhere) at the cap.
+	var winner string
+	for i := 0; i < 12 && winner == ""; i++ {
+		id := fmt.Sprintf("node-%d", i)
+		if c.rdb.Exists(ctx, c.OwnerKey(id)).Val() == 1 {
+			winner = id
+		}
+	}
+	if _, err := c.Claim(ctx, "inst-other", winner, "acct", 5); err != nil {
+		t.Fatalf("reconnect at the cap: %v", err)
+	}
+	// A refused claim leaves no owner behind.
+	for i := 0; i < 12; i++ {
+		id := fmt.Sprintf("node-%d", i)
+		if c.rdb.HExists(ctx, c.AccountKey("acct"), id).Val() != (c.rdb.Exists(ctx, c.OwnerKey(id)).Val() == 1) {
+			t.Fatalf("%s: owner key and account entry disagree", id)
+		}
+	}
+}
+
+func TestRedisClaimsPurge(t *testing.T) {
+	c := redisClaims(t, time.Minute)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		if _, err := c.Claim(ctx, "dead", fmt.Sprintf("n%d", i), "acct", 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Claim(ctx, "alive", "n0", "acct", 3); err != nil { // n0 moved on
+		t.Fatal(err)
+	}
+	if err := c.Purge(ctx, "dead"); err != nil {
+		t.Fatal(err)
+	}
+	if c.rdb.Get(ctx, c.OwnerKey("n0")).Val() != "alive:2" {
+		t.Fatal("purge removed a claim the dead instance no longer held")
+	}
+	for _, n := range []string{"n1", "n2"} {
+		if c.rdb.Exists(ctx, c.OwnerKey(n)).Val() != 0 || c.rdb.HExists(ctx, c.AccountKey("acct"), n).Val() {
+			t.Fatalf("%s still claimed after purge", n)
+		}
+	}
+	// The freed places are usable at once.
+	for _, n := range []string{"n3", "n4"} {
+		if _, err := c.Claim(ctx, "alive", n, "acct", 3); err != nil {
+			t.Fatalf("claim %s after purge: %v", n, err)
+		}
+	}
+}
+
+// Redis Cluster runs a script only if all its keys share a hash slot; ours
+// share a hash tag.
+func TestRedisClaimsKeysShareHashTags(t *testing.T) {
+	c := &RedisClaims{cfg: RedisClaimsConfig{Namespace: "sy"}}
+	tag := regexp.MustCompile(`\{([^}]+)\}`)
+	g, o := tag.FindStringSubmatch(c.GenKey("n1")), tag.FindStringSubmatch(c.OwnerKey("n1"))
+	if g == nil || o == nil || g[1] != "n1" || o[1] != "n1" {
+		t.Fatalf("gen %q and owner %q do not share the node's hash tag", c.GenKey("n1"), c.OwnerKey("n1"))
+	}
+	if a := tag.FindStringSubmatch(c.AccountKey("acct")); a == nil || a[1] != "acct" {
+		t.Fatalf("account key %q", c.AccountKey("acct"))
+	}
+}

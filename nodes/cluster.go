@@ -1,0 +1,305 @@
+package nodes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ClusterConfig configures a ClusterDirectory. Zero values take the defaults shown.
+type ClusterConfig struct {
+	Namespace       string        // default "sy"
+	Instance        string        // this instance's id (required)
+	PublishInterval time.Duration // default 1s: how often this instance's nodes are written
+	PollInterval    time.Duration // default 250ms: how often the other instances' nodes are read
+	Logger          *slog.Logger
+}
+
+// ClusterDirectory is the Directory of a cluster: this instance's nodes,
+// live from its Hub, plus every other live instance's, read from Redis:
+//
+//	{ns}:dir:{<instance id>}  hash node id → entry JSON, written by that instance only;
+//	                          TTL a few publish intervals, deleted when it drains
+//
+// Other instances' free slots are as their owner last wrote them (at most a
+// second old), less what this instance has assigned to them since; an
+// owner refuses an assign beyond a node's max_concurrency anyway
+// (invariant 7), and the requester then waits and retries.
+type ClusterDirectory struct {
+	hub  *Hub
+	rdb  redis.UniversalClient
+	cfg  ClusterConfig
+	log  *slog.Logger
+	live func(ctx context.Context) ([]string, error) // ids of the live instances
+
+	snap      atomic.Pointer[remoteSnapshot]
+	touched   chan struct{} // cap 1: local nodes changed, publish soon
+	withdrawn atomic.Bool
+}
+
+var _ Directory = (*ClusterDirectory)(nil)
+
+// remoteSnapshot is what the last poll read.
+type remoteSnapshot struct {
+	at    time.Time
+	byCap map[string][]*remoteNode
+	all   []*remoteNode
+}
+
+type remoteNode struct {
+	entry dirEntry
+	taken atomic.Int32 // assigned by this instance since the snapshot was read
+}
+
+// dirEntry is one node in an instance's directory hash.
+type dirEntry struct {
+	NodeView
+	Gen       uint64 `json:"gen"`
+	FreeSlots int    `json:"free_slots"`
+}
+
+// NewClusterDirectory returns a directory over hub and the Redis at rdb.
+// live lists the live instance ids (the registry's).
+func NewClusterDirectory(hub *Hub, rdb redis.UniversalClient, live func(ctx context.Context) ([]string, error), cfg ClusterConfig) *ClusterDirectory {
+	if cfg.Namespace == "" {
+		cfg.Namespace = "sy"
+	}
+	if cfg.PublishInterval == 0 {
+		cfg.PublishInterval = time.Second
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 250 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	d := &ClusterDirectory{hub: hub, rdb: rdb, cfg: cfg, live: live, log: cfg.Logger.With("component", "directory"),
+		touched: make(chan struct{}, 1)}
+	d.snap.Store(&remoteSnapshot{byCap: map[string][]*remoteNode{}})
+	return d
+}
+
+// Key is the directory hash of an instance.
+func (d *ClusterDirectory) Key(instance string) string {
+	return d.cfg.Namespace + ":dir:" + instance
+}
+
+// Touch asks for an early publish (a local node arrived or left).
+func (d *ClusterDirectory) Touch() {
+	select {
+	case d.touched <- struct{}{}:
+	default:
+	}
+}
+
+// Run publishes and polls until ctx ends.
+func (d *ClusterDirectory) Run(ctx context.Context) {
+	pub := time.NewTicker(d.cfg.PublishInterval)
+	poll := time.NewTicker(d.cfg.PollInterval)
+	defer pub.Stop()
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.touched:
+			d.publishLogged(ctx)
+		case <-pub.C:
+			d.publishLogged(ctx)
+		case <-poll.C:
+			if err := d.Poll(ctx); err != nil && ctx.Err() == nil {
+				d.log.Debug("directory poll failed", "err", err)
+			}
+		}
+	}
+}
+
+func (d *ClusterDirectory) publishLogged(ctx context.Context) {
+	if err := d.Publish(ctx); err != nil && ctx.Err() == nil {
+		d.log.Debug("directory publish failed", "err", err)
+	}
+}
+
+// Publish writes this instance's nodes, replacing what it wrote before.
+func (d *ClusterDirectory) Publish(ctx context.Context) error {
+	if d.withdrawn.Load() {
+		return nil
+	}
+	key := d.Key(d.cfg.Instance)
+	sessions := d.hub.Sessions()
+	fields := make([]any, 0, 2*len(sessions))
+	for _, s := range sessions {
+		b, err := json.Marshal(dirEntry{NodeView: s.View(d.cfg.Instance), Gen: s.Gen, FreeSlots: s.FreeSlots()})
+		if err != nil {
+			return err
+		}
+		fields = append(fields, s.NodeID, b)
+	}
+	// One key, so MULTI is fine on a cluster too.
+	_, err := d.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, key)
+		if len(fields) > 0 {
+			p.HSet(ctx, key, fields...)
+			p.PExpire(ctx, key, 5*d.cfg.PublishInterval)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("directory: publish: %w", err)
+	}
+	return nil
+}
+
+// Withdraw removes this instance's nodes from the directory and stops
+// publishing them (the drain: other instances stop routing here).
+func (d *ClusterDirectory) Withdraw(ctx context.Context) error {
+	d.withdrawn.Store(true)
+	return d.rdb.Del(ctx, d.Key(d.cfg.Instance)).Err()
+}
+
+// Purge deletes a dead instance's directory (the sweeper calls it).
+func (d *ClusterDirectory) Purge(ctx context.Context, instance string) error {
+	return d.rdb.Del(ctx, d.Key(instance)).Err()
+}
+
+// Poll reads the other live instances' nodes.
+func (d *ClusterDirectory) Poll(ctx context.Context) error {
+	ids, err := d.live(ctx)
+	if err != nil {
+		return err
+	}
+	pipe := d.rdb.Pipeline()
+	cmds := map[string]*redis.MapStringStringCmd{}
+	for _, id := range ids {
+		if id != d.cfg.Instance {
+			cmds[id] = pipe.HGetAll(ctx, d.Key(id))
+		}
+	}
+	if len(cmds) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("directory: poll: %w", err)
+		}
+	}
+	// The newest generation of a node wins: during a move, two instances may
+	// list it for a moment.
+	newest := map[string]*remoteNode{}
+	for _, cmd := range cmds {
+		for _, raw := range cmd.Val() {
+			var e dirEntry
+			if json.Unmarshal([]byte(raw), &e) != nil || e.NodeID == "" {
+				continue
+			}
+			if cur, ok := newest[e.NodeID]; !ok || e.Gen > cur.entry.Gen {
+				newest[e.NodeID] = &remoteNode{entry: e}
+			}
+		}
+	}
+	snap := &remoteSnapshot{at: time.Now(), byCap: map[string][]*remoteNode{}}
+	for _, n := range newest {
+		snap.all = append(snap.all, n)
+		for _, c := range n.entry.Capabilities {
+			snap.byCap[c] = append(snap.byCap[c], n)
+		}
+	}
+	d.snap.Store(snap)
+	return nil
+}
+
+// fresh returns the last snapshot if it is recent enough to route by:
+// with Redis unreachable, remote nodes are out of reach too.
+func (d *ClusterDirectory) fresh() *remoteSnapshot {
+	s := d.snap.Load()
+	if time.Since(s.at) > 4*d.cfg.PollInterval+time.Second {
+		return nil
+	}
+	return s
+}
+
+// Healthy reports whether the directory has a recent view of the cluster.
+func (d *ClusterDirectory) Healthy() bool { return d.fresh() != nil }
+
+// Candidates implements Directory: local nodes first, then remote ones.
+func (d *ClusterDirectory) Candidates(dst []Candidate, capability string) []Candidate {
+	dst = d.hub.Candidates(dst, capability)
+	s := d.fresh()
+	if s == nil {
+		return dst
+	}
+	nLocal := len(dst)
+	for _, n := range s.byCap[capability] {
+		if localHas(dst[:nLocal], n.entry.NodeID) {
+			continue
+		}
+		dst = append(dst, Candidate{
+			NodeID: n.entry.NodeID, Owner: n.entry.Instance, Gen: n.entry.Gen, Trust: n.entry.Trust,
+			FreeSlots: n.entry.FreeSlots - int(n.taken.Load()), CPU: n.entry.CPUPercent,
+		})
+	}
+	return dst
+}
+
+func localHas(local []Candidate, nodeID string) bool {
+	for _, c := range local {
+		if c.NodeID == nodeID {
+			return true
+		}
+	}
+	return false
+}
+
+// Assigned notes that this instance gave a remote node a task, so it does
+// not count that slot as free until the owner's next publish.
+func (d *ClusterDirectory) Assigned(nodeID string) {
+	s := d.snap.Load()
+	for _, n := range s.all {
+		if n.entry.NodeID == nodeID {
+			n.taken.Add(1)
+			return
+		}
+	}
+}
+
+// List implements Directory.
+func (d *ClusterDirectory) List(capability string) []NodeView {
+	out := d.hub.List(capability)
+	s := d.fresh()
+	if s == nil {
+		return out
+	}
+	seen := make(map[string]bool, len(out))
+	for _, v := range out {
+		seen[v.NodeID] = true
+	}
+	for _, n := range s.all {
+		if seen[n.entry.NodeID] || (capability != "" && !contains(n.entry.Capabilities, capability)) {
+			continue
+		}
+		out = append(out, n.entry.NodeView)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
+	return out
+}
+
+// Online implements Directory.
+func (d *ClusterDirectory) Online() int {
+	n := d.hub.Len()
+	if s := d.fresh(); s != nil {
+		for _, r := range s.all {
+			if d.hub.Session(r.entry.NodeID) == nil {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// Changed implements Directory: local capacity signals; remote changes are
+// seen by the caller's periodic recheck.
+func (d *ClusterDirectory) Changed() (<-chan struct{}, func()) { return d.hub.Changed() }
