@@ -120,19 +120,28 @@ func (a *App) deleteAccount(c echo.Context) error {
 
 // status is GET /api/v1/status: GemmaNet's fields, then ours.
 func (a *App) status(c echo.Context) error {
-	return c.JSON(http.StatusOK, map[string]any{
+	out := map[string]any{
 		"status":            "running",
 		"version":           a.cfg.Version,
-		"online_nodes":      a.hub.Online(),
+		"online_nodes":      a.dir.Online(),
 		"total_tasks_today": a.tasksToday(c.Request().Context()),
 		"instance_id":       a.instanceID,
 		"instance_name":     a.cfg.InstanceName,
-		"ready":             !a.draining.Load(),
+		"ready":             a.notReady() == "",
 		"tasks_in_flight":   a.tracker.Len(),
+		"local_nodes":       a.hub.Len(),
 		"uptime_seconds":    int64(time.Since(a.started).Seconds()),
 		"store":             a.storeKind(),
-		"mode":              "single",
-	})
+		"mode":              a.cfg.Mode(),
+		"instances":         1,
+	}
+	if a.cluster != nil && a.cluster.registry != nil {
+		out["instances"] = a.cluster.instances.Load()
+	}
+	if r := a.notReady(); r != "" {
+		out["not_ready_reason"] = r
+	}
+	return c.JSON(http.StatusOK, out)
 }
 
 // tasksToday counts tasks completed since midnight UTC, cached for a
@@ -155,7 +164,7 @@ func (a *App) tasksToday(ctx context.Context) int64 {
 
 // nodes is GET /api/v1/nodes?capability=.
 func (a *App) nodes(c echo.Context) error {
-	return c.JSON(http.StatusOK, a.hub.List(c.QueryParam("capability")))
+	return c.JSON(http.StatusOK, a.dir.List(c.QueryParam("capability")))
 }
 
 // reputation is GET /api/v1/reputation/{node_id}.

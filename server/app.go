@@ -47,6 +47,10 @@ type App struct {
 	watcher  *tasks.Watcher
 	auth     *authCache
 	metrics  *httpMetrics
+	dir      nodes.Directory
+
+	// Shared state, with a Redis URL (nil otherwise): see cluster.go.
+	cluster *cluster
 
 	echo     *echo.Echo
 	http     *http.Server
@@ -96,10 +100,25 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.store = st
 	a.writer = store.NewWriter(st, store.WriterConfig{FlushInterval: cfg.StoreFlushInterval, Registerer: a.registry, Logger: a.log})
 	a.rep = store.NewReputation(st, a.writer, store.ReputationConfig{Logger: a.log})
-	a.limiter = ratelimit.NewMemory(ratelimit.MemoryConfig{})
 	a.rlm = ratelimit.NewMetrics(a.registry)
-	a.bus = bus.NewMemory()
 	a.auth = newAuthCache(st)
+
+	// The mode (DESIGN §3) decides the bus, limiter, claims and directory.
+	var claims nodes.Claims = nodes.NewMemoryClaims()
+	a.limiter = ratelimit.NewMemory(ratelimit.MemoryConfig{})
+	a.bus = bus.NewMemory()
+	if cfg.RedisURL != "" {
+		c, err := a.connectCluster(ctx)
+		if err != nil {
+			return nil, err
+		}
+		_ = a.limiter.Close()
+		a.limiter = c.limiter
+		if cfg.Multi() {
+			_ = a.bus.Close()
+			a.bus, claims = c.bus, c.claims
+		}
+	}
 
 	tm := tasks.NewMetrics(a.registry)
 	a.tracker = tasks.NewTracker()
@@ -107,13 +126,23 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.hub = nodes.NewHub(nodes.Config{
 		Instance: a.instanceID, MaxNodesPerAccount: cfg.MaxNodesPerAccount, DefaultConcurrency: cfg.DefaultConcurrency,
 		PingInterval: cfg.PingInterval, RegisterTimeout: cfg.RegisterTimeout, MaxMessageBytes: cfg.MaxMessageBytes, Logger: a.log, Registerer: a.registry,
-	}, nodeAuth{a}, nodes.NewMemoryClaims(), a.owner)
+	}, nodeAuth{a}, claims, a.owner)
 	a.owner.SetSessions(a.hub)
 	a.hub.BeforeAttach = a.nodeArriving
+	a.dir = a.hub
+	var clusterHealthy func() bool
+	watch := tasks.WatcherConfig{Instance: a.instanceID, Interval: cfg.WatchInterval, Logger: a.log}
+	if cfg.Multi() {
+		a.cluster.wire(a)
+		a.dir = a.cluster.dir
+		clusterHealthy = a.cluster.healthy
+		watch.Alive = a.cluster.registry.Alive
+	}
 	a.disp = tasks.NewDispatcher(tasks.DispatcherConfig{
-		Instance: a.instanceID, TaskTimeout: cfg.TaskTimeout, StreamMax: cfg.StreamMax, QueueTimeout: cfg.QueueTimeout, Logger: a.log,
-	}, a.hub, a.standing, a.owner, a.bus, a.tracker, recorder{a}, tm)
-	a.watcher = tasks.NewWatcher(tasks.WatcherConfig{Instance: a.instanceID, Logger: a.log}, a.bus, a.tracker, a.owner, tm)
+		Instance: a.instanceID, TaskTimeout: cfg.TaskTimeout, StreamMax: cfg.StreamMax, QueueTimeout: cfg.QueueTimeout,
+		ClusterHealthy: clusterHealthy, Logger: a.log,
+	}, a.dir, a.standing, a.owner, a.bus, a.tracker, recorder{a}, tm)
+	a.watcher = tasks.NewWatcher(watch, a.bus, a.tracker, a.owner, tm)
 	a.registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "switchyard", Subsystem: "tasks", Name: "in_flight",
 			Help: "Tasks waiting for their outcome on this (requesting) instance."}, func() float64 { return float64(a.tracker.Len()) }),
@@ -122,11 +151,18 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	)
 	a.metrics = newHTTPMetrics(a.registry)
 
+	// The subscription is confirmed before the instance announces itself,
+	// so it never misses a reply to something another instance saw it offer.
 	sub, err := a.bus.Subscribe(ctx, a.instanceID, tasks.BusHandler(a.owner, a.tracker, tm))
 	if err != nil {
 		return nil, fmt.Errorf("bus: subscribe: %w", err)
 	}
 	a.sub = sub
+	if a.cluster != nil {
+		if err := a.cluster.start(ctx, a); err != nil {
+			return nil, err
+		}
+	}
 
 	a.echo = a.routes()
 	a.http = &http.Server{
@@ -163,6 +199,9 @@ func (a *App) Run(ctx context.Context) error {
 		defer a.bg.Done()
 		a.watcher.Run(a.root)
 	}()
+	if a.cluster != nil {
+		a.cluster.run(a)
+	}
 	go func() {
 		defer a.bg.Done()
 		// Instances that share a database converge on each node's counters.
@@ -193,7 +232,11 @@ func (a *App) storeKind() string {
 func (a *App) drain() {
 	start := time.Now()
 	a.draining.Store(true)
+	a.owner.SetDraining()
 	a.log.Info("draining", "in_flight", a.tracker.Len(), "forwarding", a.owner.Len(), "timeout", a.cfg.DrainTimeout)
+	if a.cluster != nil {
+		a.cluster.drainStart(a)
+	}
 
 	deadline := time.Now().Add(a.cfg.DrainTimeout)
 	tick := time.NewTicker(20 * time.Millisecond)
@@ -212,6 +255,9 @@ func (a *App) drain() {
 	}
 	if err := a.http.Shutdown(ctx); err != nil {
 		a.log.Warn("closing HTTP connections", "err", err)
+	}
+	if a.cluster != nil {
+		a.cluster.deregister(ctx, a)
 	}
 	a.stopRoot()
 	a.bg.Wait()
@@ -233,6 +279,9 @@ func (a *App) closeAll() {
 	}
 	if a.limiter != nil {
 		_ = a.limiter.Close()
+	}
+	if a.cluster != nil {
+		a.cluster.close()
 	}
 	if a.writer != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

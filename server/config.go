@@ -18,6 +18,22 @@ type Config struct {
 	InstanceName string // default the host name; shown in logs and status
 	Version      string // reported by /api/v1/status
 
+	// RedisURL (redis://host:6379/0) turns on shared state: a Redis bus,
+	// registry, fenced node claims, directory and rate limits. Several
+	// instances then act as one (multi-instance mode, which needs
+	// PostgreSQL), unless SingleInstance is set.
+	RedisURL string
+	// RedisCluster reads RedisURL as a Redis Cluster URL (redis://h1:6379?addr=h2:6379…).
+	RedisCluster bool
+	// SingleInstance, with RedisURL, runs one instance that keeps its bus in
+	// process, takes the Redis lock and refuses to start while another
+	// instance holds it (the rollback switch of multi-instance mode).
+	SingleInstance    bool
+	Namespace         string        // default "sy": the prefix of every Redis key and channel
+	HeartbeatInterval time.Duration // default 5s: registry, claims and directory refresh
+	LivenessTTL       time.Duration // default 15s: an instance (or claim) not refreshed for this long is gone
+	WatchInterval     time.Duration // default 250ms: how often the other side of each task is checked
+
 	OpenRegistration   bool          // POST /api/v1/register creates accounts for anyone
 	MaxNodesPerAccount int           // default 5
 	DefaultConcurrency int           // default 4: max_concurrency of a node that does not declare one
@@ -59,6 +75,12 @@ func (c Config) withDefaults() Config {
 	if c.Version == "" {
 		c.Version = "dev"
 	}
+	if c.Namespace == "" {
+		c.Namespace = "sy"
+	}
+	setDefault(&c.HeartbeatInterval, 5*time.Second)
+	setDefault(&c.LivenessTTL, 15*time.Second)
+	setDefault(&c.WatchInterval, 250*time.Millisecond)
 	setDefault(&c.MaxNodesPerAccount, 5)
 	setDefault(&c.DefaultConcurrency, 4)
 	setDefault(&c.TaskTimeout, 60*time.Second)
@@ -93,11 +115,32 @@ func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if c.InstanceName == "" {
+		bad("--instance-name must not be empty")
+	}
 	if strings.Contains(c.InstanceName, ":") {
 		bad("--instance-name %q must not contain ':' (it is part of Redis values)", c.InstanceName)
 	}
 	if c.DatabaseURL != "" && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
 		bad("--database-url must be a postgres:// URL (leave it empty to use SQLite in --data-dir)")
+	}
+	if c.RedisURL != "" && !strings.HasPrefix(c.RedisURL, "redis://") && !strings.HasPrefix(c.RedisURL, "rediss://") {
+		bad("--redis-url must be a redis:// or rediss:// URL")
+	}
+	if c.RedisURL == "" && c.SingleInstance {
+		bad("--multi-instance=false only matters with --redis-url (without Redis an instance is always single)")
+	}
+	if c.Multi() && c.DatabaseURL == "" {
+		bad("multi-instance mode (the default with --redis-url) needs --database-url (PostgreSQL): with SQLite each instance would keep its own history; to run one instance with Redis, add --multi-instance=false")
+	}
+	if strings.ContainsAny(c.Namespace, " {}:") {
+		bad("--namespace %q must not contain spaces, braces or ':'", c.Namespace)
+	}
+	if c.HeartbeatInterval <= 0 || 2*c.HeartbeatInterval > c.LivenessTTL {
+		bad("--heartbeat-interval (%s) must be positive and at most half of --liveness-ttl (%s), or a live instance could be taken for dead", c.HeartbeatInterval, c.LivenessTTL)
+	}
+	if c.WatchInterval <= 0 {
+		bad("--watch-interval must be positive")
 	}
 	if c.MaxNodesPerAccount < 1 {
 		bad("--max-nodes-per-account must be at least 1")
@@ -138,4 +181,18 @@ func (c Config) Validate() error {
 		bad("--store-flush-interval must be positive")
 	}
 	return errors.Join(errs...)
+}
+
+// Multi reports whether the configuration runs in multi-instance mode.
+func (c Config) Multi() bool { return c.RedisURL != "" && !c.SingleInstance }
+
+// Mode names the configuration's mode (DESIGN §3) for status and logs.
+func (c Config) Mode() string {
+	switch {
+	case c.Multi():
+		return "multi-instance"
+	case c.RedisURL != "":
+		return "single (Redis lock)"
+	}
+	return "single"
 }

@@ -14,9 +14,12 @@ import (
 // traffic, else 503 with the reason.
 func (a *App) health(c echo.Context) error {
 	checks := map[string]string{"store": "ok", "bus": "ok"}
-	reason := ""
-	if a.draining.Load() {
-		reason = "draining"
+	reason := a.notReady()
+	if a.cluster != nil {
+		checks["redis"] = "ok"
+		if !a.cluster.redisOK.Load() {
+			checks["redis"], checks["bus"] = "unreachable", "degraded: local nodes only"
+		}
 	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
@@ -35,6 +38,17 @@ func (a *App) health(c echo.Context) error {
 		return c.JSON(http.StatusServiceUnavailable, body)
 	}
 	return c.JSON(http.StatusOK, body)
+}
+
+// notReady returns why this instance should not get traffic now, or "".
+func (a *App) notReady() string {
+	if a.draining.Load() {
+		return "draining"
+	}
+	if a.cluster != nil {
+		return a.cluster.notReady()
+	}
+	return ""
 }
 
 func randomHex(n int) string {

@@ -61,7 +61,11 @@ type DispatcherConfig struct {
 	// QueueTimeout (default 10s) is how long a request waits for a free
 	// slot when every capable node is full, before it fails with nodes_busy.
 	QueueTimeout time.Duration
-	Logger       *slog.Logger // default slog.Default()
+	// ClusterHealthy, if set, reports whether the rest of the cluster is
+	// reachable (Redis is up). When it is not, a task no local node can run
+	// fails with 503 unavailable rather than 404.
+	ClusterHealthy func() bool
+	Logger         *slog.Logger // default slog.Default()
 }
 
 func (c DispatcherConfig) withDefaults() DispatcherConfig {
@@ -198,6 +202,10 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 		}
 		return out, err
 	}
+	if h := d.cfg.ClusterHealthy; h != nil && !h() {
+		return Outcome{}, &Error{Code: CodeUnavailable,
+			Message: "no node on this instance can run this task type, and the rest of the cluster is unreachable (Redis is down)"}
+	}
 	msg := "no node available for this task type"
 	if r.req.Trust == nodes.TrustOfficial {
 		msg = "no official node available for this task type"
@@ -253,6 +261,9 @@ func (d *Dispatcher) send(ctx context.Context, c nodes.Candidate, req *Request, 
 		return &Error{Code: CodeUnavailable, Message: "cannot reach the instance that holds the node: " + err.Error()}
 	case n == 0:
 		return refused("the node's instance is gone")
+	}
+	if t, ok := d.dir.(interface{ Assigned(nodeID string) }); ok {
+		t.Assigned(c.NodeID)
 	}
 	return nil
 }

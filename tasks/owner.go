@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"switchyard/bus"
@@ -34,7 +35,12 @@ type Owner struct {
 	fwd      *forwardTable
 	metrics  *Metrics
 	log      *slog.Logger
+	draining atomic.Bool
 }
+
+// SetDraining makes the owner refuse new assigns (the instance is
+// draining; requesters retry on another node). Tasks already here finish.
+func (o *Owner) SetDraining() { o.draining.Store(true) }
 
 var _ nodes.Events = (*Owner)(nil)
 
@@ -62,6 +68,10 @@ func (o *Owner) Len() int { return o.fwd.len() }
 // returns nil, the requester hears from this owner exactly once more: a
 // result or node_gone.
 func (o *Owner) Assign(e *bus.Envelope) error {
+	if o.draining.Load() {
+		o.metrics.refusals.WithLabelValues("draining").Inc()
+		return refused("the instance holding the node is draining")
+	}
 	s := o.sessions.Session(e.NodeID)
 	if s == nil || (e.Gen != 0 && s.Gen != e.Gen) {
 		o.metrics.refusals.WithLabelValues("not_connected").Inc()

@@ -3,6 +3,7 @@ package tasks
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"switchyard/bus"
@@ -12,7 +13,11 @@ import (
 type WatcherConfig struct {
 	Instance string        // this instance's id (required)
 	Interval time.Duration // default 250ms between checks
-	Logger   *slog.Logger  // default slog.Default()
+	// Alive, if set, is the backstop for a host that vanished without
+	// closing its sockets (Redis still counts its subscription): an
+	// instance whose alive key has expired is gone.
+	Alive  func(ctx context.Context, ids []string) (map[string]bool, error)
+	Logger *slog.Logger // default slog.Default()
 }
 
 // Watcher notices when the instance on the other side of a task is gone,
@@ -35,7 +40,13 @@ type Watcher struct {
 	metrics *Metrics
 	log     *slog.Logger
 	suspect map[string]bool // instances seen with no subscriber on the last check
+	grace   atomic.Int64    // unix nanos before which nobody is judged gone
 }
+
+// Grace suspends judgements for d: after this instance's own subscription
+// was restored (Redis restarted), the others may still be reconnecting,
+// and their registry entries may still be coming back.
+func (w *Watcher) Grace(d time.Duration) { w.grace.Store(time.Now().Add(d).UnixNano()) }
 
 // NewWatcher returns a watcher; Run starts it.
 func NewWatcher(cfg WatcherConfig, b bus.Bus, tracker *Tracker, owner *Owner, m *Metrics) *Watcher {
@@ -80,20 +91,29 @@ func (w *Watcher) Check(ctx context.Context, now time.Time) {
 			ids = append(ids, id)
 		}
 	}
+	if now.UnixNano() < w.grace.Load() {
+		clear(w.suspect)
+		return
+	}
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.Interval*4)
-	alive, err := w.bus.Receivers(cctx, ids)
+	receivers, err := w.bus.Receivers(cctx, ids)
+	var registered map[string]bool
+	if err == nil && w.cfg.Alive != nil {
+		registered, err = w.cfg.Alive(cctx, ids)
+	}
 	cancel()
 	if err != nil {
-		// The bus itself is down: that is not evidence that anyone died.
+		// Redis itself is unreachable: that is not evidence that anyone died.
 		w.log.Debug("watcher cannot check instances", "err", err)
 		return
 	}
 	next := map[string]bool{}
 	for _, id := range ids {
-		if alive[id] > 0 {
+		expired := registered != nil && !registered[id]
+		if receivers[id] > 0 && !expired {
 			continue
 		}
-		if !w.suspect[id] {
+		if !w.suspect[id] && !expired {
 			next[id] = true
 			continue
 		}

@@ -59,6 +59,13 @@ ws://HOST:PORT/ws/node; clients call http://HOST:PORT/api/v1/…`, stderr)
 	lf.register(fs)
 	fs.StringVar(&cfg.Listen, "listen", ":8800", "address to listen on for the API and node sockets")
 	fs.StringVar(&cfg.InstanceName, "instance-name", "", "human name of this instance in logs and status (default: the host name)")
+	fs.StringVar(&cfg.RedisURL, "redis-url", "", "Redis URL (redis://host:6379/0): share state with other instances (multi-instance mode, which needs --database-url)")
+	fs.BoolVar(&cfg.RedisCluster, "redis-cluster", false, "read --redis-url as a Redis Cluster URL (redis://h1:6379?addr=h2:6379&addr=h3:6379)")
+	multi := fs.Bool("multi-instance", true, "with --redis-url, act as one service with the other instances; false runs this one alone, holding a Redis lock (the rollback switch)")
+	fs.StringVar(&cfg.Namespace, "namespace", "sy", "prefix of every Redis key and channel; instances with the same Redis and namespace form one cluster")
+	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", 5*time.Second, "how often an instance refreshes its registration, node claims and directory")
+	fs.DurationVar(&cfg.LivenessTTL, "liveness-ttl", 15*time.Second, "an instance or node claim not refreshed for this long is gone (at least twice --heartbeat-interval)")
+	fs.DurationVar(&cfg.WatchInterval, "watch-interval", 250*time.Millisecond, "how often the instance on the other side of each task is checked (a dead one fails its tasks after two checks)")
 	fs.BoolVar(&cfg.OpenRegistration, "open-registration", false, "let anyone create an account with POST /api/v1/register")
 	fs.IntVar(&cfg.MaxNodesPerAccount, "max-nodes-per-account", 5, "nodes one account may have online at once")
 	fs.IntVar(&cfg.DefaultConcurrency, "default-max-concurrency", 4, "tasks at once for a node that does not declare max_concurrency")
@@ -87,6 +94,10 @@ ws://HOST:PORT/ws/node; clients call http://HOST:PORT/api/v1/…`, stderr)
 		return err
 	}
 	cfg.DataDir, cfg.DatabaseURL, cfg.Logger, cfg.Version = sf.dataDir, sf.databaseURL, log, version
+	cfg.SingleInstance = !*multi && cfg.RedisURL != ""
+	if !*multi && cfg.RedisURL == "" {
+		return fmt.Errorf("--multi-instance=false only matters with --redis-url (without Redis an instance is always single)")
+	}
 	app, err := server.New(ctx, cfg)
 	if err != nil {
 		return err
