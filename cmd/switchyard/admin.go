@@ -34,6 +34,9 @@ func adminFlags(name, summary string, stderr io.Writer) (*flagSet, *storeFlags, 
 }
 
 func runAccounts(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && isHelp(args[0]) {
+		args = []string{"create", "--help"} // the only subcommand
+	}
 	if len(args) == 0 || args[0] != "create" {
 		return fmt.Errorf(`usage: switchyard accounts create --name NAME [--email EMAIL] [--trust community|official]`)
 	}
@@ -57,8 +60,10 @@ the last line of stdout, so scripts can take it with "| tail -n1".`, stderr)
 	switch {
 	case errors.Is(err, store.ErrConflict):
 		return fmt.Errorf("an account named %q exists already; add a key to it with: switchyard keys create --account %s", *name, *name)
-	case errors.Is(err, store.ErrInvalid):
+	case errors.Is(err, store.ErrInvalid) && *trust != store.TrustCommunity && *trust != store.TrustOfficial:
 		return fmt.Errorf("--trust %q: use community or official", *trust)
+	case errors.Is(err, store.ErrInvalid):
+		return errors.New("--name and --email must be UTF-8 text without NUL bytes")
 	case err != nil:
 		return err
 	}
@@ -74,10 +79,24 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return errors.New(use)
 	}
 	sub := args[0]
+	switch {
+	case isHelp(sub):
+		// The three subcommands share their flags: show them.
+		sub, args = "create|list|revoke", []string{sub, "--help"}
+	case sub != "create" && sub != "list" && sub != "revoke":
+		return errors.New(use)
+	}
 	fs, sf, lf := adminFlags("keys "+sub, "Manages API keys. Keys are stored as SHA-256; a new key is printed once, alone on the last line.", stderr)
 	account := fs.String("account", "", "the account, by name or id")
 	if err := fs.parse(args[1:]); err != nil {
 		return err
+	}
+	// Refuse bad arguments before opening (and perhaps creating) a store.
+	switch {
+	case sub == "revoke" && fs.NArg() != 1:
+		return errors.New("usage: switchyard keys revoke [flags] KEY_ID|PREFIX (flags go before the key; see switchyard keys list)")
+	case sub == "create" && *account == "":
+		return errors.New("--account is required (an account name or id)")
 	}
 	st, err := openStore(ctx, *sf, *lf, stderr)
 	if err != nil {
@@ -119,9 +138,6 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return tw.Flush()
 	case "revoke":
-		if fs.NArg() != 1 {
-			return errors.New("usage: switchyard keys revoke KEY_ID|PREFIX (see switchyard keys list)")
-		}
 		if err := st.RevokeKey(ctx, fs.Arg(0)); errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("no live key %q (see switchyard keys list)", fs.Arg(0))
 		} else if err != nil {
@@ -190,7 +206,13 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"status": status, "health": health})
+		if err := enc.Encode(map[string]any{"status": status, "health": health}); err != nil {
+			return err
+		}
+		if code != http.StatusOK {
+			return errors.New("the server is not ready")
+		}
+		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	for _, k := range []string{"instance_name", "instance_id", "version", "mode", "store", "online_nodes", "tasks_in_flight", "total_tasks_today", "uptime_seconds"} {

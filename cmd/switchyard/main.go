@@ -50,7 +50,7 @@ func main() {
 // call it.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd := "serve"
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+	if len(args) > 0 && (isHelp(args[0]) || len(args[0]) > 0 && args[0][0] != '-') {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
@@ -69,10 +69,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "version":
 		fmt.Fprintln(stdout, version)
 		return nil
-	case "help", "-h", "--help":
+	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("unknown command %q", cmd)
+}
+
+// isHelp reports whether arg asks for help, as the flag package understands it.
+func isHelp(arg string) bool {
+	return arg == "help" || arg == "-h" || arg == "-help" || arg == "--help"
 }
