@@ -197,6 +197,10 @@ func (a *App) Run(ctx context.Context) error {
 	a.bg.Add(2)
 	go func() {
 		defer a.bg.Done()
+		if a.cfg.UnsafeNoWatcher {
+			a.log.Warn("the owner-liveness watcher is off (--unsafe-no-watcher): tasks of a dead instance will wait for their deadline")
+			return
+		}
 		a.watcher.Run(a.root)
 	}()
 	if a.cluster != nil {

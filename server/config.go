@@ -33,6 +33,10 @@ type Config struct {
 	HeartbeatInterval time.Duration // default 5s: registry, claims and directory refresh
 	LivenessTTL       time.Duration // default 15s: an instance (or claim) not refreshed for this long is gone
 	WatchInterval     time.Duration // default 250ms: how often the other side of each task is checked
+	// UnsafeNoWatcher turns the owner-liveness watcher off, so tasks of a dead
+	// instance wait for their deadline. Only for proving that the load test
+	// catches it; never in production.
+	UnsafeNoWatcher bool
 
 	OpenRegistration   bool          // POST /api/v1/register creates accounts for anyone
 	MaxNodesPerAccount int           // default 5
