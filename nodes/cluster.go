@@ -61,8 +61,11 @@ type remoteNode struct {
 // dirEntry is one node in an instance's directory hash.
 type dirEntry struct {
 	NodeView
-	Gen       uint64 `json:"gen"`
-	FreeSlots int    `json:"free_slots"`
+	Gen         uint64  `json:"gen"`
+	FreeSlots   int     `json:"free_slots"`
+	HasBench    bool    `json:"has_benchmark,omitempty"`
+	BenchMs     float64 `json:"benchmark_ms,omitempty"`
+	BenchFailed bool    `json:"benchmark_failed,omitempty"`
 }
 
 // NewClusterDirectory returns a directory over hub and the Redis at rdb.
@@ -136,7 +139,9 @@ func (d *ClusterDirectory) Publish(ctx context.Context) error {
 	sessions := d.hub.Sessions()
 	fields := make([]any, 0, 2*len(sessions))
 	for _, s := range sessions {
-		b, err := json.Marshal(dirEntry{NodeView: s.View(d.cfg.Instance), Gen: s.Gen, FreeSlots: s.FreeSlots()})
+		has, ms, failed := s.benchFields()
+		b, err := json.Marshal(dirEntry{NodeView: s.View(d.cfg.Instance), Gen: s.Gen, FreeSlots: s.FreeSlots(),
+			HasBench: has, BenchMs: ms, BenchFailed: failed})
 		if err != nil {
 			return err
 		}
@@ -240,6 +245,7 @@ func (d *ClusterDirectory) Candidates(dst []Candidate, capability string) []Cand
 		dst = append(dst, Candidate{
 			NodeID: n.entry.NodeID, Owner: n.entry.Instance, Gen: n.entry.Gen, Trust: n.entry.Trust,
 			FreeSlots: n.entry.FreeSlots - int(n.taken.Load()), CPU: n.entry.CPUPercent,
+			HasBench: n.entry.HasBench, BenchMs: n.entry.BenchMs, BenchFailed: n.entry.BenchFailed,
 		})
 	}
 	return dst

@@ -14,6 +14,10 @@ type Candidate struct {
 	FreeSlots int
 	CPU       float64
 	Session   *Session // the session when the node is connected here, else nil
+
+	HasBench    bool    // the node has a benchmark profile
+	BenchMs     float64 // its average response time
+	BenchFailed bool    // and whether some prompt failed
 }
 
 // NodeView is a node as GET /api/v1/nodes shows it.
@@ -52,9 +56,11 @@ var _ Directory = (*Hub)(nil)
 // Candidates implements Directory.
 func (h *Hub) Candidates(dst []Candidate, capability string) []Candidate {
 	for _, s := range h.withCapability(capability) {
+		has, ms, failed := s.benchFields()
 		dst = append(dst, Candidate{
 			NodeID: s.NodeID, Owner: h.cfg.Instance, Gen: s.Gen, Trust: s.Info.Trust,
 			FreeSlots: s.FreeSlots(), CPU: s.CPU(), Session: s,
+			HasBench: has, BenchMs: ms, BenchFailed: failed,
 		})
 	}
 	return dst

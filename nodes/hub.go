@@ -43,8 +43,15 @@ type Config struct {
 	WriteTimeout       time.Duration // default 10s per message
 	SendQueue          int           // default 256 messages; a node further behind is dropped
 	MaxMessageBytes    int64         // default 4 MiB; a larger message closes the socket with 1009
-	Logger             *slog.Logger  // default slog.Default()
-	Registerer         prometheus.Registerer
+	// Benchmarks, if set, keeps node benchmark profiles, and nodes are asked
+	// for one after they register and whenever theirs is older than
+	// BenchmarkMaxAge (default 6h); a request unanswered for
+	// BenchmarkReplyTimeout (default 300s) is given up. nil: no benchmarks.
+	Benchmarks            Benchmarks
+	BenchmarkMaxAge       time.Duration
+	BenchmarkReplyTimeout time.Duration
+	Logger                *slog.Logger // default slog.Default()
+	Registerer            prometheus.Registerer
 }
 
 func (c Config) withDefaults() Config {
@@ -71,6 +78,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = 4 << 20
+	}
+	if c.BenchmarkMaxAge == 0 {
+		c.BenchmarkMaxAge = 6 * time.Hour
+	}
+	if c.BenchmarkReplyTimeout == 0 {
+		c.BenchmarkReplyTimeout = 300 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -112,7 +125,8 @@ type Hub struct {
 	byCap    map[string][]*Session // capability → sessions; rebuilt on change, read without copying
 	serving  int                   // Serve calls in progress
 	draining bool
-	idle     chan struct{} // closed when draining and serving reaches 0
+	bg       sync.WaitGroup // benchmark saves in flight
+	idle     chan struct{}  // closed when draining and serving reaches 0
 }
 
 // NewHub returns a hub. events receives task traffic from every session.
@@ -230,6 +244,7 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string) er
 		prev.Close(CloseReplaced, "replaced by a newer connection")
 	}
 	go s.writeLoop(ctx)
+	h.startBenchmark(ctx, s)
 	if claim.PrevOwner != "" && claim.PrevOwner != h.cfg.Instance && h.OnReplaced != nil {
 		h.OnReplaced(nodeID, claim.PrevOwner, claim.Gen)
 	}
@@ -490,6 +505,7 @@ func (h *Hub) Shutdown(ctx context.Context) error {
 	}
 	select {
 	case <-h.idle:
+		h.bg.Wait()
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("nodes: %d connections still open: %w", h.Len(), ctx.Err())

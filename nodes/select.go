@@ -9,7 +9,9 @@ import (
 // then never picked.
 const TrustOfficial = "official"
 
-// Standing is what reputation and benchmarks say of a node.
+// Standing is what reputation and benchmarks say of a node. Select fills
+// the benchmark fields from the candidate (the owner knows them); the rest
+// comes from the reputation cache.
 type Standing struct {
 	Score       float64 // reputation, 0-100 (50 for a new node)
 	AvgMs       float64 // average response time; 0 when unknown
@@ -40,6 +42,7 @@ func Select(cands []Candidate, p Pick, standing func(nodeID string) Standing) (b
 			continue
 		}
 		st := standing(c.NodeID)
+		st.HasBench, st.BenchMs, st.BenchFailed = c.HasBench, c.BenchMs, c.BenchFailed
 		if st.Suspended {
 			continue
 		}

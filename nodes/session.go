@@ -77,9 +77,11 @@ type Session struct {
 	writerDone  chan struct{}
 	closedOnce  sync.Once
 
-	inflight   atomic.Int32
-	cpuBits    atomic.Uint64 // float64 bits of the last heartbeat's cpu_percent
-	lastSeenNs atomic.Int64
+	inflight    atomic.Int32
+	cpuBits     atomic.Uint64 // float64 bits of the last heartbeat's cpu_percent
+	lastSeenNs  atomic.Int64
+	benchSentAt atomic.Int64                 // unix nanos of the outstanding benchmark request; 0: none
+	bench       atomic.Pointer[benchSummary] // the latest benchmark, for routing
 }
 
 func (s *Session) held() Held { return Held{NodeID: s.NodeID, AccountID: s.Info.AccountID, Gen: s.Gen} }
@@ -263,6 +265,7 @@ func (s *Session) handle(data []byte) {
 	case MsgHeartbeat:
 		hb := DecodeHeartbeat(msg.Payload)
 		s.cpuBits.Store(math.Float64bits(hb.CPUPercent))
+		s.hub.maybeBenchmark(s, time.Now())
 	case MsgTaskChunk:
 		c, err := DecodeChunk(msg.Payload)
 		if err != nil {
@@ -283,8 +286,7 @@ func (s *Session) handle(data []byte) {
 		}
 		s.hub.events.Result(s, r)
 	case MsgBenchmarkResult:
-		// Benchmarks are not solicited yet, and an unsolicited result is ignored.
-		s.hub.metrics.invalid.WithLabelValues("unsolicited_benchmark").Inc()
+		s.hub.benchmarkResult(s, msg.Payload)
 	case MsgNodeRegister:
 		s.hub.metrics.invalid.WithLabelValues("out_of_order").Inc()
 		s.SendError(CodeUnexpectedMessage, "this connection is already registered")

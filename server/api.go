@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -221,4 +222,18 @@ func (a *App) register(c echo.Context) error {
 	}
 	a.log.Info("account registered", "account_id", acct.ID)
 	return c.JSON(http.StatusOK, map[string]string{"api_key": key, "account_id": acct.ID})
+}
+
+// benchmark is GET /api/v1/benchmark/{node_id}: the node's latest benchmark
+// profile, or null.
+func (a *App) benchmark(c echo.Context) error {
+	id := c.Param("node_id")
+	raw, _, err := a.store.Benchmark(c.Request().Context(), id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return c.JSON(http.StatusOK, map[string]any{"node_id": id, "benchmark": nil})
+	case err != nil:
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"node_id": id, "benchmark": json.RawMessage(raw)})
 }

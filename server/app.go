@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -123,10 +124,14 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	tm := tasks.NewMetrics(a.registry)
 	a.tracker = tasks.NewTracker()
 	a.owner = tasks.NewOwner(a.root, tasks.OwnerConfig{Instance: a.instanceID, ResultMaxBytes: cfg.ResultMaxBytes, Logger: a.log}, a.bus, a.tracker.Deliver, tm)
-	a.hub = nodes.NewHub(nodes.Config{
+	hubCfg := nodes.Config{
 		Instance: a.instanceID, MaxNodesPerAccount: cfg.MaxNodesPerAccount, DefaultConcurrency: cfg.DefaultConcurrency,
 		PingInterval: cfg.PingInterval, RegisterTimeout: cfg.RegisterTimeout, MaxMessageBytes: cfg.MaxMessageBytes, Logger: a.log, Registerer: a.registry,
-	}, nodeAuth{a}, claims, a.owner)
+	}
+	if !cfg.NoNodeBenchmarks {
+		hubCfg.Benchmarks, hubCfg.BenchmarkMaxAge = benchStore{st}, cfg.BenchmarkMaxAge
+	}
+	a.hub = nodes.NewHub(hubCfg, nodeAuth{a}, claims, a.owner)
 	a.owner.SetSessions(a.hub)
 	a.hub.BeforeAttach = a.nodeArriving
 	a.dir = a.hub
@@ -325,6 +330,30 @@ type recorder struct{ a *App }
 
 func (r recorder) RecordTask(rec store.TaskRecord) { r.a.writer.AddTask(rec) }
 func (r recorder) RecordOutcome(o store.Outcome)   { r.a.rep.Observe(o) }
+
+// benchStore keeps node benchmark profiles in the store, where every
+// instance sees them.
+type benchStore struct{ st store.Store }
+
+func (b benchStore) Last(ctx context.Context, nodeID string) (nodes.BenchmarkProfile, error) {
+	raw, _, err := b.st.Benchmark(ctx, nodeID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nodes.BenchmarkProfile{}, nodes.ErrNoBenchmark
+	}
+	if err != nil {
+		return nodes.BenchmarkProfile{}, err
+	}
+	var p nodes.BenchmarkProfile
+	return p, json.Unmarshal(raw, &p)
+}
+
+func (b benchStore) Save(ctx context.Context, p nodes.BenchmarkProfile) error {
+	raw, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return b.st.SaveBenchmark(ctx, p.NodeID, raw, time.Unix(p.Timestamp, 0))
+}
 
 // nodeAuth resolves node API keys through the same cache as the API.
 type nodeAuth struct{ a *App }

@@ -60,6 +60,11 @@ type Config struct {
 
 	StoreFlushInterval time.Duration // default 200ms: how often task records are written
 
+	// NoNodeBenchmarks stops sending nodes the benchmark probe after they
+	// register (and every 6 h); routing then has no benchmark to go by.
+	NoNodeBenchmarks bool
+	BenchmarkMaxAge  time.Duration // default 6h: a node's benchmark older than this is redone
+
 	Logger *slog.Logger // default slog.Default()
 }
 

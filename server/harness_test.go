@@ -51,6 +51,9 @@ func startApp(t testing.TB, mutate func(*Config)) *testApp {
 		Listen: "127.0.0.1:0", DataDir: t.TempDir(), Logger: testLogger(t),
 		RequestRate: -1, PublicRate: -1, HandshakeRate: -1, RegisterRate: -1,
 		DrainTimeout: 5 * time.Second, StoreFlushInterval: 20 * time.Millisecond,
+		// Raw test nodes would otherwise get a benchmark probe after
+		// registering; the benchmark tests turn it back on.
+		NoNodeBenchmarks: true,
 	}
 	if mutate != nil {
 		mutate(&cfg)

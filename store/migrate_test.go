@@ -14,7 +14,7 @@ import (
 	"switchyard/store"
 )
 
-var wantApplied = []string{"00001_init.sql"}
+var wantApplied = []string{"00001_init.sql", "00002_benchmarks.sql"}
 
 func checkMigrateTwice(t *testing.T, opts store.Options) {
 	t.Helper()
@@ -125,7 +125,7 @@ func checkConcurrentMigrate(t *testing.T, dbURL string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"accounts", "api_keys", "goose_db_version", "node_stats", "ratings", "tasks"}
+	want := []string{"accounts", "api_keys", "benchmarks", "goose_db_version", "node_stats", "ratings", "tasks"}
 	if !slices.Equal(tables, want) {
 		t.Errorf("tables in %s: %v, want %v", schema, tables, want)
 	}

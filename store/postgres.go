@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -319,6 +320,29 @@ func (s *pgStore) RecordNode(ctx context.Context, nodeID, accountID, name string
 		ON CONFLICT (node_id) DO UPDATE SET account_id = EXCLUDED.account_id, name = EXCLUDED.name`,
 		nodeID, accountID, cleanText(name))
 	return wrapErr("record node", err)
+}
+
+func (s *pgStore) SaveBenchmark(ctx context.Context, nodeID string, profile []byte, at time.Time) error {
+	if nodeID == "" || !json.Valid(profile) {
+		return fmt.Errorf("store: save benchmark: empty node id or invalid JSON: %w", ErrInvalid)
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO benchmarks (node_id, profile, measured_at) VALUES ($1, $2, $3)
+		ON CONFLICT (node_id) DO UPDATE SET profile = EXCLUDED.profile, measured_at = EXCLUDED.measured_at`,
+		nodeID, string(profile), dbTime(at))
+	return wrapErr("save benchmark", err)
+}
+
+func (s *pgStore) Benchmark(ctx context.Context, nodeID string) ([]byte, time.Time, error) {
+	var profile []byte
+	var at time.Time
+	err := s.pool.QueryRow(ctx, `SELECT profile::text, measured_at FROM benchmarks WHERE node_id = $1`, nodeID).Scan(&profile, &at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, time.Time{}, fmt.Errorf("store: benchmark of %s: %w", nodeID, ErrNotFound)
+	}
+	if err != nil {
+		return nil, time.Time{}, wrapErr("benchmark", err)
+	}
+	return profile, at.UTC(), nil
 }
 
 func (s *pgStore) ApplyOutcomes(ctx context.Context, outs []Outcome) error {

@@ -383,6 +383,26 @@ func (s *sqliteStore) RecordNode(ctx context.Context, nodeID, accountID, name st
 	return wrapErr("record node", err)
 }
 
+func (s *sqliteStore) SaveBenchmark(ctx context.Context, nodeID string, profile []byte, at time.Time) error {
+	if nodeID == "" || !json.Valid(profile) {
+		return fmt.Errorf("store: save benchmark: empty node id or invalid JSON: %w", ErrInvalid)
+	}
+	_, err := s.db.ExecContext(ctx, `INSERT INTO benchmarks (node_id, profile, measured_at) VALUES (?, ?, ?)
+		ON CONFLICT (node_id) DO UPDATE SET profile = excluded.profile, measured_at = excluded.measured_at`,
+		nodeID, string(profile), micro(at))
+	return wrapErr("save benchmark", err)
+}
+
+func (s *sqliteStore) Benchmark(ctx context.Context, nodeID string) ([]byte, time.Time, error) {
+	var profile string
+	var at int64
+	err := s.db.QueryRowContext(ctx, `SELECT profile, measured_at FROM benchmarks WHERE node_id = ?`, nodeID).Scan(&profile, &at)
+	if err != nil {
+		return nil, time.Time{}, notFound(err, "benchmark of %s", nodeID)
+	}
+	return []byte(profile), fromMicro(at), nil
+}
+
 func (s *sqliteStore) ApplyOutcomes(ctx context.Context, outs []Outcome) error {
 	if len(outs) == 0 {
 		return nil

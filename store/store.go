@@ -174,6 +174,13 @@ type Store interface {
 	// A task can be rated whatever its status, if a node served it.
 	Rate(ctx context.Context, taskID, accountID string, rating int, now time.Time) ([]string, error)
 
+	// SaveBenchmark stores a node's latest benchmark profile (JSON), replacing
+	// the one before.
+	SaveBenchmark(ctx context.Context, nodeID string, profile []byte, at time.Time) error
+	// Benchmark returns a node's latest profile and when it was measured;
+	// ErrNotFound when it has none.
+	Benchmark(ctx context.Context, nodeID string) ([]byte, time.Time, error)
+
 	// Ping checks the database is reachable (readiness).
 	Ping(ctx context.Context) error
 	Close() error

@@ -1,6 +1,9 @@
 package storetest
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -169,4 +172,38 @@ func sameStats(a, b store.NodeStats) bool {
 	ta, tb := a, b
 	ta.LastTaskAt, ta.SuspendedUntil, tb.LastTaskAt, tb.SuspendedUntil = nil, nil, nil, nil
 	return ta == tb && sameTime(a.LastTaskAt, b.LastTaskAt) && sameTime(a.SuspendedUntil, b.SuspendedUntil)
+}
+
+func testBenchmarks(t *testing.T, st store.Store) {
+	ctx := context.Background()
+	if _, _, err := st.Benchmark(ctx, "n1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Benchmark of a node without one = %v, want ErrNotFound", err)
+	}
+	at := time.Date(2026, 11, 30, 10, 0, 0, 123456000, time.UTC)
+	if err := st.SaveBenchmark(ctx, "n1", []byte(`{"avg_response_ms": 12.5, "benchmark_passed": true}`), at); err != nil {
+		t.Fatal(err)
+	}
+	later := at.Add(time.Hour)
+	if err := st.SaveBenchmark(ctx, "n1", []byte(`{"avg_response_ms":40,"benchmark_passed":false}`), later); err != nil {
+		t.Fatal(err)
+	}
+	profile, got, err := st.Benchmark(ctx, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p map[string]any
+	if err := json.Unmarshal(profile, &p); err != nil || p["avg_response_ms"] != 40.0 || p["benchmark_passed"] != false {
+		t.Fatalf("profile %s (%v): want the latest one", profile, err)
+	}
+	if !got.Equal(later) {
+		t.Fatalf("measured at %s, want %s", got, later)
+	}
+	for _, bad := range [][]byte{nil, []byte("{"), []byte("not json")} {
+		if err := st.SaveBenchmark(ctx, "n2", bad, at); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("SaveBenchmark(%q) = %v, want ErrInvalid", bad, err)
+		}
+	}
+	if err := st.SaveBenchmark(ctx, "", []byte(`{}`), at); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("SaveBenchmark with no node id = %v, want ErrInvalid", err)
+	}
 }

@@ -43,6 +43,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"RateErrors", testRateErrors},
 		{"RateWindow", testRateWindow},
 		{"RateAnyStatusWithNodes", testRateAnyStatus},
+		{"Benchmarks", testBenchmarks},
 		{"ConcurrentKeys", testConcurrentKeys},
 		{"ConcurrentAccountsSameName", testConcurrentSameName},
 		{"ConcurrentWriteTasks", testConcurrentWriteTasks},

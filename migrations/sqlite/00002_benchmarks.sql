@@ -1,0 +1,11 @@
+-- Node benchmarks: the last profile each node produced (issue 5).
+
+-- +goose Up
+CREATE TABLE benchmarks (
+    node_id     TEXT PRIMARY KEY,
+    profile     TEXT NOT NULL,    -- JSON, as GET /api/v1/benchmark/{node_id} shows it
+    measured_at INTEGER NOT NULL  -- unix microseconds
+);
+
+-- +goose Down
+DROP TABLE benchmarks;

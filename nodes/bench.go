@@ -1,0 +1,180 @@
+package nodes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+	"unicode/utf8"
+)
+
+// BenchmarkPrompts are the short probes a node answers after it registers
+// (GemmaNet's).
+var BenchmarkPrompts = []string{
+	"Reply with exactly: Hello GemmaNet",
+	"Write a 50-word paragraph about AI.",
+	"BENCHMARK_ECHO_TEST",
+}
+
+// ErrNoBenchmark is what a Benchmarks store returns for a node without one.
+var ErrNoBenchmark = errors.New("no benchmark")
+
+// Benchmarks keeps each node's latest benchmark profile (the server backs
+// it with the store, so every instance sees it).
+type Benchmarks interface {
+	// Last returns the node's stored profile, or ErrNoBenchmark.
+	Last(ctx context.Context, nodeID string) (BenchmarkProfile, error)
+	Save(ctx context.Context, p BenchmarkProfile) error
+}
+
+// BenchmarkProfile is a node's benchmark as GET /api/v1/benchmark shows it.
+// The timing is the coordinator's own round-trip measurement, not what the
+// node reports, so a node cannot fake a fast profile.
+type BenchmarkProfile struct {
+	NodeID                string          `json:"node_id"`
+	AvgResponseMs         float64         `json:"avg_response_ms"`
+	EstimatedTokensPerSec float64         `json:"estimated_tokens_per_sec"`
+	BenchmarkPassed       bool            `json:"benchmark_passed"`
+	Results               []BenchmarkItem `json:"results"`
+	Timestamp             int64           `json:"timestamp"` // unix seconds
+}
+
+// BenchmarkItem is one prompt's answer, as the node reported it (trimmed).
+type BenchmarkItem struct {
+	Prompt   string `json:"prompt"`
+	Response string `json:"response"`
+	TimeMs   int64  `json:"time_ms"`
+	Success  bool   `json:"success"`
+}
+
+// benchSummary is what routing needs of a profile.
+type benchSummary struct {
+	avgMs  float64
+	passed bool
+	at     time.Time
+}
+
+// NewBenchmarkProfile builds a profile from a node's benchmark_result
+// payload and the round trip the coordinator measured. The payload is read
+// leniently: what cannot be read counts as a failed answer.
+func NewBenchmarkProfile(nodeID string, payload json.RawMessage, measured time.Duration, now time.Time) BenchmarkProfile {
+	var raw struct {
+		Results []map[string]any `json:"results"`
+	}
+	_ = json.Unmarshal(payload, &raw)
+	var items []BenchmarkItem
+	for _, r := range raw.Results {
+		if len(items) == len(BenchmarkPrompts) {
+			break
+		}
+		prompt, _ := r["prompt"].(string)
+		response, _ := r["response"].(string)
+		success, _ := r["success"].(bool)
+		items = append(items, BenchmarkItem{
+			Prompt: clipRunes(prompt, 200), Response: clipRunes(response, 500),
+			TimeMs: int64(min(number(r["time_ms"]), 1e9)), Success: success,
+		})
+	}
+	n := max(len(items), 1)
+	passed := len(items) > 0
+	out := 0
+	for _, it := range items {
+		passed = passed && it.Success
+		out += utf8.RuneCountInString(it.Response)
+	}
+	if items == nil {
+		items = []BenchmarkItem{}
+	}
+	ms := float64(measured.Microseconds()) / 1000
+	return BenchmarkProfile{
+		NodeID:                nodeID,
+		AvgResponseMs:         round1(ms / float64(n)),
+		EstimatedTokensPerSec: round2(float64(out) / max(measured.Seconds(), 0.001)),
+		BenchmarkPassed:       passed,
+		Results:               items,
+		Timestamp:             now.Unix(),
+	}
+}
+
+func (p BenchmarkProfile) summary() *benchSummary {
+	return &benchSummary{avgMs: p.AvgResponseMs, passed: p.BenchmarkPassed, at: time.Unix(p.Timestamp, 0)}
+}
+
+func clipRunes(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n])
+}
+
+func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
+func round2(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
+
+// startBenchmark runs when a node has registered: its stored profile, if
+// recent, feeds routing; otherwise the node is asked for a new one.
+func (h *Hub) startBenchmark(ctx context.Context, s *Session) {
+	if h.cfg.Benchmarks == nil {
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	p, err := h.cfg.Benchmarks.Last(lctx, s.NodeID)
+	cancel()
+	if err == nil {
+		s.bench.Store(p.summary())
+	}
+	h.maybeBenchmark(s, time.Now())
+}
+
+// maybeBenchmark asks the node for a benchmark when it has none, or one
+// older than BenchmarkMaxAge, and no request is outstanding (one that went
+// unanswered for BenchmarkReplyTimeout is given up). It runs on
+// registration and on each heartbeat.
+func (h *Hub) maybeBenchmark(s *Session, now time.Time) {
+	if h.cfg.Benchmarks == nil {
+		return
+	}
+	if sent := s.benchSentAt.Load(); sent != 0 {
+		if now.Sub(time.Unix(0, sent)) < h.cfg.BenchmarkReplyTimeout {
+			return
+		}
+		s.benchSentAt.CompareAndSwap(sent, 0)
+	}
+	if b := s.bench.Load(); b != nil && now.Sub(b.at) < h.cfg.BenchmarkMaxAge {
+		return
+	}
+	if s.benchSentAt.CompareAndSwap(0, now.UnixNano()) {
+		s.Send(Encode(MsgBenchmark, map[string]any{"prompts": BenchmarkPrompts}))
+	}
+}
+
+// benchmarkResult takes a node's answer to a benchmark it was asked for; an
+// unsolicited one is ignored (and counted).
+func (h *Hub) benchmarkResult(s *Session, payload json.RawMessage) {
+	sent := s.benchSentAt.Load()
+	if h.cfg.Benchmarks == nil || sent == 0 || !s.benchSentAt.CompareAndSwap(sent, 0) {
+		h.metrics.invalid.WithLabelValues("unsolicited_benchmark").Inc()
+		return
+	}
+	now := time.Now()
+	p := NewBenchmarkProfile(s.NodeID, payload, now.Sub(time.Unix(0, sent)), now)
+	s.bench.Store(p.summary())
+	s.log.Info("benchmark measured", "avg_ms", p.AvgResponseMs, "passed", p.BenchmarkPassed)
+	h.bg.Add(1)
+	go func() {
+		defer h.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := h.cfg.Benchmarks.Save(ctx, p); err != nil {
+			s.log.Warn("cannot store the benchmark", "err", err)
+		}
+	}()
+}
+
+// benchFields are the benchmark inputs of routing for a session.
+func (s *Session) benchFields() (has bool, ms float64, failed bool) {
+	b := s.bench.Load()
+	if b == nil {
+		return false, 0, false
+	}
+	return true, b.avgMs, !b.passed
+}
