@@ -63,6 +63,10 @@ type Config struct {
 	// NoNodeBenchmarks stops sending nodes the benchmark probe after they
 	// register (and every 6 h); routing then has no benchmark to go by.
 	NoNodeBenchmarks bool
+	// SplitTaskTypes are the task types whose long content (over 1,000
+	// characters) is cut into 3 parts run on up to 3 nodes and joined.
+	// nil means ["translate"]; an empty, non-nil slice turns splitting off.
+	SplitTaskTypes []string
 	BenchmarkMaxAge  time.Duration // default 6h: a node's benchmark older than this is redone
 
 	Logger *slog.Logger // default slog.Default()
@@ -86,6 +90,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Namespace == "" {
 		c.Namespace = "sy"
+	}
+	if c.SplitTaskTypes == nil {
+		c.SplitTaskTypes = []string{"translate"}
 	}
 	setDefault(&c.HeartbeatInterval, 5*time.Second)
 	setDefault(&c.LivenessTTL, 15*time.Second)

@@ -3,7 +3,9 @@ package server
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
@@ -41,7 +43,7 @@ type taskResult struct {
 	TaskID           string     `json:"task_id"`
 	Status           string     `json:"status"`
 	Result           string     `json:"result"`
-	NodeID           string     `json:"node_id"`
+	NodeID           *string    `json:"node_id"` // null for a split task (several nodes)
 	ProcessingTimeMs int64      `json:"processing_time_ms"`
 	Usage            *usageJSON `json:"usage"`
 }
@@ -53,7 +55,7 @@ type usageJSON struct {
 }
 
 func resultJSON(out tasks.Outcome) taskResult {
-	r := taskResult{TaskID: out.TaskID, Status: out.Status, Result: out.Result, NodeID: out.NodeID, ProcessingTimeMs: out.ProcessingMs}
+	r := taskResult{TaskID: out.TaskID, Status: out.Status, Result: out.Result, NodeID: &out.NodeID, ProcessingTimeMs: out.ProcessingMs}
 	if out.Usage != nil {
 		r.Usage = &usageJSON{out.Usage.PromptTokens, out.Usage.CompletionTokens, out.Usage.PromptTokens + out.Usage.CompletionTokens}
 	}
@@ -74,6 +76,9 @@ func (a *App) request(c echo.Context) error {
 		TaskID: uuid.NewString(), AccountID: accountOf(c).ID, TaskType: body.TaskType,
 		Content: body.Content, Params: body.Params, Stream: body.Stream, Trust: trust,
 	}
+	if a.shouldSplit(req.TaskType, req.Content) {
+		return a.split(c, req)
+	}
 	if body.Stream {
 		return a.stream(c, req)
 	}
@@ -82,6 +87,52 @@ func (a *App) request(c echo.Context) error {
 		return taskError(err)
 	}
 	return c.JSON(http.StatusOK, resultJSON(out))
+}
+
+// splitThreshold is the content length (characters) over which a task of a
+// split type is split (GemmaNet's).
+const splitThreshold = 1000
+
+// shouldSplit reports whether a task is split across nodes.
+func (a *App) shouldSplit(taskType, content string) bool {
+	return slices.Contains(a.cfg.SplitTaskTypes, taskType) && utf8.RuneCountInString(content) > splitThreshold
+}
+
+// split runs a task in parts on several nodes. A streaming client gets the
+// joined result as one delta, then done (as GemmaNet does): the parts are
+// not streamed chunk by chunk.
+func (a *App) split(c echo.Context, req tasks.Request) error {
+	sse := newSSE(c.Response())
+	var hooks tasks.Hooks
+	if req.Stream {
+		hooks.Assigned = sse.start
+	}
+	out, err := a.disp.RunSplit(c.Request().Context(), req, hooks)
+	if !req.Stream {
+		if err != nil {
+			return taskError(err)
+		}
+		res := resultJSON(out)
+		res.NodeID = nil // several nodes served it
+		return c.JSON(http.StatusOK, res)
+	}
+	switch {
+	case err != nil && !sse.started:
+		return taskError(err)
+	case err != nil:
+		if e := tasks.AsError(err); e.Code != tasks.CodeCanceled {
+			_ = sse.send(errorEvent{Error: errorDetail{Code: e.Code, Message: e.Message}, TaskID: req.TaskID})
+		}
+	case out.Status != store.StatusCompleted:
+		_ = sse.send(errorEvent{Error: errorDetail{Code: tasks.CodeTaskFailed, Message: out.Result}, TaskID: req.TaskID})
+	default:
+		res := resultJSON(out)
+		res.NodeID = nil
+		if sse.send(deltaEvent{Delta: out.Result}) == nil {
+			_ = sse.send(doneEvent{Done: true, Result: res})
+		}
+	}
+	return nil
 }
 
 // stream runs a streaming task as server-sent events. The response starts

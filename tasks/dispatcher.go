@@ -20,7 +20,10 @@ type Request struct {
 	Content   string
 	Params    json.RawMessage // a JSON object; nil means {}
 	Stream    bool
-	Trust     string // "official" restricts routing to official nodes
+	Trust     string   // "official" restricts routing to official nodes
+	Avoid     []string // nodes to use only if no other can take the task (a split task's siblings)
+
+	subtask bool // a part of a split task: recorded with its parent, not on its own
 }
 
 // Outcome is a task that reached its node and came back with a result. A
@@ -116,12 +119,21 @@ func NewDispatcher(cfg DispatcherConfig, dir nodes.Directory, standing func(stri
 // (the client went away) the task is cancelled on its node. The error, if
 // any, is a *Error whose Status is the HTTP answer.
 func (d *Dispatcher) Run(ctx context.Context, req Request, h Hooks) (Outcome, error) {
+	return d.run(ctx, req, h, nil, nil)
+}
+
+// run is Run with two more hooks for RunSplit: onNode hears which node got
+// the task, and inspect sees the finished run.
+func (d *Dispatcher) run(ctx context.Context, req Request, h Hooks, onNode func(string), inspect func(*run)) (Outcome, error) {
 	start := time.Now()
 	p := d.tracker.add(&req, start)
 	defer d.tracker.remove(p)
-	r := run{d: d, p: p, req: &req, hooks: h, start: start}
+	r := run{d: d, p: p, req: &req, hooks: h, start: start, onNode: onNode}
 	out, err := r.dispatch(ctx)
 	d.finish(&r, out, err)
+	if inspect != nil {
+		inspect(&r)
+	}
 	return out, err
 }
 
@@ -138,6 +150,7 @@ type run struct {
 	attempts int
 	lastSeq  uint32
 	streamed bool
+	onNode   func(nodeID string)
 }
 
 func (r *run) dispatch(ctx context.Context) (Outcome, error) {
@@ -148,7 +161,17 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 	for r.attempts < d.cfg.MaxAttempts {
 		changed, doneWaiting := d.dir.Changed()
 		cands = d.dir.Candidates(cands[:0], r.req.TaskType)
-		c, ok, busy := nodes.Select(cands, nodes.Pick{Capability: r.req.TaskType, Trust: r.req.Trust, Exclude: tried}, d.standing)
+		pick := nodes.Pick{Capability: r.req.TaskType, Trust: r.req.Trust, Exclude: tried}
+		var c nodes.Candidate
+		var ok, busy bool
+		if len(r.req.Avoid) > 0 {
+			soft := pick
+			soft.Exclude = append(append([]string(nil), tried...), r.req.Avoid...)
+			c, ok, _ = nodes.Select(cands, soft, d.standing)
+		}
+		if !ok {
+			c, ok, busy = nodes.Select(cands, pick, d.standing)
+		}
 		if busy {
 			if queueDeadline.IsZero() {
 				queueDeadline = time.Now().Add(d.cfg.QueueTimeout)
@@ -185,6 +208,9 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 		}
 		r.assigned, r.owner, r.nodeID = time.Now(), c.Owner, c.NodeID
 		r.p.markAssigned(r.assigned)
+		if r.onNode != nil {
+			r.onNode(c.NodeID)
+		}
 		if r.hooks.Assigned != nil {
 			r.hooks.Assigned()
 			r.hooks.Assigned = nil
@@ -411,9 +437,13 @@ func (d *Dispatcher) finish(r *run, out Outcome, err error) {
 			d.log.Info("task failed", "task_id", r.req.TaskID, "node_id", r.nodeID, "code", e.Code, "message", e.Message)
 		}
 	}
-	d.metrics.outcomes.WithLabelValues(outcome).Inc()
-	d.metrics.latency.WithLabelValues(mode).Observe(now.Sub(r.start).Seconds())
-	d.rec.RecordTask(rec)
+	// A split task's parts count in their nodes' reputation, but the task is
+	// one request: RunSplit records and counts it once.
+	if !r.req.subtask {
+		d.metrics.outcomes.WithLabelValues(outcome).Inc()
+		d.metrics.latency.WithLabelValues(mode).Observe(now.Sub(r.start).Seconds())
+		d.rec.RecordTask(rec)
+	}
 	if nodeOutcome != nil && nodeOutcome.NodeID != "" {
 		d.rec.RecordOutcome(*nodeOutcome)
 	}

@@ -83,6 +83,7 @@ ws://HOST:PORT/ws/node; clients call http://HOST:PORT/api/v1/…`, stderr)
 	fs.DurationVar(&cfg.PingInterval, "ping-interval", 20*time.Second, "how often to ping node sockets to notice dead ones")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM, how long to let tasks in flight finish")
 	fs.BoolVar(&cfg.TrustProxy, "trust-proxy", false, "take client IPs from X-Forwarded-For (only behind a proxy you run)")
+	split := fs.String("split-task-types", "translate", "task types whose content over 1,000 characters is cut into 3 parts run on up to 3 nodes and joined (comma-separated; \"none\" turns it off)")
 	benchmarks := fs.Bool("node-benchmarks", true, "send nodes a short benchmark after they register (and every 6 h); routing prefers nodes that answer it fast")
 	fs.DurationVar(&cfg.StoreFlushInterval, "store-flush-interval", 200*time.Millisecond, "how often finished tasks are written to the database, in batches")
 	if err := fs.parse(args); err != nil {
@@ -98,6 +99,12 @@ ws://HOST:PORT/ws/node; clients call http://HOST:PORT/api/v1/…`, stderr)
 	cfg.DataDir, cfg.DatabaseURL, cfg.Logger, cfg.Version = sf.dataDir, sf.databaseURL, log, version
 	cfg.SingleInstance = !*multi && cfg.RedisURL != ""
 	cfg.NoNodeBenchmarks = !*benchmarks
+	cfg.SplitTaskTypes = []string{}
+	if *split != "none" {
+		var l stringList
+		_ = l.Set(*split)
+		cfg.SplitTaskTypes = l
+	}
 	if !*multi && cfg.RedisURL == "" {
 		return fmt.Errorf("--multi-instance=false only matters with --redis-url (without Redis an instance is always single)")
 	}
