@@ -66,8 +66,8 @@ type Config struct {
 	// SplitTaskTypes are the task types whose long content (over 1,000
 	// characters) is cut into 3 parts run on up to 3 nodes and joined.
 	// nil means ["translate"]; an empty, non-nil slice turns splitting off.
-	SplitTaskTypes []string
-	BenchmarkMaxAge  time.Duration // default 6h: a node's benchmark older than this is redone
+	SplitTaskTypes  []string
+	BenchmarkMaxAge time.Duration // default 6h: a node's benchmark older than this is redone
 
 	Logger *slog.Logger // default slog.Default()
 }
