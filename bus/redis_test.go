@@ -14,7 +14,7 @@ import (
 
 var _ bus.Bus = (*bus.Redis)(nil)
 
-func redisClient(t *testing.T) *redis.Client { return redistest.Client(t) }
+func redisClient(t testing.TB) *redis.Client { return redistest.Client(t) }
 
 func TestRedis(t *testing.T) {
 	bustest.Run(t, func(t *testing.T) (bus.Bus, func(t *testing.T) bus.Bus) {
@@ -95,5 +95,30 @@ func TestRedisDropsMalformed(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("valid envelope after a malformed one not delivered")
+	}
+}
+
+// BenchmarkRedisPublishRoundTrip is one envelope from one instance to
+// another through Redis: publish, and the receiver's handler running.
+func BenchmarkRedisPublishRoundTrip(b *testing.B) {
+	rdb := redistest.Client(b)
+	ns := redistest.Namespace(b)
+	sender := bus.NewRedis(rdb, bus.RedisConfig{Namespace: ns})
+	defer sender.Close()
+	receiver := bus.NewRedis(redistest.Client(b), bus.RedisConfig{Namespace: ns})
+	defer receiver.Close()
+	got := make(chan struct{}, 1)
+	sub, err := receiver.Subscribe(context.Background(), "r", func(*bus.Envelope) { got <- struct{}{} })
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Close()
+	e := &bus.Envelope{Kind: bus.KindChunk, From: "s", TaskID: "t", NodeID: "n", Gen: 1, Seq: 1, Delta: "a few words of output"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if n, err := sender.Publish(context.Background(), "r", e); err != nil || n != 1 {
+			b.Fatal(n, err)
+		}
+		<-got
 	}
 }
