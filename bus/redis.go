@@ -25,6 +25,11 @@ type RedisConfig struct {
 	// subscription had to be made again after its connection was lost:
 	// envelopes may have been missed, so the instance re-asserts its state.
 	OnResubscribe func(instance string)
+	// Sharded uses sharded pub/sub (SPUBLISH, SSUBSCRIBE, PUBSUB
+	// SHARDNUMSUB; Redis 7). On a Redis Cluster it is required: classic
+	// PUBLISH and NUMSUB count only the subscribers of the node asked, so an
+	// instance would look gone. Every instance of a cluster must agree.
+	Sharded bool
 }
 
 // Redis is the Bus of a cluster: one pub/sub channel per instance on a
@@ -116,7 +121,12 @@ func (r *Redis) Publish(ctx context.Context, to string, e *Envelope) (int, error
 		return 0, err
 	}
 	start := time.Now()
-	n, err := r.rdb.Publish(ctx, r.Channel(to), b).Result()
+	var n int64
+	if r.cfg.Sharded {
+		n, err = r.rdb.SPublish(ctx, r.Channel(to), b).Result()
+	} else {
+		n, err = r.rdb.Publish(ctx, r.Channel(to), b).Result()
+	}
 	if err != nil {
 		r.metrics.publishErrors.Inc()
 		return 0, fmt.Errorf("bus: publish %s to %s: %w", e.Kind, to, err)
@@ -138,8 +148,19 @@ func (r *Redis) Receivers(ctx context.Context, ids []string) (map[string]int, er
 		chans[i] = r.Channel(id)
 	}
 	r.metrics.receiverChecks.Inc()
-	counts, err := r.rdb.PubSubNumSub(ctx, chans...).Result()
-	if err != nil {
+	var counts map[string]int64
+	var err error
+	if r.cfg.Sharded {
+		// One command per channel: in a cluster each lives on its own shard.
+		counts = make(map[string]int64, len(chans))
+		for _, ch := range chans {
+			c, err := r.rdb.PubSubShardNumSub(ctx, ch).Result()
+			if err != nil {
+				return nil, fmt.Errorf("bus: pubsub shardnumsub: %w", err)
+			}
+			counts[ch] = c[ch]
+		}
+	} else if counts, err = r.rdb.PubSubNumSub(ctx, chans...).Result(); err != nil {
 		return nil, fmt.Errorf("bus: pubsub numsub: %w", err)
 	}
 	out := make(map[string]int, len(ids))
@@ -200,7 +221,7 @@ type redisSub struct {
 
 // open subscribes and waits for Redis's confirmation.
 func (s *redisSub) open(ctx context.Context) error {
-	ps := s.r.rdb.Subscribe(ctx, s.channel)
+	ps := s.subscribe(ctx)
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if _, err := ps.Receive(wctx); err != nil {
@@ -265,11 +286,18 @@ func (s *redisSub) loop() {
 			}
 			s.h(e)
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
+			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
 				s.resubscribed()
 			}
 		}
 	}
+}
+
+func (s *redisSub) subscribe(ctx context.Context) *redis.PubSub {
+	if s.r.cfg.Sharded {
+		return s.r.rdb.SSubscribe(ctx, s.channel)
+	}
+	return s.r.rdb.Subscribe(ctx, s.channel)
 }
 
 func (s *redisSub) resubscribed() {
@@ -288,7 +316,7 @@ func (s *redisSub) replace() {
 	_ = old.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ps := s.r.rdb.Subscribe(ctx, s.channel)
+	ps := s.subscribe(ctx)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

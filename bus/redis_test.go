@@ -17,16 +17,21 @@ var _ bus.Bus = (*bus.Redis)(nil)
 func redisClient(t testing.TB) *redis.Client { return redistest.Client(t) }
 
 func TestRedis(t *testing.T) {
-	bustest.Run(t, func(t *testing.T) (bus.Bus, func(t *testing.T) bus.Bus) {
-		ns := redistest.Namespace(t)
-		b := bus.NewRedis(redisClient(t), bus.RedisConfig{Namespace: ns})
-		t.Cleanup(func() { _ = b.Close() })
-		return b, func(t *testing.T) bus.Bus {
-			p := bus.NewRedis(redisClient(t), bus.RedisConfig{Namespace: ns})
-			t.Cleanup(func() { _ = p.Close() })
-			return p
-		}
-	})
+	for _, sharded := range []bool{false, true} {
+		t.Run(map[bool]string{false: "classic", true: "sharded"}[sharded], func(t *testing.T) {
+			bustest.Run(t, func(t *testing.T) (bus.Bus, func(t *testing.T) bus.Bus) {
+				ns := redistest.Namespace(t)
+				cfg := bus.RedisConfig{Namespace: ns, Sharded: sharded}
+				b := bus.NewRedis(redisClient(t), cfg)
+				t.Cleanup(func() { _ = b.Close() })
+				return b, func(t *testing.T) bus.Bus {
+					p := bus.NewRedis(redisClient(t), cfg)
+					t.Cleanup(func() { _ = p.Close() })
+					return p
+				}
+			})
+		})
+	}
 }
 
 // After Redis restarts, the subscription comes back by itself, the bus says

@@ -85,7 +85,8 @@ func (a *App) connectCluster(ctx context.Context) (*cluster, error) {
 		}
 		return c, nil
 	}
-	c.bus = bus.NewRedis(rdb, bus.RedisConfig{Namespace: cfg.Namespace, Logger: a.log, Registerer: a.registry, OnResubscribe: c.resubscribed})
+	c.bus = bus.NewRedis(rdb, bus.RedisConfig{Namespace: cfg.Namespace, Logger: a.log, Registerer: a.registry,
+		OnResubscribe: c.resubscribed, Sharded: cfg.RedisCluster})
 	c.registry = bus.NewRegistry(rdb, bus.RegistryConfig{Namespace: cfg.Namespace, TTL: cfg.LivenessTTL, Interval: cfg.HeartbeatInterval, Logger: a.log})
 	c.claims = nodes.NewRedisClaims(rdb, nodes.RedisClaimsConfig{Namespace: cfg.Namespace, TTL: cfg.LivenessTTL, Logger: a.log, Registerer: a.registry})
 	return c, nil
