@@ -26,14 +26,12 @@ func TestSplitOnlyConfiguredTypes(t *testing.T) {
 	// Answer each part with its content upper-cased, in reverse order of arrival.
 	answer := func() map[string]string {
 		got := map[string]string{}
-		var order []string
 		for len(got) < 3 {
 			for _, n := range ns {
 				select {
 				case m := <-n.Msgs:
 					if m.MsgType == "task_assign" {
 						got[m.TaskID()] = m.Payload["content"].(string)
-						order = append(order, m.TaskID())
 						defer func(n *wireNode, id, c string) { n.Result(id, "completed", strings.ToUpper(c)) }(n, m.TaskID(), m.Payload["content"].(string))
 					}
 				case <-time.After(10 * time.Millisecond):

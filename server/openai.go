@@ -1,0 +1,539 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"switchyard/store"
+	"switchyard/tasks"
+)
+
+// The OpenAI-compatible routes, POST /v1/chat/completions and GET /v1/models
+// (GEMMANET-WIRE §2). They run tasks exactly as /api/v1/request does; what
+// differs is the shape of bodies, streams and errors, which follow OpenAI's
+// so that its client libraries work with only a new base URL and key.
+
+// GemmaNet's limit and names for the OpenAI routes.
+const (
+	maxChatMessages = 500
+	defaultChatCap  = "chat"
+	defaultModel    = "gemmanet/auto" // the model of a body that names none
+	modelPrefix     = "gemmanet/"
+)
+
+// staticModels are listed by GET /v1/models whether or not a node serves them.
+var staticModels = []string{"chat", "translate", "summarize", "code"}
+
+// modelCapability is the capability a model name routes to: the rest of
+// "gemmanet/<capability>" (any case for the prefix), and chat for
+// "gemmanet/", "gemmanet/auto" and every other name.
+func modelCapability(model string) string {
+	m := strings.TrimSpace(model)
+	if len(m) < len(modelPrefix) || !strings.EqualFold(m[:len(modelPrefix)], modelPrefix) {
+		return defaultChatCap
+	}
+	c := m[len(modelPrefix):]
+	if c == "" || strings.EqualFold(c, "auto") {
+		return defaultChatCap
+	}
+	return c
+}
+
+// chatMessage is one message as the node receives it in params.messages.
+type chatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// chatBody is a validated POST /v1/chat/completions body.
+type chatBody struct {
+	Model       string // as sent, for the answer's "model"
+	Messages    []chatMessage
+	MaxTokens   *int64
+	Temperature *float64
+	Stream      bool
+}
+
+// chatParams is what the node receives as params: the whole conversation,
+// for handlers that can use it, and the sampling settings that were sent.
+type chatParams struct {
+	Messages    []chatMessage `json:"messages"`
+	MaxTokens   *int64        `json:"max_tokens,omitempty"`
+	Temperature *float64      `json:"temperature,omitempty"`
+}
+
+// errContextLength is a body whose messages are too long in all (400, not 422).
+var errContextLength = errors.New("context length exceeded")
+
+// parseChatBody decodes and checks a body. Unknown fields (n, top_p, user…)
+// are ignored, as GemmaNet does.
+func parseChatBody(b []byte) (chatBody, error) {
+	var raw struct {
+		Model    *string `json:"model"`
+		Messages *[]struct {
+			Role    *string         `json:"role"`
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+		MaxTokens   json.RawMessage `json:"max_tokens"`
+		Temperature json.RawMessage `json:"temperature"`
+		Stream      *bool           `json:"stream"`
+	}
+	var body chatBody
+	if err := decodeObject(b, &raw); err != nil {
+		return body, err
+	}
+	body.Model = defaultModel
+	if raw.Model != nil {
+		body.Model = *raw.Model
+	}
+	if raw.Messages == nil {
+		return body, invalid("messages is required")
+	}
+	if n := len(*raw.Messages); n < 1 || n > maxChatMessages {
+		return body, invalid("messages must have 1-%d items", maxChatMessages)
+	}
+	total := 0
+	body.Messages = make([]chatMessage, 0, len(*raw.Messages))
+	for i, m := range *raw.Messages {
+		if m.Role == nil {
+			return body, invalid("messages[%d].role is required", i)
+		}
+		text, err := contentText(m.Content)
+		if err != nil {
+			return body, invalid("messages[%d].content %s", i, err)
+		}
+		total += utf8.RuneCountInString(text)
+		body.Messages = append(body.Messages, chatMessage{Role: *m.Role, Content: text})
+	}
+	if total > maxContentChars {
+		return body, errContextLength
+	}
+	if n, ok := number(raw.MaxTokens); ok {
+		i, err := integer(n)
+		if err != nil {
+			return body, invalid("max_tokens must be an integer")
+		}
+		body.MaxTokens = &i
+	} else if n != "" {
+		return body, invalid("max_tokens must be an integer")
+	}
+	if n, ok := number(raw.Temperature); ok {
+		f, err := n.Float64()
+		if err != nil || math.IsInf(f, 0) {
+			return body, invalid("temperature must be a number")
+		}
+		body.Temperature = &f
+	} else if n != "" {
+		return body, invalid("temperature must be a number")
+	}
+	if raw.Stream != nil {
+		body.Stream = *raw.Stream
+	}
+	return body, nil
+}
+
+// contentText is a message's content as text: a string as it is, a list of
+// parts as the text of its "text" parts joined, null or absent as "".
+func contentText(c json.RawMessage) (string, error) {
+	if len(c) == 0 || string(c) == "null" {
+		return "", nil
+	}
+	switch c[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(c, &s); err != nil {
+			return "", errors.New("is not a valid string")
+		}
+		return s, nil
+	case '[':
+		var parts []any
+		if err := json.Unmarshal(c, &parts); err != nil {
+			return "", errors.New("is not a valid list")
+		}
+		var sb strings.Builder
+		for _, p := range parts {
+			part, _ := p.(map[string]any)
+			text, ok := part["text"].(string)
+			if ok && part["type"] == "text" {
+				sb.WriteString(text)
+			}
+		}
+		return sb.String(), nil
+	}
+	return "", errors.New("must be a string, a list of parts or null")
+}
+
+// number reads an optional JSON number: ok when it is one, "" when it is
+// absent or null, anything else as it was sent.
+func number(raw json.RawMessage) (json.Number, bool) {
+	s := string(raw)
+	if s == "" || s == "null" {
+		return "", false
+	}
+	if s[0] == '-' || (s[0] >= '0' && s[0] <= '9') {
+		return json.Number(s), true
+	}
+	return json.Number(s), false
+}
+
+// integer reads a JSON number that is a whole number (100 or 100.0).
+func integer(n json.Number) (int64, error) {
+	if i, err := n.Int64(); err == nil {
+		return i, nil
+	}
+	f, err := n.Float64()
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return 0, errors.New("not an integer")
+	}
+	return int64(f), nil
+}
+
+// flatten is the content a node receives, for handlers that read only
+// content: the last user message, after the last system message if any.
+func flatten(msgs []chatMessage) string {
+	var system, user string
+	hasSystem := false
+	for _, m := range msgs {
+		switch m.Role {
+		case "system":
+			system, hasSystem = m.Content, true
+		case "user":
+			user = m.Content
+		}
+	}
+	if hasSystem {
+		return "System: " + system + "\n\nUser: " + user
+	}
+	return user
+}
+
+// chatCompletions is POST /v1/chat/completions, plain or streaming.
+func (a *App) chatCompletions(c echo.Context) error {
+	if a.draining.Load() {
+		return &apiError{Status: http.StatusServiceUnavailable, Code: "not_ready", Message: "this instance is draining; retry on another", RetryAfter: "1"}
+	}
+	b, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	body, err := parseChatBody(b)
+	switch {
+	case errors.Is(err, errContextLength):
+		return newError(http.StatusBadRequest, "context_length_exceeded",
+			"the messages are longer than "+strconv.Itoa(maxContentChars)+" characters in all")
+	case err != nil:
+		return newError(http.StatusUnprocessableEntity, "invalid_request", trimKind(err))
+	}
+	params, err := json.Marshal(chatParams{Messages: body.Messages, MaxTokens: body.MaxTokens, Temperature: body.Temperature})
+	if err != nil {
+		return err
+	}
+	trust := "any"
+	if strings.EqualFold(c.Request().Header.Get("X-GemmaNet-Trust"), "official") {
+		trust = "official"
+	}
+	req := tasks.Request{
+		TaskID: uuid.NewString(), AccountID: accountOf(c).ID, TaskType: modelCapability(body.Model),
+		Content: flatten(body.Messages), Params: params, Stream: body.Stream, Trust: trust,
+	}
+	if a.shouldSplit(req.TaskType, req.Content) {
+		return a.chatSplit(c, req, body.Model)
+	}
+	if body.Stream {
+		return a.chatStream(c, req, body.Model)
+	}
+	out, err := a.disp.Run(c.Request().Context(), req, tasks.Hooks{})
+	if err != nil {
+		return openAITaskError(err)
+	}
+	if out.Status != store.StatusCompleted {
+		return nodeFailure(out)
+	}
+	return c.JSON(http.StatusOK, newCompletion(req.TaskID, body.Model, out))
+}
+
+// newCompletion is the chat.completion answer to a task that completed.
+func newCompletion(taskID, model string, out tasks.Outcome) completionJSON {
+	return completionJSON{
+		ID: "chatcmpl-" + taskID, Object: "chat.completion", Created: time.Now().Unix(), Model: model,
+		Choices: []completionChoice{{Message: chatMessage{Role: "assistant", Content: out.Result}, FinishReason: "stop"}},
+		Usage:   openAIUsage(out.Usage),
+	}
+}
+
+// chatSplit runs a long task of a split type in parts on several nodes (see
+// split). As GemmaNet does, it answers once every part is back, so a failure
+// is a plain HTTP error even when the client asked for a stream, and a
+// streaming client gets the whole answer as one chunk that also says "stop".
+func (a *App) chatSplit(c echo.Context, req tasks.Request, model string) error {
+	out, err := a.disp.RunSplit(c.Request().Context(), req, tasks.Hooks{})
+	if err != nil {
+		return openAITaskError(err)
+	}
+	if out.Status != store.StatusCompleted {
+		return nodeFailure(out)
+	}
+	if !req.Stream {
+		return c.JSON(http.StatusOK, newCompletion(req.TaskID, model, out))
+	}
+	sse := newSSE(c.Response())
+	stop := "stop"
+	err = sse.send(chunkJSON{ID: "chatcmpl-" + req.TaskID, Object: "chat.completion.chunk", Created: time.Now().Unix(), Model: model,
+		Choices: []chunkChoice{{Delta: chunkDelta{Role: "assistant", Content: &out.Result}, FinishReason: &stop}}})
+	if err == nil {
+		_ = sendDone(sse)
+	}
+	return nil
+}
+
+type completionJSON struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []completionChoice `json:"choices"`
+	Usage   usageJSON          `json:"usage"`
+}
+
+type completionChoice struct {
+	Index        int         `json:"index"`
+	Message      chatMessage `json:"message"`
+	FinishReason string      `json:"finish_reason"`
+}
+
+type chunkJSON struct {
+	ID      string        `json:"id"`
+	Object  string        `json:"object"`
+	Created int64         `json:"created"`
+	Model   string        `json:"model"`
+	Choices []chunkChoice `json:"choices"`
+}
+
+type chunkChoice struct {
+	Index        int        `json:"index"`
+	Delta        chunkDelta `json:"delta"`
+	FinishReason *string    `json:"finish_reason"` // null until the last chunk
+}
+
+// chunkDelta is {"role":…}, {"content":…} or, at the end, {}.
+type chunkDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+// openAIUsage is the node's usage, or zeros when it reported none.
+func openAIUsage(u *store.Usage) usageJSON {
+	if u == nil {
+		return usageJSON{}
+	}
+	return usageJSON{u.PromptTokens, u.CompletionTokens, u.PromptTokens + u.CompletionTokens}
+}
+
+// chatStream runs a streaming completion: a chunk with the role once a node
+// has the task, a chunk per delta, an empty chunk that says "stop", then
+// [DONE]. Like /api/v1/request, "no node" is still a plain HTTP error.
+func (a *App) chatStream(c echo.Context, req tasks.Request, model string) error {
+	sse := newSSE(c.Response())
+	created := time.Now().Unix()
+	chunk := func(d chunkDelta, finish *string) error {
+		return sse.send(chunkJSON{ID: "chatcmpl-" + req.TaskID, Object: "chat.completion.chunk", Created: created, Model: model,
+			Choices: []chunkChoice{{Delta: d, FinishReason: finish}}})
+	}
+	out, err := a.disp.Run(c.Request().Context(), req, tasks.Hooks{
+		// A failed write here means the client is gone; the next chunk's
+		// write fails too and cancels the task.
+		Assigned: func() { _ = chunk(chunkDelta{Role: "assistant"}, nil) },
+		Chunk:    func(delta string) error { return chunk(chunkDelta{Content: &delta}, nil) },
+	})
+	if err != nil {
+		if !sse.started {
+			return openAITaskError(err)
+		}
+		e := tasks.AsError(err)
+		if e.Code == tasks.CodeCanceled {
+			return nil // nobody is listening
+		}
+		return streamError(sse, e.Code, e.Message)
+	}
+	if !sse.started { // Assigned always comes first; this is a safety net
+		if err := chunk(chunkDelta{Role: "assistant"}, nil); err != nil {
+			return nil
+		}
+	}
+	if out.Status != store.StatusCompleted {
+		msg := out.Result
+		if msg == "" {
+			msg = "Task failed"
+		}
+		// GemmaNet's code for a failure in a stream, as on /api/v1/request.
+		return streamError(sse, tasks.CodeTaskFailed, msg)
+	}
+	if !out.Streamed && out.Result != "" {
+		// The handler returned its whole answer at once.
+		if err := chunk(chunkDelta{Content: &out.Result}, nil); err != nil {
+			return nil
+		}
+	}
+	stop := "stop"
+	if err := chunk(chunkDelta{}, &stop); err != nil {
+		return nil
+	}
+	_ = sendDone(sse)
+	return nil
+}
+
+// streamError ends a started stream with an error event and [DONE].
+func streamError(sse *sseWriter, code, message string) error {
+	if sse.send(openAIErrorBody{Error: openAIErrorDetail{Message: message, Type: "server_error", Code: code}}) == nil {
+		_ = sendDone(sse)
+	}
+	return nil
+}
+
+// sendDone writes OpenAI's end of stream, which is not JSON.
+func sendDone(s *sseWriter) error {
+	s.start()
+	if _, err := s.w.Write([]byte("data: [DONE]\n\n")); err != nil {
+		return errClientGone
+	}
+	s.w.Flush()
+	return nil
+}
+
+// models is GET /v1/models: gemmanet/auto, then a model per capability of
+// the nodes online anywhere in the cluster, sorted, then the static ones.
+func (a *App) models(c echo.Context) error {
+	var caps []string
+	for _, n := range a.dir.List("") {
+		caps = append(caps, n.Capabilities...)
+	}
+	slices.Sort(caps)
+	caps = slices.Compact(caps)
+	ids := []string{defaultModel}
+	for _, cp := range caps {
+		if id := modelPrefix + cp; id != defaultModel {
+			ids = append(ids, id)
+		}
+	}
+	for _, cp := range staticModels {
+		if id := modelPrefix + cp; !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"` // GemmaNet omits it; strict clients require it
+		OwnedBy string `json:"owned_by"`
+	}
+	data := make([]model, len(ids))
+	for i, id := range ids {
+		data[i] = model{ID: id, Object: "model", OwnedBy: "gemmanet"}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+// openAITaskError is a task failure's answer on the OpenAI routes, where
+// "no node" is 503 (GemmaNet's choice) rather than /api/v1's 404.
+func openAITaskError(err error) *apiError {
+	ae := taskError(err)
+	if ae.Code == tasks.CodeNoNode {
+		ae.Status = http.StatusServiceUnavailable
+	}
+	return ae
+}
+
+// nodeFailure is the answer to a handler that reported a failure: 502
+// node_error with the node's message.
+func nodeFailure(out tasks.Outcome) *apiError {
+	msg := out.Result
+	if msg == "" {
+		msg = "Task failed"
+	}
+	return &apiError{Status: http.StatusBadGateway, Code: codeNodeError, Message: msg}
+}
+
+const codeNodeError = "node_error"
+
+// openAIErrorBody is OpenAI's error shape, used on the /v1 routes instead
+// of /api/v1's.
+type openAIErrorBody struct {
+	Error openAIErrorDetail `json:"error"`
+}
+
+type openAIErrorDetail struct {
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Code    string `json:"code"`
+}
+
+// openAIErrors answers every error of the route it wraps (auth and rate
+// limits included) in OpenAI's shape. It must be the route's first
+// middleware, so that it sees the others' errors.
+func (a *App) openAIErrors(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		err := next(c)
+		if err == nil || c.Response().Committed {
+			return err
+		}
+		var ae *apiError
+		var he *echo.HTTPError
+		switch {
+		case errors.As(err, &ae):
+		case errors.As(err, &he):
+			msg := http.StatusText(he.Code)
+			if s, ok := he.Message.(string); ok {
+				msg = s
+			}
+			ae = newError(he.Code, defaultCodes[he.Code], msg)
+		default:
+			a.log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
+			ae = newError(http.StatusInternalServerError, "internal", "an unexpected error occurred")
+		}
+		d := openAIErrorDetail{Message: ae.Message, Type: openAIErrorType(ae.Status), Code: ae.Code}
+		if d.Code == "" {
+			d.Code = defaultCodes[ae.Status]
+		}
+		switch ae.Status {
+		case http.StatusUnauthorized:
+			d.Code = "invalid_api_key"
+		case http.StatusTooManyRequests:
+			d.Code = "rate_limit_exceeded"
+		}
+		h := c.Response().Header()
+		if ae.RetryAfter != "" {
+			h.Set("Retry-After", ae.RetryAfter)
+		}
+		if ae.Code == codeNodeError {
+			// OpenAI's libraries retry a 502 unless told not to; a handler
+			// that failed would only fail again, and count against its node.
+			h.Set("X-Should-Retry", "false")
+		}
+		return c.JSON(ae.Status, openAIErrorBody{Error: d})
+	}
+}
+
+// openAIErrorType is the OpenAI error type of a status.
+func openAIErrorType(status int) string {
+	switch {
+	case status == http.StatusUnauthorized:
+		return "authentication_error"
+	case status == http.StatusForbidden:
+		return "permission_error"
+	case status == http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case status >= 500:
+		return "server_error"
+	}
+	return "invalid_request_error"
+}

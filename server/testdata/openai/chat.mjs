@@ -1,0 +1,147 @@
+// Drives switchyard's OpenAI-compatible API with the official openai
+// package, as an application would: node chat.mjs BASEURL KEY, where
+// BASEURL ends in /v1. TestOpenAIClientLibrary (server/openai_test.go) runs
+// it against a real instance whose node serves:
+//
+//   echo: answers the content it received, streamed in pieces when asked,
+//         with usage {prompt_tokens: number of messages in params,
+//         completion_tokens: characters of the answer};
+//   fail: reports a failure whose message contains "deliberate failure".
+//
+// Exits 0 when every check passes; otherwise prints what failed and exits 1.
+import OpenAI from 'openai';
+
+const [baseURL, apiKey] = process.argv.slice(2);
+if (!baseURL || !apiKey) {
+  console.error('usage: node chat.mjs BASEURL KEY');
+  process.exit(2);
+}
+
+const client = new OpenAI({ baseURL, apiKey, timeout: 20_000 });
+
+const messages = [
+  { role: 'system', content: 'You are terse.' },
+  { role: 'user', content: 'first question' },
+  { role: 'assistant', content: 'first answer' },
+  // A list of parts, as vision-capable clients send it.
+  { role: 'user', content: [{ type: 'text', text: 'second ' }, { type: 'text', text: 'question' }] },
+];
+// What the node must see as content: the last system and user messages.
+const flattened = 'System: You are terse.\n\nUser: second question';
+
+let failures = 0;
+async function check(name, fn) {
+  try {
+    await fn();
+    console.log(`ok   ${name}`);
+  } catch (e) {
+    failures++;
+    console.log(`FAIL ${name}: ${e?.stack ?? e}`);
+  }
+}
+
+function expect(cond, what) {
+  if (!cond) throw new Error(what);
+}
+
+function expectEqual(got, want, what) {
+  if (JSON.stringify(got) !== JSON.stringify(want)) {
+    throw new Error(`${what}: got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`);
+  }
+}
+
+await check('plain completion', async () => {
+  const r = await client.chat.completions.create({ model: 'gemmanet/echo', messages });
+  expectEqual(r.object, 'chat.completion', 'object');
+  expectEqual(r.model, 'gemmanet/echo', 'model');
+  expect(r.id.startsWith('chatcmpl-'), `id ${r.id} does not start with chatcmpl-`);
+  expectEqual(r.choices.length, 1, 'number of choices');
+  expectEqual(r.choices[0].message.role, 'assistant', 'role');
+  expectEqual(r.choices[0].message.content, flattened, 'content (the node echoes the flattened conversation)');
+  expectEqual(r.choices[0].finish_reason, 'stop', 'finish_reason');
+  expectEqual(r.usage.prompt_tokens, messages.length, 'usage.prompt_tokens (the node counts params.messages)');
+  expectEqual(r.usage.completion_tokens, [...flattened].length, 'usage.completion_tokens');
+  expectEqual(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens, 'usage.total_tokens');
+});
+
+await check('streaming completion', async () => {
+  const stream = await client.chat.completions.create({ model: 'gemmanet/echo', messages, stream: true });
+  const deltas = [];
+  let role = null;
+  let finish = null;
+  let chunks = 0;
+  for await (const chunk of stream) {
+    chunks++;
+    expectEqual(chunk.object, 'chat.completion.chunk', 'chunk object');
+    expectEqual(chunk.model, 'gemmanet/echo', 'chunk model');
+    const choice = chunk.choices[0];
+    if (choice.delta.role) role = choice.delta.role;
+    if (choice.delta.content) deltas.push(choice.delta.content);
+    if (choice.finish_reason) finish = choice.finish_reason;
+  }
+  expectEqual(role, 'assistant', 'role of the first chunk');
+  expectEqual(deltas.join(''), flattened, 'the deltas joined');
+  expect(deltas.length >= 2, `the node streamed in pieces, but ${deltas.length} content delta(s) arrived`);
+  expectEqual(finish, 'stop', 'finish_reason of the last chunk');
+  expectEqual(chunks, deltas.length + 2, 'chunks (role, contents, stop)');
+});
+
+await check('a node failure is an APIError with status 502', async () => {
+  try {
+    await client.chat.completions.create({ model: 'gemmanet/fail', messages });
+  } catch (e) {
+    expect(e instanceof OpenAI.APIError, `raised ${e?.constructor?.name}, not an APIError: ${e}`);
+    expectEqual(e.status, 502, 'status');
+    expectEqual(e.code, 'node_error', 'code');
+    expectEqual(e.type, 'server_error', 'type');
+    expect(String(e.message).includes('deliberate failure'), `message ${e.message} lacks the node's`);
+    return;
+  }
+  throw new Error('no error was raised');
+});
+
+await check('a node failure in a stream is raised as an APIError', async () => {
+  const stream = await client.chat.completions.create({ model: 'gemmanet/fail', messages, stream: true });
+  try {
+    for await (const _ of stream) {
+      // the role chunk, then the error
+    }
+  } catch (e) {
+    expect(e instanceof OpenAI.APIError, `raised ${e?.constructor?.name}, not an APIError: ${e}`);
+    expectEqual(e.type, 'server_error', 'type');
+    expect(String(e.message).includes('deliberate failure'), `message ${e.message} lacks the node's`);
+    return;
+  }
+  throw new Error('the stream ended without an error');
+});
+
+await check('a bad key is an AuthenticationError', async () => {
+  const bad = new OpenAI({ baseURL, apiKey: 'gn_00000000000000000000000000000000', timeout: 20_000 });
+  try {
+    await bad.chat.completions.create({ model: 'gemmanet/echo', messages });
+  } catch (e) {
+    expect(e instanceof OpenAI.AuthenticationError, `raised ${e?.constructor?.name}, not an AuthenticationError: ${e}`);
+    expectEqual(e.status, 401, 'status');
+    expectEqual(e.code, 'invalid_api_key', 'code');
+    return;
+  }
+  throw new Error('no error was raised');
+});
+
+await check('models.list', async () => {
+  const ids = [];
+  for await (const m of client.models.list()) {
+    expectEqual(m.object, 'model', `object of ${m.id}`);
+    ids.push(m.id);
+  }
+  expectEqual(ids[0], 'gemmanet/auto', 'first model');
+  for (const id of ['gemmanet/echo', 'gemmanet/fail', 'gemmanet/chat']) {
+    expect(ids.includes(id), `${id} not in ${ids}`);
+  }
+});
+
+if (failures > 0) {
+  console.log(`${failures} check(s) failed`);
+  process.exit(1);
+}
+console.log('all checks passed');
