@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs switchyard's whole test suite with the race detector.
 #
-# It needs PostgreSQL and Redis on loopback. When they are not reachable it
-# installs them from Debian's packages (apt-get, as root or with sudo) and
-# starts them, so a fresh machine with only Go can run it:
+# It needs PostgreSQL and Redis on loopback, and Node.js for one test. When
+# they are missing it installs them from Debian's packages (apt-get, as root
+# or with sudo) and starts them, so a fresh machine with only Go can run it:
 #
 #   ./scripts/test.sh            # everything: vet, tests with -race, short fuzzing
 #   ./scripts/test.sh ./store/   # only some packages (no fuzzing)
@@ -68,8 +68,16 @@ ensure_redis() {
 	exit 1
 }
 
+# Node.js and npm drive the OpenAI API with the real openai package
+# (server/testdata/openai); without them that one test is skipped.
+ensure_node() {
+	command -v node >/dev/null && command -v npm >/dev/null && return
+	apt_install nodejs npm || echo "could not install Node.js; the OpenAI client-library test will be skipped" >&2
+}
+
 ensure_postgres
 ensure_redis
+ensure_node
 
 pkgs=("${@:-./...}")
 say "go vet"
