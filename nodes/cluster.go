@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +43,9 @@ type ClusterDirectory struct {
 	snap      atomic.Pointer[remoteSnapshot]
 	touched   chan struct{} // cap 1: local nodes changed, publish soon
 	withdrawn atomic.Bool
+
+	goneMu sync.Mutex
+	gone   atomic.Pointer[map[string]time.Time] // instances known gone → until when; copied on write
 }
 
 var _ Directory = (*ClusterDirectory)(nil)
@@ -50,6 +54,7 @@ var _ Directory = (*ClusterDirectory)(nil)
 type remoteSnapshot struct {
 	at    time.Time
 	byCap map[string][]*remoteNode
+	byID  map[string]*remoteNode
 	all   []*remoteNode
 }
 
@@ -206,7 +211,7 @@ func (d *ClusterDirectory) Poll(ctx context.Context) error {
 			}
 		}
 	}
-	snap := &remoteSnapshot{at: time.Now(), byCap: map[string][]*remoteNode{}}
+	snap := &remoteSnapshot{at: time.Now(), byCap: map[string][]*remoteNode{}, byID: newest}
 	for _, n := range newest {
 		snap.all = append(snap.all, n)
 		for _, c := range n.entry.Capabilities {
@@ -238,8 +243,9 @@ func (d *ClusterDirectory) Candidates(dst []Candidate, capability string) []Cand
 		return dst
 	}
 	nLocal := len(dst)
+	gone := d.goneNow()
 	for _, n := range s.byCap[capability] {
-		if localHas(dst[:nLocal], n.entry.NodeID) {
+		if localHas(dst[:nLocal], n.entry.NodeID) || gone[n.entry.Instance] {
 			continue
 		}
 		dst = append(dst, Candidate{
@@ -263,13 +269,56 @@ func localHas(local []Candidate, nodeID string) bool {
 // Assigned notes that this instance gave a remote node a task, so it does
 // not count that slot as free until the owner's next publish.
 func (d *ClusterDirectory) Assigned(nodeID string) {
-	s := d.snap.Load()
-	for _, n := range s.all {
-		if n.entry.NodeID == nodeID {
-			n.taken.Add(1)
-			return
+	if n := d.snap.Load().byID[nodeID]; n != nil {
+		n.taken.Add(1)
+	}
+}
+
+// MarkFull notes that a remote node refused a task for want of a slot: this
+// instance treats it as full until its owner next publishes.
+func (d *ClusterDirectory) MarkFull(nodeID string) {
+	if n := d.snap.Load().byID[nodeID]; n != nil {
+		n.taken.Store(int32(n.entry.FreeSlots))
+	}
+}
+
+// goneFor is how long an instance found gone stays out of routing; by then
+// its alive key and directory have expired anyway.
+const goneFor = 30 * time.Second
+
+// MarkGone takes every node of a remote instance out of routing: a publish
+// to it reached nobody, or it is draining. Its directory entries may live a
+// few seconds more in Redis; requests should not spend attempts on them.
+func (d *ClusterDirectory) MarkGone(instance string) {
+	d.goneMu.Lock()
+	defer d.goneMu.Unlock()
+	now := time.Now()
+	next := map[string]time.Time{instance: now.Add(goneFor)}
+	if cur := d.gone.Load(); cur != nil {
+		for id, until := range *cur {
+			if until.After(now) && id != instance {
+				next[id] = until
+			}
 		}
 	}
+	d.gone.Store(&next)
+	d.log.Info("instance gone or draining; its nodes are out of routing", "gone_instance", instance)
+}
+
+// goneNow returns the instances still marked gone (nil when none).
+func (d *ClusterDirectory) goneNow() map[string]bool {
+	cur := d.gone.Load()
+	if cur == nil || len(*cur) == 0 {
+		return nil
+	}
+	now := time.Now()
+	out := make(map[string]bool, len(*cur))
+	for id, until := range *cur {
+		if until.After(now) {
+			out[id] = true
+		}
+	}
+	return out
 }
 
 // List implements Directory.
@@ -283,8 +332,9 @@ func (d *ClusterDirectory) List(capability string) []NodeView {
 	for _, v := range out {
 		seen[v.NodeID] = true
 	}
+	gone := d.goneNow()
 	for _, n := range s.all {
-		if seen[n.entry.NodeID] || (capability != "" && !contains(n.entry.Capabilities, capability)) {
+		if seen[n.entry.NodeID] || gone[n.entry.Instance] || (capability != "" && !contains(n.entry.Capabilities, capability)) {
 			continue
 		}
 		out = append(out, n.entry.NodeView)
@@ -297,8 +347,9 @@ func (d *ClusterDirectory) List(capability string) []NodeView {
 func (d *ClusterDirectory) Online() int {
 	n := d.hub.Len()
 	if s := d.fresh(); s != nil {
+		gone := d.goneNow()
 		for _, r := range s.all {
-			if d.hub.Session(r.entry.NodeID) == nil {
+			if d.hub.Session(r.entry.NodeID) == nil && !gone[r.entry.Instance] {
 				n++
 			}
 		}

@@ -148,6 +148,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		ClusterHealthy: clusterHealthy, Logger: a.log,
 	}, a.dir, a.standing, a.owner, a.bus, a.tracker, recorder{a}, tm)
 	a.watcher = tasks.NewWatcher(watch, a.bus, a.tracker, a.owner, tm)
+	if a.cluster != nil && a.cluster.dir != nil {
+		a.watcher.OnGone(a.cluster.dir.MarkGone)
+	}
 	a.registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "switchyard", Subsystem: "tasks", Name: "in_flight",
 			Help: "Tasks waiting for their outcome on this (requesting) instance."}, func() float64 { return float64(a.tracker.Len()) }),

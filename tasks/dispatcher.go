@@ -191,16 +191,10 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 		r.attempts++
 		r.p.retarget(c.Owner, c.NodeID, c.Gen, r.attempts)
 		err := d.send(ctx, c, r.req, r.p)
-		if isFull(err) {
-			// Another request took the last slot first: not this node's
-			// fault, and not an attempt. Wait for capacity like any other.
-			tried, r.attempts = tried[:len(tried)-1], r.attempts-1
-			if err := r.backOff(ctx, &queueDeadline); err != nil {
+		if isRefused(err) {
+			if err := r.refused(c, err, &tried, &queueDeadline); err != nil {
 				return Outcome{}, err
 			}
-			continue
-		}
-		if isRefused(err) {
 			continue
 		}
 		if err != nil {
@@ -218,11 +212,8 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 		out, err := r.await(ctx)
 		if isRefused(err) {
 			r.owner, r.nodeID = "", ""
-			if isFull(err) {
-				tried, r.attempts = tried[:len(tried)-1], r.attempts-1
-				if err := r.backOff(ctx, &queueDeadline); err != nil {
-					return Outcome{}, err
-				}
+			if err := r.refused(c, err, &tried, &queueDeadline); err != nil {
+				return Outcome{}, err
 			}
 			continue
 		}
@@ -239,15 +230,42 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 	return Outcome{}, &Error{Code: CodeNoNode, Message: msg}
 }
 
-// backOff waits a moment after a node refused for want of a slot, within
-// the request's queue time.
-func (r *run) backOff(ctx context.Context, queueDeadline *time.Time) error {
-	if queueDeadline.IsZero() {
-		*queueDeadline = time.Now().Add(r.d.cfg.QueueTimeout)
+// refused takes in an owner's refusal of the attempt on c, so the next
+// pick is better informed:
+//
+//   - the node had no free slot (another request took it first): not the
+//     node's fault and not an attempt. The directory learns the node is full
+//     (a remote view can be a second old), so the next pick goes to another
+//     node at once; only when every node is full does the request wait, and
+//     never past its queue timeout.
+//   - the owner instance is gone or draining: none of its nodes can take
+//     the task, so the directory stops offering them (and this request does
+//     not spend its attempts on them one by one).
+func (r *run) refused(c nodes.Candidate, err error, tried *[]string, queueDeadline *time.Time) error {
+	d := r.d
+	switch {
+	case isFull(err):
+		*tried, r.attempts = (*tried)[:len(*tried)-1], r.attempts-1
+		if m, ok := d.dir.(interface{ MarkFull(nodeID string) }); ok {
+			m.MarkFull(c.NodeID)
+		}
+		if queueDeadline.IsZero() {
+			*queueDeadline = time.Now().Add(d.cfg.QueueTimeout)
+		}
+		if time.Now().After(*queueDeadline) {
+			return &Error{Code: CodeBusy, Message: "every node that can run this task type is busy; retry later"}
+		}
+	case isGone(err):
+		d.ownerGone(c.Owner)
 	}
-	changed, done := r.d.dir.Changed()
-	defer done()
-	return r.waitForSlot(ctx, changed, *queueDeadline)
+	return nil
+}
+
+// ownerGone tells the directory that an instance cannot take tasks.
+func (d *Dispatcher) ownerGone(instance string) {
+	if m, ok := d.dir.(interface{ MarkGone(instance string) }); ok && instance != d.cfg.Instance {
+		m.MarkGone(instance)
+	}
 }
 
 // waitForSlot waits until capacity may have appeared: a signal from the
@@ -286,7 +304,7 @@ func (d *Dispatcher) send(ctx context.Context, c nodes.Candidate, req *Request, 
 	case err != nil:
 		return &Error{Code: CodeUnavailable, Message: "cannot reach the instance that holds the node: " + err.Error()}
 	case n == 0:
-		return refused("the node's instance is gone")
+		return &Error{Code: codeGone, Message: "the node's instance is gone"}
 	}
 	if t, ok := d.dir.(interface{ Assigned(nodeID string) }); ok {
 		t.Assigned(c.NodeID)

@@ -18,6 +18,7 @@ const (
 	CodeUnavailable      = "unavailable"       // the instance cannot reach the bus or is draining
 	codeRefused          = "refused"           // owner side: not handed to the node; try another
 	codeFull             = "full"              // owner side: not handed over, the node had no free slot; wait and retry
+	codeGone             = "owner_gone"        // not handed over: the owner instance is gone or draining
 )
 
 // Error is a task failure with a code that maps to one HTTP status.
@@ -59,7 +60,12 @@ func refused(msg string) *Error { return &Error{Code: codeRefused, Message: msg}
 
 func isRefused(err error) bool {
 	var e *Error
-	return errors.As(err, &e) && (e.Code == codeRefused || e.Code == codeFull)
+	return errors.As(err, &e) && (e.Code == codeRefused || e.Code == codeFull || e.Code == codeGone)
+}
+
+func isGone(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == codeGone
 }
 
 func isFull(err error) bool {

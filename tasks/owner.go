@@ -70,7 +70,7 @@ func (o *Owner) Len() int { return o.fwd.len() }
 func (o *Owner) Assign(e *bus.Envelope) error {
 	if o.draining.Load() {
 		o.metrics.refusals.WithLabelValues("draining").Inc()
-		return refused("the instance holding the node is draining")
+		return &Error{Code: codeGone, Message: "the instance holding the node is draining"}
 	}
 	s := o.sessions.Session(e.NodeID)
 	if s == nil || (e.Gen != 0 && s.Gen != e.Gen) {

@@ -41,6 +41,7 @@ type Watcher struct {
 	log     *slog.Logger
 	suspect map[string]bool // instances seen with no subscriber on the last check
 	grace   atomic.Int64    // unix nanos before which nobody is judged gone
+	onGone  func(instance string)
 }
 
 // Grace suspends judgements for d: after this instance's own subscription
@@ -57,6 +58,16 @@ func NewWatcher(cfg WatcherConfig, b bus.Bus, tracker *Tracker, owner *Owner, m 
 		cfg.Logger = slog.Default()
 	}
 	return &Watcher{cfg: cfg, bus: b, tracker: tracker, owner: owner, metrics: m, log: cfg.Logger, suspect: map[string]bool{}}
+}
+
+// OnGone, if set, is told about each instance the watcher found gone
+// (the dispatcher's directory stops offering its nodes). Set before Run.
+func (w *Watcher) OnGone(f func(instance string)) { w.onGone = f }
+
+func (w *Watcher) markGone(id string) {
+	if w.onGone != nil {
+		w.onGone(id)
+	}
 }
 
 // Run checks every Interval until ctx ends.
@@ -116,6 +127,9 @@ func (w *Watcher) Check(ctx context.Context, now time.Time) {
 		if !w.suspect[id] && !expired {
 			next[id] = true
 			continue
+		}
+		if len(owners[id]) > 0 {
+			w.markGone(id)
 		}
 		for _, p := range owners[id] {
 			owner, nodeID, gen := p.target()
