@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"switchyard/sdk"
+	"switchyard/sdk/handlers"
+)
+
+// fleet is the simulated nodes: SDK node agents whose handlers sleep (or
+// stream) and tell the ledger which request they are running, where.
+type fleet struct {
+	cfg    Config
+	insts  []*Instance
+	keys   []string
+	ledger *Ledger
+	plain  string // capability of plain tasks
+	stream string // capability of streams
+	prefix string // node names
+
+	registered atomic.Int64 // registrations so far, reconnects included
+
+	mu    sync.Mutex
+	nodes []*simNode
+	ids   map[string]int // node id → node index (learnt from OnRegistered)
+	wg    sync.WaitGroup
+}
+
+// simNode is one simulated node and its current connection.
+type simNode struct {
+	idx    int
+	home   int // instance it is connected to (or trying to)
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newFleet(cfg Config, c *cluster, ledger *Ledger, runID string) *fleet {
+	return &fleet{
+		cfg: cfg, insts: c.insts, keys: c.nodeKeys, ledger: ledger,
+		plain: "loadtest." + runID + ".plain", stream: "loadtest." + runID + ".stream",
+		prefix: "lt-" + runID + "-", ids: map[string]int{},
+	}
+}
+
+// start connects every node, node i to instance i mod N.
+func (f *fleet) start(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range f.cfg.Nodes {
+		n := &simNode{idx: i}
+		f.nodes = append(f.nodes, n)
+		if err := f.connectLocked(ctx, n, i%len(f.insts), 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// connectLocked runs node n against instance home after delay.
+func (f *fleet) connectLocked(ctx context.Context, n *simNode, home int, delay time.Duration) error {
+	nctx, cancel := context.WithCancel(ctx)
+	node, err := sdk.NewNode(sdk.NodeConfig{
+		URL:            f.insts[home].WSURL(),
+		APIKey:         f.keys[n.idx%len(f.keys)],
+		Name:           f.prefix + strconv.Itoa(n.idx),
+		Capabilities:   []string{f.plain, f.stream},
+		MaxConcurrency: f.cfg.NodeConcurrency,
+		Handler:        f.handler(n.idx, home),
+		// The default 1 s is kept: a lost instance's nodes come back as a
+		// real fleet's would.
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnRegistered: func(id string) {
+			f.mu.Lock()
+			f.ids[id] = n.idx
+			f.mu.Unlock()
+			f.registered.Add(1)
+		},
+	})
+	if err != nil {
+		cancel()
+		return fmt.Errorf("node %d: %w", n.idx, err)
+	}
+	n.home, n.cancel, n.done = home, cancel, make(chan struct{})
+	done := n.done
+	f.wg.Go(func() {
+		defer close(done)
+		if delay > 0 {
+			select {
+			case <-nctx.Done():
+				return
+			case <-time.After(delay):
+			}
+		}
+		if err := node.Run(nctx); err != nil {
+			slog.Warn("simulated node stopped", "node", n.idx, "err", err)
+		}
+	})
+	return nil
+}
+
+// handler is node idx's handler while it is connected to instance inst.
+// It wraps handlers.Sleep, whose duration the SDK reports as
+// processing_time_ms.
+func (f *fleet) handler(idx, inst int) sdk.Handler {
+	plain := handlers.Sleep(f.cfg.HandlerMin, f.cfg.HandlerMax, 0)
+	stream := handlers.Sleep(f.cfg.StreamLength*9/10, f.cfg.StreamLength*11/10, f.cfg.StreamChunks)
+	return sdk.HandlerFunc(func(ctx context.Context, t *sdk.Task, emit func(string) error) (sdk.Result, error) {
+		id, err := strconv.ParseInt(strings.TrimPrefix(t.Content, "request "), 10, 64)
+		if err == nil && f.ledger.HandlerStart(id, idx, inst, time.Now()) {
+			defer func() { f.ledger.HandlerEnd(id, time.Now()) }()
+		}
+		if t.Type == f.stream {
+			return stream.Handle(ctx, t, emit)
+		}
+		return plain.Handle(ctx, t, emit)
+	})
+}
+
+// content is what request id sends, so that its node can tell the ledger.
+func content(id int64) string { return "request " + strconv.FormatInt(id, 10) }
+
+// awaitRegistered waits until every node has registered once.
+func (f *fleet) awaitRegistered(ctx context.Context, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for f.registered.Load() < int64(f.cfg.Nodes) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d nodes registered within %v", f.registered.Load(), f.cfg.Nodes, limit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// awaitDirectory waits until every instance lists every node (the cluster
+// directory has propagated), so that the first requests see them all.
+func (f *fleet) awaitDirectory(ctx context.Context, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	hc := &http.Client{}
+	defer hc.CloseIdleConnections()
+	for _, in := range f.insts {
+		c := sdk.NewClient(in.URL, "", sdk.WithHTTPClient(hc))
+		for {
+			ns, err := c.Nodes(ctx, f.plain)
+			if err == nil && len(ns) >= f.cfg.Nodes {
+				break
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("%s lists %d of %d nodes after %v (%v)", in.Name, len(ns), f.cfg.Nodes, limit, err)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// homedOn returns the nodes currently connected to instance inst.
+func (f *fleet) homedOn(inst int) []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []int
+	for _, n := range f.nodes {
+		if n.home == inst {
+			out = append(out, n.idx)
+		}
+	}
+	return out
+}
+
+// rehome moves the nodes of a lost instance to the survivors, as a load
+// balancer in front of the instances would on their next reconnect: each
+// leaves its old address and reconnects after a jittered 0.5–1 s (the
+// SDK's first backoff) to survivor i mod len(survivors).
+func (f *fleet) rehome(ctx context.Context, from int, survivors []int) error {
+	f.mu.Lock()
+	var moving []*simNode
+	for _, n := range f.nodes {
+		if n.home == from {
+			moving = append(moving, n)
+			n.cancel()
+		}
+	}
+	f.mu.Unlock()
+	// Wait outside the lock: a node still registering calls OnRegistered,
+	// which takes it.
+	for _, n := range moving {
+		<-n.done
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var errs []error
+	for _, n := range moving {
+		delay := 500*time.Millisecond + rand.N(500*time.Millisecond)
+		errs = append(errs, f.connectLocked(ctx, n, survivors[n.idx%len(survivors)], delay))
+	}
+	return errors.Join(errs...)
+}
+
+// nodeIndex returns the node with id, or -1.
+func (f *fleet) nodeIndex(id string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if i, ok := f.ids[id]; ok {
+		return i
+	}
+	return -1
+}
+
+// stop disconnects every node and waits for them.
+func (f *fleet) stop() {
+	f.mu.Lock()
+	for _, n := range f.nodes {
+		n.cancel()
+	}
+	f.mu.Unlock()
+	f.wg.Wait()
+}

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"html"
+	"io"
+	"math"
+	"slices"
+)
+
+// WriteHTML writes the report as one self-contained page: the summary,
+// the criteria and, per run, latency over time (with the fault marked), a
+// latency histogram, and each instance's CPU and RSS over time.
+func (r *Report) WriteHTML(w io.Writer) error {
+	var b bytes.Buffer
+	verdictText := "PASS"
+	if !r.Pass {
+		verdictText = "FAIL"
+	}
+	fmt.Fprintf(&b, `<!doctype html><html><head><meta charset="utf-8"><title>switchyard load test — %s</title>
+<style>body{font-family:sans-serif;margin:24px;max-width:1100px}table{border-collapse:collapse;margin:8px 0}
+td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:right}th{background:#f3f3f3}
+td.l{text-align:left}.PASS{color:#1a7f37;font-weight:bold}.FAIL{color:#cf222e;font-weight:bold}.SKIP{color:#9a6700}
+pre{background:#f6f8fa;padding:8px;font-size:12px;overflow-x:auto}</style></head><body>
+`, verdictText)
+	fmt.Fprintf(&b, "<h1>switchyard load test: <span class=%q>%s</span></h1>\n", verdictText, verdictText)
+	fmt.Fprintf(&b, "<p>Profile <b>%s</b>, %s mode. %s.</p>\n", html.EscapeString(r.Profile), html.EscapeString(r.Mode), html.EscapeString(r.Shape))
+	fmt.Fprintf(&b, "<p>Host: %d CPUs (%s), %s, %s. %s → %s.</p>\n", r.Host.CPUs, html.EscapeString(r.Host.CPUModel),
+		r.Host.OS, r.Host.GoVersion, r.Started.Format("2006-01-02 15:04:05"), r.Finished.Format("15:04:05"))
+
+	var text bytes.Buffer
+	r.WriteText(&text)
+	b.WriteString("<h2>Criteria</h2>\n<table><tr><th>status</th><th>run</th><th>criterion</th><th>figure</th><th>bar</th></tr>\n")
+	for _, c := range r.Criteria {
+		scope := "all"
+		if c.Instances > 0 {
+			scope = fmt.Sprintf("%d inst", c.Instances)
+		}
+		fig := html.EscapeString(c.Figure)
+		if c.Detail != "" {
+			fig += "<br><small>" + html.EscapeString(c.Detail) + "</small>"
+		}
+		fmt.Fprintf(&b, "<tr><td class=%q>%s</td><td>%s</td><td class=l>%s</td><td class=l>%s</td><td class=l>%s</td></tr>\n",
+			c.Status, c.Status, scope, html.EscapeString(c.Name), fig, html.EscapeString(c.Bar))
+	}
+	b.WriteString("</table>\n<h2>Summary</h2>\n<pre>")
+	b.WriteString(html.EscapeString(text.String()))
+	b.WriteString("</pre>\n")
+
+	for _, run := range r.Runs {
+		fmt.Fprintf(&b, "<h2>%d instance%s</h2>\n", run.Instances, plural(run.Instances))
+		marks := runMarkers(run)
+		b.WriteString(latencyOverTime(run, marks))
+		b.WriteString(latencyHistogram(run))
+		if len(run.Resources) > 0 {
+			b.WriteString(resourceChart(run, marks, "CPU", "% of one core", func(s Sample) float64 { return s.CPU }))
+			b.WriteString(resourceChart(run, marks, "RSS", "MiB", func(s Sample) float64 { return float64(s.RSSKiB) / 1024 }))
+		} else {
+			b.WriteString("<p>CPU and RSS: not measured (the instances were not started by this program).</p>\n")
+		}
+	}
+	b.WriteString("</body></html>\n")
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// runMarkers marks the steady phase and the fault.
+func runMarkers(run *RunReport) []marker {
+	m := []marker{
+		{x: run.Phases.SteadyStart, label: "steady", color: "#555"},
+		{x: run.Phases.SteadyEnd, label: "end", color: "#555"},
+	}
+	if f := run.Fault; f.Skipped == "" && f.AtMs > 0 {
+		label := "kill -9"
+		if f.Kind == FaultSIGTERM {
+			label = "SIGTERM"
+		}
+		name := fmt.Sprintf("instance %d", f.Instance+1)
+		m = append(m, marker{x: f.AtMs / 1000, label: label + " " + name, color: "#cf222e"})
+	}
+	return m
+}
+
+// latencyOverTime plots per-second p50, p99 and max of plain latency by
+// the second each request was sent, and every non-ok outcome as a dot at
+// the time it arrived.
+func latencyOverTime(run *RunReport, marks []marker) string {
+	bySec := map[int][]float64{}
+	var errs [][2]float64
+	for _, rec := range run.Records {
+		if rec.Outcome != OutcomeOK {
+			errs = append(errs, [2]float64{rec.DoneMs / 1000, rec.LatencyMs})
+			continue
+		}
+		if rec.Kind == KindPlain {
+			s := int(rec.SentMs / 1000)
+			bySec[s] = append(bySec[s], rec.LatencyMs)
+		}
+	}
+	secs := make([]int, 0, len(bySec))
+	for s := range bySec {
+		secs = append(secs, s)
+	}
+	slices.Sort(secs)
+	p50 := series{name: "p50", color: palette[0]}
+	p99 := series{name: "p99", color: palette[1]}
+	mx := series{name: "max", color: "#999", dash: true}
+	for _, s := range secs {
+		v := bySec[s]
+		x := float64(s) + 0.5
+		p50.pts = append(p50.pts, [2]float64{x, Percentile(v, 50)})
+		p99.pts = append(p99.pts, [2]float64{x, Percentile(v, 99)})
+		mx.pts = append(mx.pts, [2]float64{x, slices.Max(v)})
+	}
+	ss := []series{p50, p99, mx}
+	if len(errs) > 0 {
+		name := fmt.Sprintf("not ok (%d)", len(errs))
+		ss = append(ss, series{name: name, color: "#cf222e", dots: true, pts: thin(errs, maxDots)})
+	}
+	return `<div class="chart" data-plot="latency">` + lineChart("Plain request latency over time (per second sent)", "seconds", "ms", ss, marks) + "</div>\n"
+}
+
+// maxDots bounds the dots of one plot, so that a run with many errors
+// still gives a page a browser opens.
+const maxDots = 2000
+
+// thin keeps at most n points, evenly spread.
+func thin(pts [][2]float64, n int) [][2]float64 {
+	if len(pts) <= n {
+		return pts
+	}
+	out := make([][2]float64, 0, n)
+	for i := range n {
+		out = append(out, pts[i*len(pts)/n])
+	}
+	return out
+}
+
+// latencyHistogram plots the steady phase's plain latency and overhead.
+func latencyHistogram(run *RunReport) string {
+	var lat, over []float64
+	for _, rec := range run.Records {
+		if rec.Outcome == OutcomeOK && rec.Kind == KindPlain && rec.Phase == PhaseSteady {
+			lat = append(lat, rec.LatencyMs)
+			over = append(over, rec.OverheadMs)
+		}
+	}
+	if len(lat) == 0 {
+		return "<p>No successful plain requests in the steady phase.</p>\n"
+	}
+	hiLat := math.Ceil(Percentile(lat, 99.9)/10) * 10
+	hiOver := math.Max(1, math.Ceil(Percentile(over, 99.5)))
+	return `<div class="chart" data-plot="histogram">` +
+		barChart(fmt.Sprintf("Latency histogram, steady phase (%d requests; the last bar holds the slowest 0.1%%)", len(lat)),
+			"latency, ms", "requests", Histogram(lat, 0, hiLat, 60), palette[0]) +
+		barChart("Overhead histogram (latency − processing_time_ms; the last bar holds the slowest 0.5%)",
+			"overhead, ms", "requests", Histogram(over, math.Min(0, math.Floor(slices.Min(over))), hiOver, 60), palette[2]) +
+		"</div>\n"
+}
+
+// resourceChart plots one measure of every instance over time, and the
+// load test's own process dashed.
+func resourceChart(run *RunReport, marks []marker, what, unit string, f func(Sample) float64) string {
+	var ss []series
+	for i, res := range run.Resources {
+		s := series{name: res.Name, color: palette[i%len(palette)]}
+		for _, x := range res.Samples {
+			s.pts = append(s.pts, [2]float64{x.T, f(x)})
+		}
+		ss = append(ss, s)
+	}
+	if len(run.LoadGen) > 0 {
+		s := series{name: "load test", color: "#999", dash: true}
+		for _, x := range run.LoadGen {
+			s.pts = append(s.pts, [2]float64{x.T, f(x)})
+		}
+		ss = append(ss, s)
+	}
+	return `<div class="chart" data-plot="` + what + `">` + lineChart(what+" per instance over time", "seconds", unit, ss, marks) + "</div>\n"
+}

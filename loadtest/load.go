@@ -1,0 +1,462 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"switchyard/sdk"
+)
+
+// runner drives one configuration: the ramp, the steady phase with its
+// streams, the fault, and the progress line.
+type runner struct {
+	cfg      Config
+	c        *cluster
+	ledger   *Ledger
+	fleet    *fleet
+	sampler  *sampler
+	progress io.Writer
+	tty      bool
+	t0       time.Time
+
+	hc      *http.Client
+	clients [][]*sdk.Client // [instance][client key]
+	alive   atomic.Pointer[[]int]
+	rr      atomic.Uint64 // round robin over instances and keys
+	wg      sync.WaitGroup
+
+	phase         atomic.Pointer[string]
+	phaseStart    atomic.Int64 // unix nanos
+	streamsActive atomic.Int64
+	maxLag        atomic.Int64 // worst lateness of a scheduled send, ns
+	signalled     atomic.Int64 // index+1 of the instance the fault signalled
+
+	mu       sync.Mutex
+	fault    FaultReport
+	events   []Event
+	marks    Phases
+	counters map[string]map[string]float64 // instance name → switchyard counters at the end
+}
+
+// Phases are the run's milestones, in seconds since its start.
+type Phases struct {
+	RampStart   float64 `json:"ramp_start"`
+	SteadyStart float64 `json:"steady_start"`
+	SteadyEnd   float64 `json:"steady_end"`
+	End         float64 `json:"end"` // every request has its outcome
+}
+
+// Event is something that happened during a run, for the timeline.
+type Event struct {
+	T    float64 `json:"t"` // seconds since the run's start
+	What string  `json:"what"`
+}
+
+// FaultReport says what was injected, where and when.
+type FaultReport struct {
+	Kind     string  `json:"kind"`                  // none, kill or sigterm
+	Skipped  string  `json:"skipped,omitempty"`     // why no fault was injected
+	Instance int     `json:"instance"`              // index of the victim
+	AtMs     float64 `json:"at_ms,omitempty"`       // when the signal was sent
+	InFlight int     `json:"in_flight_on_victim"`   // tasks its nodes ran for other instances' requests then
+	WaitedMs float64 `json:"waited_ms,omitempty"`   // past the planned time, waiting for such a task
+	ExitMs   float64 `json:"exit_ms,omitempty"`     // sigterm: when the process exited
+	ExitErr  string  `json:"exit_status,omitempty"` // sigterm: how it exited
+	Rehomed  int     `json:"rehomed_nodes"`         // nodes moved to the survivors
+}
+
+func newRunner(cfg Config, c *cluster, ledger *Ledger, f *fleet, s *sampler, progress io.Writer, t0 time.Time) *runner {
+	r := &runner{cfg: cfg, c: c, ledger: ledger, fleet: f, sampler: s, progress: progress, t0: t0,
+		counters: map[string]map[string]float64{}}
+	if fi, ok := progress.(*os.File); ok {
+		if st, err := fi.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			r.tty = true
+		}
+	}
+	// Enough idle connections that a steady 100/s never opens new ones.
+	r.hc = &http.Client{Transport: &http.Transport{
+		MaxIdleConns: 4096, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 30 * time.Second,
+	}}
+	for _, in := range c.insts {
+		var row []*sdk.Client
+		for _, k := range c.clientKeys {
+			row = append(row, sdk.NewClient(in.URL, k, sdk.WithHTTPClient(r.hc)))
+		}
+		r.clients = append(r.clients, row)
+	}
+	all := make([]int, len(c.insts))
+	for i := range all {
+		all[i] = i
+	}
+	r.alive.Store(&all)
+	r.setPhase("setup")
+	return r
+}
+
+func (r *runner) since(t time.Time) float64 { return round3(t.Sub(r.t0).Seconds()) }
+
+func (r *runner) event(format string, args ...any) {
+	r.mu.Lock()
+	r.events = append(r.events, Event{T: r.since(time.Now()), What: fmt.Sprintf(format, args...)})
+	r.mu.Unlock()
+}
+
+func (r *runner) setPhase(p string) {
+	r.phase.Store(&p)
+	r.phaseStart.Store(time.Now().UnixNano())
+}
+
+// pick chooses the instance and key of the next request: round robin over
+// the instances still in rotation.
+func (r *runner) pick() (via, key int) {
+	i := r.rr.Add(1)
+	alive := *r.alive.Load()
+	return alive[i%uint64(len(alive))], int(i % uint64(len(r.c.clientKeys)))
+}
+
+// send runs one request to its outcome and records it; it reports
+// whether the outcome was ok.
+func (r *runner) send(ctx context.Context, kind, phase string) bool {
+	via, key := r.pick()
+	rec := r.ledger.Open(kind, phase, via, time.Now())
+	limit := r.cfg.TaskTimeout + r.cfg.Grace
+	taskType := r.fleet.plain
+	if kind == KindStream {
+		limit += r.cfg.StreamLength * 11 / 10
+		taskType = r.fleet.stream
+	}
+	rctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	req := sdk.Request{TaskType: taskType, Content: content(rec.ID)}
+	cl := r.clients[via][key]
+	var res *sdk.TaskResult
+	var err error
+	chunks := 0
+	if kind == KindStream {
+		res, err = cl.Stream(rctx, req, func(string) error { chunks++; return nil })
+	} else {
+		res, err = cl.Request(rctx, req)
+	}
+	a := classifyAnswer(res, err, chunks, ctx.Err() != nil, rctx.Err() != nil)
+	r.ledger.Close(rec, time.Now(), a)
+	return a.Outcome == OutcomeOK
+}
+
+// classifyAnswer turns what the client got into an Answer. aborted: the
+// load test was interrupted; expired: the request's own deadline (its task
+// deadline plus the grace period) passed.
+func classifyAnswer(res *sdk.TaskResult, err error, chunks int, aborted, expired bool) Answer {
+	var apiErr *sdk.APIError
+	switch {
+	case err == nil && res.Status == "completed":
+		return Answer{Outcome: OutcomeOK, Status: 200, ProcMs: res.ProcessingTimeMs, NodeID: res.NodeID, Chunks: chunks}
+	case err == nil:
+		return Answer{Outcome: OutcomeFailed, Status: 200, Code: res.Status, Message: res.Result, ProcMs: res.ProcessingTimeMs, NodeID: res.NodeID, Chunks: chunks}
+	case errors.As(err, &apiErr):
+		return Answer{Outcome: OutcomeError, Status: apiErr.Status, Code: apiErr.Code, Message: apiErr.Message, Chunks: chunks}
+	case aborted:
+		return Answer{Outcome: OutcomeAborted, Message: err.Error(), Chunks: chunks}
+	case expired:
+		return Answer{Outcome: OutcomeLost, Message: "no outcome by the deadline plus the grace period", Chunks: chunks}
+	default:
+		return Answer{Outcome: OutcomeError, Code: CodeTransport, Message: err.Error(), Chunks: chunks}
+	}
+}
+
+// run drives the phases and returns when every request has its outcome.
+func (r *runner) run(ctx context.Context) {
+	pctx, stopProgress := context.WithCancel(ctx)
+	var bg sync.WaitGroup
+	bg.Go(func() { r.progressLoop(pctx) })
+	for _, in := range r.c.insts {
+		if in.exited == nil {
+			continue
+		}
+		bg.Go(func() {
+			select {
+			case <-in.exited:
+				if int(r.signalled.Load()) != in.Index+1 {
+					r.event("%s exited unexpectedly (%v); its log: %s", in.Name, in.err, in.Log)
+				}
+			case <-pctx.Done():
+			}
+		})
+	}
+	defer func() {
+		stopProgress()
+		bg.Wait()
+		r.hc.CloseIdleConnections()
+	}()
+
+	// Counters are reported as the run's own: the end minus the start
+	// (a --target instance may have served other runs before).
+	before := r.scrapeAll(ctx)
+
+	rampStart := time.Now()
+	steadyStart := rampStart.Add(r.cfg.Ramp)
+	steadyEnd := steadyStart.Add(r.cfg.Duration)
+	r.mu.Lock()
+	r.marks.RampStart, r.marks.SteadyStart, r.marks.SteadyEnd = r.since(rampStart), r.since(steadyStart), r.since(steadyEnd)
+	r.mu.Unlock()
+
+	// Ramp: closed-loop workers, one more every Ramp/RampTo, each sending
+	// its next request as soon as the last one ends. They stop at the end
+	// of the ramp; their last requests overlap the steady phase's start.
+	if r.cfg.RampTo > 0 {
+		r.setPhase(PhaseRamp)
+		for j := range r.cfg.RampTo {
+			at := rampStart.Add(r.cfg.Ramp * time.Duration(j) / time.Duration(r.cfg.RampTo))
+			r.wg.Go(func() {
+				if !sleepUntil(ctx, at) {
+					return
+				}
+				for time.Now().Before(steadyStart) && ctx.Err() == nil {
+					r.send(ctx, KindPlain, PhaseRamp)
+				}
+			})
+		}
+	}
+	if !sleepUntil(ctx, steadyStart) {
+		r.wg.Wait()
+		return
+	}
+
+	r.setPhase(PhaseSteady)
+	r.event("steady phase: %g requests/s for %v, %d streams", r.cfg.Rate, r.cfg.Duration, r.cfg.Streams)
+	for j := range r.cfg.Streams {
+		at := steadyStart.Add(r.cfg.StreamLength * time.Duration(j) / time.Duration(r.cfg.Streams))
+		r.wg.Go(func() {
+			if !sleepUntil(ctx, at) {
+				return
+			}
+			for time.Now().Before(steadyEnd) && ctx.Err() == nil {
+				r.streamsActive.Add(1)
+				ok := r.send(ctx, KindStream, PhaseSteady)
+				r.streamsActive.Add(-1)
+				if !ok {
+					// A client whose stream failed pauses before the next,
+					// rather than spinning on an error that answers at once.
+					sleepUntil(ctx, time.Now().Add(250*time.Millisecond))
+				}
+			}
+		})
+	}
+	var faultWG sync.WaitGroup
+	if r.fault.Kind != FaultNone && r.fault.Skipped == "" {
+		faultWG.Go(func() { r.injectFault(ctx, steadyStart.Add(r.cfg.FaultAt), steadyEnd) })
+	}
+
+	// Open loop: request i leaves at steadyStart + i/Rate whether or not
+	// the earlier ones have ended.
+	interval := time.Duration(float64(time.Second) / r.cfg.Rate)
+	for i := 0; ; i++ {
+		at := steadyStart.Add(time.Duration(i) * interval)
+		if !at.Before(steadyEnd) || !sleepUntil(ctx, at) {
+			break
+		}
+		if lag := time.Since(at); lag > time.Duration(r.maxLag.Load()) {
+			r.maxLag.Store(int64(lag))
+		}
+		r.wg.Go(func() { r.send(ctx, KindPlain, PhaseSteady) })
+	}
+	sleepUntil(ctx, steadyEnd)
+	r.setPhase("finishing")
+	r.event("steady phase ends; waiting for the requests still running")
+	faultWG.Wait()
+	r.wg.Wait()
+	r.mu.Lock()
+	r.marks.End = r.since(time.Now())
+	r.mu.Unlock()
+	after := r.scrapeAll(ctx)
+	r.mu.Lock()
+	for name, m := range after {
+		for k, v := range m {
+			if d := v - before[name][k]; d != 0 {
+				if r.counters[name] == nil {
+					r.counters[name] = map[string]float64{}
+				}
+				r.counters[name][k] = d
+			}
+		}
+	}
+	r.mu.Unlock()
+}
+
+// scrapeAll reads the counters of every instance still running.
+func (r *runner) scrapeAll(ctx context.Context) map[string]map[string]float64 {
+	out := map[string]map[string]float64{}
+	for _, in := range r.c.insts {
+		if in.Exited() {
+			continue
+		}
+		if m, err := scrapeCounters(ctx, r.hc, in.URL); err == nil {
+			out[in.Name] = m
+		}
+	}
+	return out
+}
+
+// injectFault waits until at, then until a node of the victim is running a
+// task for a request sent to another instance (so that the kill has
+// something to prove), takes the victim out of the clients' rotation (as a
+// load balancer would) and signals it. Unless --fault-instance names it,
+// the victim is the instance whose nodes run the most such tasks: routing
+// prefers local nodes, so cross-instance tasks may flow one way only. The
+// wait ends at FaultWait, or a second before the end of the steady phase:
+// the fault must strike under load.
+func (r *runner) injectFault(ctx context.Context, at, steadyEnd time.Time) {
+	if !sleepUntil(ctx, at) {
+		return
+	}
+	waitUntil := at.Add(r.cfg.FaultWait)
+	if last := steadyEnd.Add(-time.Second); waitUntil.After(last) {
+		waitUntil = last
+	}
+	v, inFlight := r.fault.Instance, 0
+	for {
+		if r.cfg.FaultInstance > 0 {
+			inFlight = r.ledger.RunningOn(v)
+		} else {
+			for i := range r.c.insts {
+				if n := r.ledger.RunningOn(i); n > inFlight {
+					v, inFlight = i, n
+				}
+			}
+		}
+		if inFlight > 0 || !time.Now().Before(waitUntil) {
+			break
+		}
+		if !sleepUntil(ctx, time.Now().Add(2*time.Millisecond)) {
+			return
+		}
+	}
+	r.mu.Lock()
+	r.fault.Instance = v
+	r.mu.Unlock()
+	var rest []int
+	for _, i := range *r.alive.Load() {
+		if i != v {
+			rest = append(rest, i)
+		}
+	}
+	r.alive.Store(&rest)
+	in := r.c.insts[v]
+	r.signalled.Store(int64(v + 1))
+	var err error
+	if r.fault.Kind == FaultKill {
+		err = in.kill()
+	} else {
+		err = in.terminate()
+	}
+	now := time.Now()
+	r.mu.Lock()
+	r.fault.AtMs = r.ledger.ms(now)
+	r.fault.InFlight = inFlight
+	r.fault.WaitedMs = round3(float64(now.Sub(at).Microseconds()) / 1000)
+	r.mu.Unlock()
+	if err != nil {
+		r.event("could not signal %s: %v", in.Name, err)
+		return
+	}
+	if r.fault.Kind == FaultKill {
+		r.sampler.markGone(v)
+		r.event("kill -9 %s (pid %d); %d tasks of other instances' requests running on its nodes", in.Name, in.PID, inFlight)
+	} else {
+		r.event("SIGTERM %s (pid %d): drain; %d tasks of other instances' requests running on its nodes", in.Name, in.PID, inFlight)
+		// Its nodes stay until the drain closes their sockets; they move
+		// once the process is gone (the load balancer stops sending them
+		// there).
+		select {
+		case <-in.exited:
+		case <-ctx.Done():
+			return
+		}
+		r.mu.Lock()
+		r.fault.ExitMs = r.ledger.ms(time.Now())
+		r.fault.ExitErr = "exit status 0"
+		if in.err != nil {
+			r.fault.ExitErr = in.err.Error()
+		}
+		r.mu.Unlock()
+		r.event("%s exited after draining (%s)", in.Name, r.fault.ExitErr)
+	}
+	if r.cfg.NoRehome {
+		return
+	}
+	moved := len(r.fleet.homedOn(v))
+	if err := r.fleet.rehome(ctx, v, rest); err != nil {
+		r.event("re-homing %s's nodes failed: %v", in.Name, err)
+	}
+	r.mu.Lock()
+	r.fault.Rehomed = moved
+	r.mu.Unlock()
+	r.event("%d nodes of %s reconnect to the other instances in 0.5–1 s", moved, in.Name)
+}
+
+// progressLoop prints one line a second until ctx ends.
+func (r *runner) progressLoop(ctx context.Context) {
+	if r.progress == nil {
+		return
+	}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	prev := r.ledger.Counts()
+	n := len(r.c.insts)
+	for {
+		select {
+		case <-ctx.Done():
+			if r.tty {
+				fmt.Fprintln(r.progress)
+			}
+			return
+		case <-t.C:
+		}
+		cur := r.ledger.Counts()
+		elapsed := time.Since(time.Unix(0, r.phaseStart.Load())).Round(time.Second)
+		r.mu.Lock()
+		fault := ""
+		if r.fault.AtMs > 0 {
+			fault = fmt.Sprintf("  %s %s at %.1fs", r.fault.Kind, r.c.insts[r.fault.Instance].Name, r.fault.AtMs/1000)
+		}
+		r.mu.Unlock()
+		line := fmt.Sprintf("[%d instance%s] %-9s %6v  sent %4d/s  done %4d/s  in flight %4d  streams %3d  ok %6d  errors %4d  lost %d%s",
+			n, plural(n), *r.phase.Load(), elapsed, cur.Sent-prev.Sent, (cur.OK+cur.NotOK)-(prev.OK+prev.NotOK),
+			cur.InFlight, r.streamsActive.Load(), cur.OK, cur.NotOK-cur.Lost, cur.Lost, fault)
+		if r.tty {
+			fmt.Fprintf(r.progress, "\r\033[K%s", line)
+		} else {
+			fmt.Fprintln(r.progress, line)
+		}
+		prev = cur
+	}
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// sleepUntil waits until t; false if ctx ended first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+)
+
+// loadConfig is a small profile against the test Redis and PostgreSQL:
+// the smoke shape, shortened. SWITCHYARD_TEST_SKIP_REDIS=1 skips (like the
+// rest of the suite) when they are not there.
+func loadConfig(t *testing.T) Config {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts switchyard instances and runs load for ~20 s or more")
+	}
+	redisURL := os.Getenv("SWITCHYARD_TEST_REDIS_URL")
+	if redisURL == "" {
+		redisURL = "redis://127.0.0.1:6379/0"
+	}
+	dbURL := os.Getenv("SWITCHYARD_TEST_DATABASE_URL")
+	if dbURL == "" {
+		dbURL = "postgres://postgres:postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	rerr := rdb.Ping(ctx).Err()
+	_ = rdb.Close()
+	pg, perr := pgx.Connect(ctx, dbURL)
+	if perr == nil {
+		_ = pg.Close(ctx)
+	}
+	if rerr != nil || perr != nil {
+		if os.Getenv("SWITCHYARD_TEST_SKIP_REDIS") == "1" {
+			t.Skipf("Redis (%v) or PostgreSQL (%v) unreachable and SWITCHYARD_TEST_SKIP_REDIS=1", rerr, perr)
+		}
+		t.Fatalf("Redis at %s (%v) or PostgreSQL (%v) unreachable: start them (scripts/test.sh does)", redisURL, rerr, perr)
+	}
+	return Config{
+		Profile:    "test",
+		Switchyard: testBinary, RedisURL: redisURL, DatabaseURL: dbURL, LogDir: t.TempDir(),
+		Instances: []int{1, 2}, Nodes: 20, HandlerMin: 50 * time.Millisecond, HandlerMax: 500 * time.Millisecond,
+		RampTo: 20, Ramp: 2 * time.Second, Rate: 50, Duration: 10 * time.Second,
+		Streams: 6, StreamLength: 2 * time.Second, Fault: FaultKill, FaultAt: 5 * time.Second,
+	}
+}
+
+// TestSmokeRunPasses runs the load test (1 instance, then 2 with a kill)
+// and requires every criterion to hold.
+func TestSmokeRunPasses(t *testing.T) {
+	cfg := loadConfig(t)
+	var progress bytes.Buffer
+	rep, err := Run(context.Background(), cfg, &progress)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, progress.String())
+	}
+	var text bytes.Buffer
+	rep.WriteText(&text)
+	if !rep.Pass {
+		var failed []string
+		for _, c := range rep.Criteria {
+			if c.Status == Fail {
+				failed = append(failed, fmt.Sprintf("%d instances, %s: %s %s", c.Instances, c.Name, c.Figure, c.Detail))
+			}
+		}
+		t.Fatalf("the smoke run missed DESIGN §8:\n  %s\n\n%s", strings.Join(failed, "\n  "), text.String())
+	}
+	t.Logf("\n%s", text.String())
+
+	if len(rep.Runs) != 2 {
+		t.Fatalf("%d runs, want 2", len(rep.Runs))
+	}
+	for _, run := range rep.Runs {
+		if !run.Accounting.OK() || run.Accounting.Sent < 400 {
+			t.Errorf("%d instances: accounting %+v", run.Instances, run.Accounting)
+		}
+		if len(run.Resources) != run.Instances {
+			t.Errorf("%d instances: resources of %d", run.Instances, len(run.Resources))
+		}
+	}
+	two := rep.Runs[1]
+	if two.Fault.AtMs == 0 || two.Classes[ClassVictimTask] == 0 {
+		t.Errorf("the kill proved nothing: %+v, classes %v", two.Fault, two.Classes)
+	}
+	if !strings.Contains(progress.String(), "[2 instances] steady") {
+		t.Errorf("no progress lines:\n%s", progress.String())
+	}
+}
+
+// TestLoadTestCanFail runs against instances whose owner-liveness watcher
+// is off: a kill then strands the victim's tasks until their deadline, and
+// the kill criterion must fail, naming the figure that missed.
+func TestLoadTestCanFail(t *testing.T) {
+	cfg := loadConfig(t)
+	cfg.Instances = []int{2}
+	cfg.ServeArgs = []string{"--unsafe-no-watcher"}
+	cfg.TaskTimeout = 4 * time.Second // the stranded tasks end with 504 after 4 s instead of 60
+	cfg.Duration, cfg.FaultAt = 8*time.Second, 3*time.Second
+	rep, err := Run(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	rep.WriteText(&text)
+	if rep.Pass {
+		t.Fatalf("a cluster without the watcher passed:\n%s", text.String())
+	}
+	var kill *Criterion
+	for i, c := range rep.Criteria {
+		if c.Name == CritFault && c.Instances == 2 {
+			kill = &rep.Criteria[i]
+		}
+	}
+	if kill == nil || kill.Status != Fail {
+		t.Fatalf("the kill criterion did not fail:\n%s", text.String())
+	}
+	// The stranded tasks waited for their deadline: 504 after ~4 s, far
+	// past the 1.5 s bar.
+	if !strings.Contains(kill.Figure, "slowest outcome") || !strings.Contains(kill.Detail, "timeout") {
+		t.Errorf("the failure does not name the figure that missed: %+v", kill)
+	}
+	slowest := 0.0
+	for _, r := range rep.Runs[0].Records {
+		if r.Class == ClassVictimTask {
+			slowest = max(slowest, r.DoneMs-rep.Runs[0].Fault.AtMs)
+		}
+	}
+	if slowest < 3500 {
+		t.Errorf("the slowest victim task ended %.0f ms after the kill; without the watcher it should wait ~4 s", slowest)
+	}
+	t.Logf("\n%s", text.String())
+}

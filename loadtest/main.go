@@ -1,0 +1,304 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Exit statuses.
+const (
+	exitPass  = 0 // every criterion held
+	exitFail  = 1 // a criterion failed
+	exitError = 2 // the run could not be carried out, or bad usage
+)
+
+// outputs are where the report goes besides stdout.
+type outputs struct {
+	json, html string
+	quiet      bool
+}
+
+func cli(args []string, stdout, stderr io.Writer) int {
+	cfg, out, err := parseArgs(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitPass
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "loadtest:", err)
+		return exitError
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var progress io.Writer = stderr
+	if out.quiet {
+		progress = nil
+	}
+	rep, err := Run(ctx, cfg, progress)
+	if rep != nil && len(rep.Runs) > 0 {
+		if werr := writeOutputs(rep, out, stdout); werr != nil {
+			fmt.Fprintln(stderr, "loadtest:", werr)
+			return exitError
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "loadtest:", err)
+		return exitError
+	}
+	if rep.LogDir != "" {
+		fmt.Fprintf(stdout, "instance logs: %s\n", rep.LogDir)
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "loadtest: interrupted")
+		return exitError
+	}
+	if !rep.Pass {
+		return exitFail
+	}
+	return exitPass
+}
+
+func writeOutputs(rep *Report, out outputs, stdout io.Writer) error {
+	rep.WriteText(stdout)
+	write := func(path string, f func(io.Writer) error) error {
+		if path == "" {
+			return nil
+		}
+		fh, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if err := f(fh); err != nil {
+			_ = fh.Close()
+			return err
+		}
+		return fh.Close()
+	}
+	if err := write(out.json, rep.WriteJSON); err != nil {
+		return fmt.Errorf("--json: %w", err)
+	}
+	if err := write(out.html, rep.WriteHTML); err != nil {
+		return fmt.Errorf("--html: %w", err)
+	}
+	return nil
+}
+
+// profileArg finds --profile's value before the flags are parsed, since
+// the profile supplies the other flags' defaults.
+func profileArg(args []string) string {
+	for i, a := range args {
+		if a == "--" {
+			break
+		}
+		for _, p := range []string{"--profile", "-profile"} {
+			if v, ok := strings.CutPrefix(a, p+"="); ok {
+				return v
+			}
+			if a == p && i+1 < len(args) {
+				return args[i+1]
+			}
+		}
+	}
+	return "seed"
+}
+
+func parseArgs(args []string, stderr io.Writer) (Config, outputs, error) {
+	name := profileArg(args)
+	cfg, ok := Profiles[name]
+	if !ok {
+		return Config{}, outputs{}, fmt.Errorf("--profile %q: use seed or smoke", name)
+	}
+	cfg.Profile = name
+	cfg.Instances = append([]int(nil), cfg.Instances...)
+	cfg.Bars = DefaultBars
+	var out outputs
+	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { usage(fs, stderr) }
+
+	fs.String("profile", name, "`name`: seed (seed 002 §4.1: ~35 min) or smoke (the same shape in ~1 min); sets the defaults below")
+	fs.StringVar(&cfg.Switchyard, "switchyard", "", "switchyard binary to start (default: go build ./cmd/switchyard into a temporary directory)")
+	fs.StringVar(&cfg.RedisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis for the instances started here (each run gets a fresh namespace, removed afterwards)")
+	fs.StringVar(&cfg.DatabaseURL, "database-url", "postgres://postgres:postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL for the instances started here (each run gets a fresh schema, dropped afterwards)")
+	fs.Var((*stringList)(&cfg.Targets), "target", "`URL` of a running instance (repeatable): use them instead of starting instances")
+	fs.Var((*stringList)(&cfg.APIKeys), "api-key", "with --target: an API `key` for nodes and clients (repeatable; round robin)")
+	fs.Var((*stringList)(&cfg.ServeArgs), "serve-arg", "extra `argument` for every `switchyard serve` started here (repeatable), e.g. --serve-arg=--unsafe-no-watcher")
+	fs.StringVar(&cfg.LogDir, "log-dir", "", "directory for the instances' logs (default: a temporary one, kept only when a criterion fails)")
+
+	fs.Var((*intList)(&cfg.Instances), "instances", "instance counts to run and compare, in order (`list`, e.g. 1,2,3); the 1 is the hop baseline")
+	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "simulated nodes (Go SDK), node i on instance i mod N")
+	fs.IntVar(&cfg.NodeConcurrency, "node-concurrency", 4, "max_concurrency each node declares (the server's default)")
+	fs.DurationVar(&cfg.HandlerMin, "handler-min", cfg.HandlerMin, "shortest plain handler sleep")
+	fs.DurationVar(&cfg.HandlerMax, "handler-max", cfg.HandlerMax, "longest plain handler sleep (uniform in between)")
+	fs.IntVar(&cfg.RampTo, "ramp-to", cfg.RampTo, "concurrent requests reached at the end of the ramp (closed loop)")
+	fs.DurationVar(&cfg.Ramp, "ramp", cfg.Ramp, "length of the ramp")
+	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "steady plain requests per second (open loop: sent on schedule whatever the answers)")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of the steady phase")
+	fs.IntVar(&cfg.Streams, "streams", cfg.Streams, "concurrent streaming requests during the steady phase")
+	streamSec := fs.Float64("stream-seconds", cfg.StreamLength.Seconds(), "how long each stream's handler streams, in seconds (±10%)")
+	fs.IntVar(&cfg.StreamChunks, "stream-chunks", 0, "chunks per stream (default 4 per second)")
+	fs.IntVar(&cfg.ClientAccounts, "client-accounts", 8, "accounts (API keys) the clients spread over, when starting instances")
+	fs.IntVar(&cfg.NodeAccounts, "node-accounts", 4, "accounts the nodes spread over, when starting instances")
+	fs.DurationVar(&cfg.TaskTimeout, "task-timeout", 60*time.Second, "the instances' --task-timeout, and a plain request's deadline")
+	fs.DurationVar(&cfg.Grace, "grace", 2*time.Second, "a request with no outcome this long past its deadline is LOST")
+
+	fs.StringVar(&cfg.Fault, "fault", cfg.Fault, "`mode`: none, kill (kill -9) or sigterm (drain) one instance mid-run; skipped on 1 instance")
+	fs.DurationVar(&cfg.FaultAt, "fault-at", 0, "when, from the start of the steady phase (default: half of --duration)")
+	fs.IntVar(&cfg.FaultInstance, "fault-instance", 0, "`number` (1-based) of the instance to hit (default: the one whose nodes run the most tasks for other instances' requests at --fault-at)")
+	fs.DurationVar(&cfg.FaultWait, "fault-wait", 10*time.Second, "past --fault-at, wait at most this long for a task to be running on the victim's nodes for another instance's request")
+	fs.DurationVar(&cfg.Settle, "settle", 5*time.Second, "after the fault (a drain: after the exit), left out of the hop and memory figures")
+	fs.DurationVar(&cfg.MemMinStretch, "mem-min-stretch", time.Minute, "shortest steady stretch (without a fault) whose memory growth is judged")
+	fs.BoolVar(&cfg.NoRehome, "no-rehome", false, "leave the lost instance's nodes retrying its address instead of moving them to the others")
+
+	fs.DurationVar(&cfg.Bars.HopP95, "bar-hop-p95", cfg.Bars.HopP95, "bar: overhead the hop may add at p95 vs 1 instance")
+	fs.DurationVar(&cfg.Bars.HopP99, "bar-hop-p99", cfg.Bars.HopP99, "bar: overhead the hop may add at p99 vs 1 instance")
+	fs.Float64Var(&cfg.Bars.CPUPercent, "bar-cpu", cfg.Bars.CPUPercent, "bar: CPU per instance, % of one core at 100 requests/s")
+	fs.Float64Var(&cfg.Bars.MemGrowth, "bar-mem", cfg.Bars.MemGrowth, "bar: RSS growth over the steady phase (fraction)")
+	fs.DurationVar(&cfg.Bars.FaultToFail, "bar-fault", cfg.Bars.FaultToFail, "bar: kill → 502 of the killed instance's in-flight tasks")
+
+	fs.StringVar(&out.json, "json", "", "write the JSON report (every request, every sample) to `file`")
+	fs.StringVar(&out.html, "html", "", "write the HTML report with its plots to `file`")
+	fs.BoolVar(&out.quiet, "quiet", false, "no progress lines on stderr")
+
+	instancesSet := false
+	if err := fs.Parse(args); err != nil {
+		return Config{}, out, err
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "instances" {
+			instancesSet = true
+		}
+	})
+	if fs.NArg() > 0 {
+		return Config{}, out, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	cfg.StreamLength = time.Duration(*streamSec * float64(time.Second))
+	if len(cfg.Targets) > 0 {
+		if !instancesSet {
+			// Against running instances: the first one alone (nodes and
+			// clients on it: the baseline), then all of them.
+			cfg.Instances = []int{1}
+			if len(cfg.Targets) > 1 {
+				cfg.Instances = append(cfg.Instances, len(cfg.Targets))
+			}
+		}
+		if !flagSet(fs, "fault") {
+			cfg.Fault = FaultNone
+		}
+	}
+	return cfg, out, nil
+}
+
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+func usage(fs *flag.FlagSet, w io.Writer) {
+	fmt.Fprint(w, `Usage: loadtest [--profile seed|smoke] [flags]
+
+Replays switchyard's scaling profile (seed 002 §4.1) and judges it against
+DESIGN §8. For each instance count in --instances (1, then 2, then 3) it
+starts that many instances of the switchyard binary on free loopback ports,
+sharing --redis-url (a fresh namespace) and --database-url (a fresh schema),
+or, with --target, uses the first N of the given running instances. Then:
+
+  nodes    --nodes simulated nodes (the Go SDK), node i on instance i mod N;
+           handlers sleep --handler-min..--handler-max (sdk/handlers.Sleep)
+           and report that as processing_time_ms
+  ramp     closed-loop clients grow to --ramp-to concurrent requests over --ramp
+  steady   --rate plain requests/s for --duration, open loop, round robin over
+           the instances and over several API keys, with --streams concurrent
+           streams of --stream-seconds alongside
+  fault    at --fault-at, kill -9 (--fault kill) or SIGTERM (--fault sigterm)
+           one instance; the clients stop sending to it (as a load balancer
+           would) and its nodes reconnect to the others
+
+Every request is recorded with exactly one outcome: a result, an explicit
+error with its code, or LOST (nothing by its deadline plus --grace).
+
+Criteria (DESIGN §8, our bars), judged per run; exit status 0 only if none
+fails (a SKIP, e.g. the fault on 1 instance, does not fail):
+  lost tasks                 0, and every request has exactly one outcome
+  hop adds at p95 / p99      overhead (latency − processing_time_ms) percentile
+                             minus the 1-instance run's: ≤ 2 ms / ≤ 5 ms
+  CPU per instance           mean over the steady phase < 15% of one core at
+                             100 requests/s (scaled: cpu% × 100/rate)
+  memory over steady phase   RSS growth < 3% (mean of the last fifth vs the
+                             first fifth of each stretch without a fault, of
+                             at least --mem-min-stretch; shorter: SKIP)
+  killed instance's tasks    tasks running on its nodes for other instances'
+                             requests get 502 node_disconnected within 1.5 s
+  drain loses nothing        (--fault sigterm) its in-flight requests succeed
+  other tasks unaffected     every other request succeeds
+  instances stay up          no instance exits unless signalled
+
+Output: a progress line on stderr every second, a table on stdout, --json
+and --html reports. Exit status: 0 pass, 1 a criterion failed, 2 the run
+could not be carried out (bad usage, an instance that would not start,
+Redis or PostgreSQL unreachable, interrupted).
+
+Profiles (flags override them):
+  seed   instances 1,2,3; 200 nodes; handlers 50ms–500ms; ramp to 200 over
+         30s; 100 requests/s for 10m; 50 streams of 5s; kill mid-run
+  smoke  instances 1,2; 40 nodes; handlers 50ms–500ms; ramp to 40 over 3s;
+         50 requests/s for 15s; 10 streams of 2s; kill mid-run
+
+Examples:
+  loadtest --profile smoke --html smoke.html
+  loadtest --profile seed --json seed.json --html seed.html
+  loadtest --profile smoke --fault sigterm
+  loadtest --target http://a:8800 --target http://b:8800 --api-key K1 --api-key K2 \
+      --rate 50 --duration 2m
+
+Flags (defaults shown are the chosen profile's):
+`)
+	fs.PrintDefaults()
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (s *stringList) String() string { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error {
+	*s = append(*s, v)
+	return nil
+}
+
+// intList is a comma-separated list of integers; setting it replaces the
+// profile's list.
+type intList []int
+
+func (l *intList) String() string {
+	parts := make([]string, len(*l))
+	for i, v := range *l {
+		parts[i] = strconv.Itoa(v)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l *intList) Set(v string) error {
+	var out []int
+	for _, p := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil {
+			return fmt.Errorf("%q is not a list of integers such as 1,2,3", v)
+		}
+		out = append(out, n)
+	}
+	*l = out
+	return nil
+}

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+)
+
+// Run runs every configuration of cfg (one per entry of Instances, in
+// order) and judges them. progress, if not nil, gets the live progress
+// lines. The error is for a run that could not be carried out (an
+// instance would not start, Redis is unreachable…); a run that was carried
+// out and missed a bar returns a report with Pass false and no error.
+func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if progress == nil {
+		progress = io.Discard
+	}
+	rep := &Report{Tool: "switchyard loadtest", Started: time.Now(), Profile: cfg.Profile, Mode: "spawn",
+		Shape: cfg.summary(), Params: paramsOf(cfg), Host: hostInfo()}
+	if !cfg.spawn() {
+		rep.Mode = "target"
+	}
+
+	var bin, logDir string
+	if cfg.spawn() {
+		logDir = cfg.LogDir
+		tempLogs := logDir == ""
+		if tempLogs {
+			if logDir, err = os.MkdirTemp("", "switchyard-loadtest-"); err != nil {
+				return nil, err
+			}
+		} else if err := os.MkdirAll(logDir, 0o755); err != nil {
+			return nil, err
+		}
+		defer func() {
+			// Keep the instances' logs when something needs explaining.
+			if tempLogs && rep.Pass {
+				_ = os.RemoveAll(logDir)
+			} else {
+				rep.LogDir = logDir
+			}
+		}()
+		bin = cfg.Switchyard
+		if bin == "" {
+			fmt.Fprintln(progress, "building switchyard (go build ./cmd/switchyard)…")
+			if bin, err = buildSwitchyard(ctx, logDir); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	for _, n := range cfg.Instances {
+		fmt.Fprintf(progress, "== %d instance%s ==\n", n, plural(n))
+		rr, err := runOne(ctx, cfg, n, bin, logDir, progress)
+		if err != nil {
+			rep.Finished = time.Now()
+			return rep, fmt.Errorf("the %d-instance run: %w", n, err)
+		}
+		rep.Runs = append(rep.Runs, rr)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	rep.Criteria = Evaluate(rep.Runs, cfg.Bars)
+	rep.Pass = Passed(rep.Criteria)
+	rep.Notes = notes(cfg)
+	rep.Finished = time.Now()
+	if ctx.Err() != nil {
+		rep.Pass = false
+		rep.Notes = append(rep.Notes, "the load test was interrupted: the figures cover only part of the run")
+	}
+	return rep, nil
+}
+
+// notes explain choices that a reader of the figures should know.
+func notes(cfg Config) []string {
+	var n []string
+	if cfg.Fault != FaultNone {
+		for _, i := range cfg.Instances {
+			if i == 1 {
+				n = append(n, "the 1-instance run has no other instance to fail over to: its fault is skipped")
+				break
+			}
+		}
+		n = append(n, "at the fault the clients stop sending to the faulty instance, as a load balancer would; its nodes reconnect to the others 0.5–1 s later (after a drain: once it has exited)")
+		n = append(n, fmt.Sprintf("the hop and memory figures leave out the fault window (from the signal until %v after the instance was gone); the overhead including it is printed per run", cfg.Settle))
+	}
+	if cfg.Duration < cfg.MemMinStretch {
+		n = append(n, fmt.Sprintf("memory growth is judged on steady stretches of at least %v (--mem-min-stretch); this run's are shorter, so it is printed but not judged", cfg.MemMinStretch))
+	}
+	if cfg.Rate != 100 {
+		n = append(n, fmt.Sprintf("the CPU bar is for 100 requests/s; this run's %g requests/s are scaled: cpu%% × 100/%g", cfg.Rate, cfg.Rate))
+	}
+	if !cfg.spawn() {
+		n = append(n, "target mode: CPU and memory are not measured (the processes are not ours); the fault is not injected")
+	}
+	return n
+}
+
+// runOne runs one configuration of n instances.
+func runOne(ctx context.Context, cfg Config, n int, bin, logDir string, progress io.Writer) (*RunReport, error) {
+	var c *cluster
+	var err error
+	if cfg.spawn() {
+		if c, err = startCluster(ctx, cfg, n, bin, logDir); err != nil {
+			return nil, err
+		}
+	} else {
+		c = targetCluster(cfg, n)
+	}
+	defer c.close()
+
+	t0 := time.Now()
+	pids := make([]int, 0, n+1)
+	for _, in := range c.insts {
+		pids = append(pids, in.PID)
+	}
+	pids = append(pids, os.Getpid())
+	s := newSampler(t0, pids)
+	sctx, stopSampler := context.WithCancel(ctx)
+	var bg sync.WaitGroup
+	bg.Go(func() { s.run(sctx) })
+	defer func() {
+		stopSampler()
+		bg.Wait()
+	}()
+
+	ledger := NewLedger(t0)
+	f := newFleet(cfg, c, ledger, randHex(4))
+	defer f.stop()
+	if err := f.start(ctx); err != nil {
+		return nil, err
+	}
+	if err := f.awaitRegistered(ctx, 60*time.Second); err != nil {
+		return nil, err
+	}
+	if err := f.awaitDirectory(ctx, 30*time.Second); err != nil {
+		return nil, err
+	}
+
+	r := newRunner(cfg, c, ledger, f, s, progress, t0)
+	r.fault = FaultReport{Kind: cfg.Fault, Instance: cfg.victim(n)}
+	if cfg.Fault != FaultNone && n == 1 {
+		r.fault.Skipped = "a 1-instance run has no other instance to fail over to"
+	}
+	r.event("%d nodes registered and listed by every instance", cfg.Nodes)
+	r.run(ctx)
+
+	stopSampler()
+	bg.Wait()
+	samples := make([][]Sample, n)
+	for i := range n {
+		samples[i] = s.result(i)
+	}
+	recs := ledger.Records()
+	acc := ledger.Accounting()
+	// The node id in a result must be the node that ran the request
+	// (DESIGN §5, invariant 2: only the assigned connection answers).
+	var mismatched []int64
+	for _, rec := range recs {
+		if rec.NodeID == "" {
+			continue
+		}
+		switch idx := f.nodeIndex(rec.NodeID); {
+		case rec.Node < 0:
+			rec.Node = idx
+		case idx != rec.Node:
+			mismatched = append(mismatched, rec.ID)
+		}
+	}
+	if len(mismatched) > 0 {
+		r.event("warning: %d results name another node than the one that ran them (ids %v)", len(mismatched), firstN(mismatched, 10))
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rr := buildRun(cfg, c.insts, recs, acc.Doubles, r.fault, r.marks, r.events, samples, s.result(n), time.Duration(r.maxLag.Load()))
+	rr.Counters = r.counters
+	return rr, nil
+}
