@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,7 +46,12 @@ type ClusterDirectory struct {
 	withdrawn atomic.Bool
 
 	goneMu sync.Mutex
-	gone   atomic.Pointer[map[string]time.Time] // instances known gone → until when; copied on write
+	gone   atomic.Pointer[map[string]goneMark] // instances known gone; copied on write
+}
+
+// goneMark is an instance taken out of routing.
+type goneMark struct {
+	at, until time.Time
 }
 
 var _ Directory = (*ClusterDirectory)(nil)
@@ -56,7 +62,16 @@ type remoteSnapshot struct {
 	byCap map[string][]*remoteNode
 	byID  map[string]*remoteNode
 	all   []*remoteNode
+	seen  map[string]time.Time // instance → when its directory was last read
 }
+
+// publishedAtField is the directory hash field holding when its instance
+// last wrote it (unix ms); it is not a node.
+const publishedAtField = "_published_at"
+
+// carryFor is how long an instance's nodes stay listed after its directory
+// went missing from a read.
+const carryFor = 3 * time.Second
 
 type remoteNode struct {
 	entry dirEntry
@@ -90,7 +105,7 @@ func NewClusterDirectory(hub *Hub, rdb redis.UniversalClient, live func(ctx cont
 	}
 	d := &ClusterDirectory{hub: hub, rdb: rdb, cfg: cfg, live: live, log: cfg.Logger.With("component", "directory"),
 		touched: make(chan struct{}, 1)}
-	d.snap.Store(&remoteSnapshot{byCap: map[string][]*remoteNode{}})
+	d.snap.Store(&remoteSnapshot{byCap: map[string][]*remoteNode{}, byID: map[string]*remoteNode{}, seen: map[string]time.Time{}})
 	return d
 }
 
@@ -152,13 +167,14 @@ func (d *ClusterDirectory) Publish(ctx context.Context) error {
 		}
 		fields = append(fields, s.NodeID, b)
 	}
+	// When it was written: readers learn from it that this instance is alive
+	// (see MarkGone), even when it has no node.
+	fields = append(fields, publishedAtField, strconv.FormatInt(time.Now().UnixMilli(), 10))
 	// One key, so MULTI is fine on a cluster too.
 	_, err := d.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Del(ctx, key)
-		if len(fields) > 0 {
-			p.HSet(ctx, key, fields...)
-			p.PExpire(ctx, key, 5*d.cfg.PublishInterval)
-		}
+		p.HSet(ctx, key, fields...)
+		p.PExpire(ctx, key, 5*d.cfg.PublishInterval)
 		return nil
 	})
 	if err != nil {
@@ -197,21 +213,49 @@ func (d *ClusterDirectory) Poll(ctx context.Context) error {
 			return fmt.Errorf("directory: poll: %w", err)
 		}
 	}
+	now := time.Now()
+	prev := d.snap.Load()
+	seen := make(map[string]time.Time, len(cmds))
 	// The newest generation of a node wins: during a move, two instances may
 	// list it for a moment.
 	newest := map[string]*remoteNode{}
-	for _, cmd := range cmds {
-		for _, raw := range cmd.Val() {
+	add := func(e dirEntry) {
+		if cur, ok := newest[e.NodeID]; !ok || e.Gen > cur.entry.Gen {
+			newest[e.NodeID] = &remoteNode{entry: e}
+		}
+	}
+	for id, cmd := range cmds {
+		fields := cmd.Val()
+		if len(fields) == 0 {
+			continue
+		}
+		seen[id] = now
+		if ms, err := strconv.ParseInt(fields[publishedAtField], 10, 64); err == nil {
+			d.revive(id, time.UnixMilli(ms))
+		}
+		for f, raw := range fields {
 			var e dirEntry
-			if json.Unmarshal([]byte(raw), &e) != nil || e.NodeID == "" {
+			if f == publishedAtField || json.Unmarshal([]byte(raw), &e) != nil || e.NodeID == "" {
 				continue
 			}
-			if cur, ok := newest[e.NodeID]; !ok || e.Gen > cur.entry.Gen {
-				newest[e.NodeID] = &remoteNode{entry: e}
+			add(e)
+		}
+	}
+	// An instance missing from this read but seen a moment ago keeps its
+	// nodes for carryFor: after a Redis restart every instance is briefly
+	// absent until it re-registers, and its nodes are not gone. One that
+	// really is gone is taken out of routing by MarkGone.
+	for id, last := range prev.seen {
+		if _, ok := seen[id]; !ok && now.Sub(last) < carryFor {
+			seen[id] = last
+			for _, n := range prev.all {
+				if n.entry.Instance == id {
+					add(n.entry)
+				}
 			}
 		}
 	}
-	snap := &remoteSnapshot{at: time.Now(), byCap: map[string][]*remoteNode{}, byID: newest}
+	snap := &remoteSnapshot{at: now, byCap: map[string][]*remoteNode{}, byID: newest, seen: seen}
 	for _, n := range newest {
 		snap.all = append(snap.all, n)
 		for _, c := range n.entry.Capabilities {
@@ -282,27 +326,49 @@ func (d *ClusterDirectory) MarkFull(nodeID string) {
 	}
 }
 
-// goneFor is how long an instance found gone stays out of routing; by then
-// its alive key and directory have expired anyway.
-const goneFor = 30 * time.Second
+// goneFor is how long an instance found gone stays out of routing unless it
+// publishes its directory again; by then its keys have expired anyway.
+const goneFor = 10 * time.Second
 
 // MarkGone takes every node of a remote instance out of routing: a publish
-// to it reached nobody, or it is draining. Its directory entries may live a
-// few seconds more in Redis; requests should not spend attempts on them.
+// to it reached nobody, it is draining, or the watcher found it gone. Its
+// directory may live a few seconds more in Redis, and requests should not
+// spend their attempts on its nodes. If it writes its directory again
+// after this (it was only reconnecting to Redis), the mark is lifted.
 func (d *ClusterDirectory) MarkGone(instance string) {
+	now := time.Now()
+	d.updateGone(func(m map[string]goneMark) { m[instance] = goneMark{at: now, until: now.Add(goneFor)} })
+	d.log.Info("instance gone or draining; its nodes are out of routing", "gone_instance", instance)
+}
+
+// revive lifts an instance's gone mark if it published after the mark.
+func (d *ClusterDirectory) revive(instance string, published time.Time) {
+	cur := d.gone.Load()
+	if cur == nil {
+		return
+	}
+	if m, ok := (*cur)[instance]; !ok || !published.After(m.at) {
+		return
+	}
+	d.updateGone(func(m map[string]goneMark) { delete(m, instance) })
+	d.log.Info("instance is back; its nodes are in routing again", "instance_back", instance)
+}
+
+// updateGone replaces the gone map with a changed copy, dropping expired marks.
+func (d *ClusterDirectory) updateGone(change func(map[string]goneMark)) {
 	d.goneMu.Lock()
 	defer d.goneMu.Unlock()
 	now := time.Now()
-	next := map[string]time.Time{instance: now.Add(goneFor)}
+	next := map[string]goneMark{}
 	if cur := d.gone.Load(); cur != nil {
-		for id, until := range *cur {
-			if until.After(now) && id != instance {
-				next[id] = until
+		for id, m := range *cur {
+			if m.until.After(now) {
+				next[id] = m
 			}
 		}
 	}
+	change(next)
 	d.gone.Store(&next)
-	d.log.Info("instance gone or draining; its nodes are out of routing", "gone_instance", instance)
 }
 
 // goneNow returns the instances still marked gone (nil when none).
@@ -313,12 +379,30 @@ func (d *ClusterDirectory) goneNow() map[string]bool {
 	}
 	now := time.Now()
 	out := make(map[string]bool, len(*cur))
-	for id, until := range *cur {
-		if until.After(now) {
+	for id, m := range *cur {
+		if m.until.After(now) {
 			out[id] = true
 		}
 	}
 	return out
+}
+
+// Hidden reports whether nodes with capability are out of routing only
+// because their instance is marked gone: the task's nodes exist but cannot
+// be reached right now (503, not 404).
+func (d *ClusterDirectory) Hidden(capability string) bool {
+	gone := d.goneNow()
+	if gone == nil {
+		return false
+	}
+	if s := d.fresh(); s != nil {
+		for _, n := range s.byCap[capability] {
+			if gone[n.entry.Instance] {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // List implements Directory.

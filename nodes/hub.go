@@ -126,7 +126,8 @@ type Hub struct {
 	serving  int                   // Serve calls in progress
 	draining bool
 	bg       sync.WaitGroup // benchmark saves in flight
-	idle     chan struct{}  // closed when draining and serving reaches 0
+	fences   map[string]fence
+	idle     chan struct{} // closed when draining and serving reaches 0
 }
 
 // NewHub returns a hub. events receives task traffic from every session.
@@ -140,6 +141,7 @@ func NewHub(cfg Config, auth Authenticator, claims Claims, events Events) *Hub {
 		metrics:  newMetrics(cfg.Registerer),
 		log:      cfg.Logger,
 		sessions: make(map[string]*Session),
+		fences:   make(map[string]fence),
 		byCap:    make(map[string][]*Session),
 		idle:     make(chan struct{}),
 		slotCh:   make(chan struct{}),
@@ -198,6 +200,11 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string) er
 	}
 	nodeID := NodeID(acct.ID, reg.Name)
 	log := h.log.With("node_id", nodeID, "name", reg.Name, "remote", remote)
+	// Slow work (the store) before the claim, so the window between taking
+	// the claim and becoming visible as its holder is as short as it can be.
+	if h.BeforeAttach != nil {
+		h.BeforeAttach(ctx, nodeID, acct.ID, reg.Name)
+	}
 	claim, err := h.claims.Claim(ctx, h.cfg.Instance, nodeID, acct.ID, h.cfg.MaxNodesPerAccount)
 	switch {
 	case errors.Is(err, ErrTooManyNodes):
@@ -231,17 +238,26 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string) er
 		wake:       make(chan struct{}, 1),
 		writerDone: make(chan struct{}),
 	}
-	if h.BeforeAttach != nil {
-		h.BeforeAttach(ctx, nodeID, acct.ID, reg.Name)
-	}
-	// node_registered is queued before the session becomes routable, so it is
-	// always the node's first message; the writer starts only once the node
-	// is routable, so a node that has node_registered can be sent tasks.
-	s.Send(Encode(MsgNodeRegistered, map[string]string{"node_id": nodeID}))
-	if prev := h.attach(s); prev != nil {
+	prev, fenced := h.attach(s)
+	if prev != nil {
 		// Invariant 1: the newest connection wins. The old one's tasks fail
 		// now (from its writer), not when its close handshake finishes.
 		prev.Close(CloseReplaced, "replaced by a newer connection")
+	}
+	// node_registered is written once the node is routable (so a node that
+	// has it can be sent tasks at once) and before the writer starts (so it
+	// is always the node's first message, even if this connection is
+	// replaced a moment later; tasks queued meanwhile follow it).
+	wctx, cancel := context.WithTimeout(ctx, h.cfg.WriteTimeout)
+	err = conn.Write(wctx, websocket.MessageText, Encode(MsgNodeRegistered, map[string]string{"node_id": nodeID}))
+	cancel()
+	if err != nil {
+		s.Close(closeUnanswered, "write failed")
+	}
+	if fenced {
+		// Another instance took the node while this claim was being made,
+		// and its replace arrived before this session was visible.
+		s.Close(CloseReplaced, "replaced by a newer connection")
 	}
 	go s.writeLoop(ctx)
 	h.startBenchmark(ctx, s)
@@ -344,10 +360,16 @@ func (h *Hub) done() {
 	h.mu.Unlock()
 }
 
-// attach makes s the session of its node and returns the one it replaced.
-func (h *Hub) attach(s *Session) *Session {
+// attach makes s the session of its node and returns the one it replaced,
+// and whether a replace for a newer generation arrived before s was here.
+func (h *Hub) attach(s *Session) (*Session, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	fenced := false
+	if f, ok := h.fences[s.NodeID]; ok {
+		fenced = f.gen > s.Gen
+		delete(h.fences, s.NodeID)
+	}
 	prev := h.sessions[s.NodeID]
 	h.sessions[s.NodeID] = s
 	if prev != nil {
@@ -359,7 +381,7 @@ func (h *Hub) attach(s *Session) *Session {
 	if h.OnChange != nil {
 		defer h.OnChange()
 	}
-	return prev
+	return prev, fenced
 }
 
 // detach removes s if it is still its node's session.
@@ -453,14 +475,36 @@ func (h *Hub) CloseAccount(accountID string) int {
 }
 
 // CloseReplaced closes this instance's session of nodeID if its generation
-// is older than gen: another instance has a newer connection.
+// is older than gen: another instance has a newer connection. When no
+// session is here yet (a registration of the node may be between its claim
+// and becoming visible), the generation is remembered, and such a session
+// is closed as soon as it attaches.
 func (h *Hub) CloseReplaced(nodeID string, gen uint64) bool {
-	s := h.Session(nodeID)
+	h.mu.Lock()
+	s := h.sessions[nodeID]
+	if s == nil {
+		now := time.Now()
+		for id, f := range h.fences { // forget old fences: nothing is that slow to attach
+			if now.Sub(f.at) > time.Minute {
+				delete(h.fences, id)
+			}
+		}
+		if f := h.fences[nodeID]; f.gen < gen {
+			h.fences[nodeID] = fence{gen: gen, at: now}
+		}
+	}
+	h.mu.Unlock()
 	if s == nil || s.Gen >= gen {
 		return false
 	}
 	s.Close(CloseReplaced, "replaced by a newer connection")
 	return true
+}
+
+// fence is a replace that arrived before the session it was for.
+type fence struct {
+	gen uint64
+	at  time.Time
 }
 
 // RefreshClaims keeps this instance's claims alive, and closes (with 4000)

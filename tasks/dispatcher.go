@@ -151,6 +151,7 @@ type run struct {
 	lastSeq  uint32
 	streamed bool
 	onNode   func(nodeID string)
+	sawGone  bool // an owner refused because its instance is gone or draining
 }
 
 func (r *run) dispatch(ctx context.Context) (Outcome, error) {
@@ -223,6 +224,12 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 		return Outcome{}, &Error{Code: CodeUnavailable,
 			Message: "no node on this instance can run this task type, and the rest of the cluster is unreachable (Redis is down)"}
 	}
+	if hd, ok := d.dir.(interface{ Hidden(capability string) bool }); r.sawGone || ok && hd.Hidden(r.req.TaskType) {
+		// The nodes exist, on an instance that is gone or out of reach for
+		// now; they reconnect elsewhere within seconds.
+		return Outcome{}, &Error{Code: CodeUnavailable,
+			Message: "the instance holding the nodes for this task type is unreachable; retry shortly"}
+	}
 	msg := "no node available for this task type"
 	if r.req.Trust == nodes.TrustOfficial {
 		msg = "no official node available for this task type"
@@ -256,6 +263,7 @@ func (r *run) refused(c nodes.Candidate, err error, tried *[]string, queueDeadli
 			return &Error{Code: CodeBusy, Message: "every node that can run this task type is busy; retry later"}
 		}
 	case isGone(err):
+		r.sawGone = true
 		d.ownerGone(c.Owner)
 	}
 	return nil

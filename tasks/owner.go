@@ -141,8 +141,9 @@ func (o *Owner) Chunk(s *nodes.Session, c nodes.ChunkPayload) {
 		if !ent.stream {
 			return // a plain task waits for the result; its chunks go nowhere
 		}
-		if o.reply(&ent, &bus.Envelope{Kind: bus.KindChunk, Seq: ent.seq, Delta: c.Delta}) == 0 {
-			// Invariant 5: the requester is gone, so nobody will read the rest.
+		if o.reply(&ent, &bus.Envelope{Kind: bus.KindChunk, Seq: ent.seq, Delta: c.Delta}) <= 0 {
+			// Invariant 5: the requester is gone (or out of reach: a lost
+			// chunk breaks its stream anyway), so nobody will read the rest.
 			if gone := o.fwd.take(c.TaskID, s); gone != nil {
 				o.cancelOnNode(gone, "requester gone")
 			}

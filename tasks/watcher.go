@@ -42,7 +42,13 @@ type Watcher struct {
 	suspect map[string]bool // instances seen with no subscriber on the last check
 	grace   atomic.Int64    // unix nanos before which nobody is judged gone
 	onGone  func(instance string)
+	// unreachableSince is when the bus stopped answering (zero: it answers).
+	unreachableSince time.Time
 }
+
+// unreachableAfter is how long Redis may be unreachable before tasks
+// waiting on another instance fail: no result can reach them meanwhile.
+const unreachableAfter = time.Second
 
 // Grace suspends judgements for d: after this instance's own subscription
 // was restored (Redis restarted), the others may still be reconnecting,
@@ -91,9 +97,13 @@ func (w *Watcher) Check(ctx context.Context, now time.Time) {
 	requesters := w.owner.fwd.requesters(w.cfg.Instance)
 	if len(owners) == 0 && len(requesters) == 0 {
 		clear(w.suspect)
+		w.unreachableSince = time.Time{}
 		return
 	}
-	ids := make([]string, 0, len(owners)+len(requesters))
+	// This instance's own channel is asked too: if Redis does not count it,
+	// Redis restarted or dropped us, and nobody else can be judged by it yet.
+	ids := make([]string, 0, len(owners)+len(requesters)+1)
+	ids = append(ids, w.cfg.Instance)
 	for id := range owners {
 		ids = append(ids, id)
 	}
@@ -115,11 +125,24 @@ func (w *Watcher) Check(ctx context.Context, now time.Time) {
 	cancel()
 	if err != nil {
 		// Redis itself is unreachable: that is not evidence that anyone died.
+		// But no result can come back from another instance meanwhile, so
+		// tasks waiting on one fail once it has lasted (invariant 10).
 		w.log.Debug("watcher cannot check instances", "err", err)
+		if w.unreachableSince.IsZero() {
+			w.unreachableSince = now
+		} else if now.Sub(w.unreachableSince) >= unreachableAfter {
+			w.failRemote(owners, "Redis is unreachable, so the instance holding the node cannot answer")
+		}
+		return
+	}
+	w.unreachableSince = time.Time{}
+	if receivers[w.cfg.Instance] == 0 {
+		w.Grace(3 * time.Second)
+		clear(w.suspect)
 		return
 	}
 	next := map[string]bool{}
-	for _, id := range ids {
+	for _, id := range ids[1:] {
 		expired := registered != nil && !registered[id]
 		if receivers[id] > 0 && !expired {
 			continue
@@ -147,4 +170,25 @@ func (w *Watcher) Check(ctx context.Context, now time.Time) {
 		}
 	}
 	w.suspect = next
+}
+
+// failRemote fails every task waiting on another instance with 503
+// unavailable.
+func (w *Watcher) failRemote(owners map[string][]*pending, why string) {
+	n := 0
+	for owner, ps := range owners {
+		for _, p := range ps {
+			o, nodeID, gen := p.target()
+			if o != owner {
+				continue
+			}
+			if w.tracker.Deliver(&bus.Envelope{Kind: bus.KindResult, From: owner, TaskID: p.id, NodeID: nodeID, Gen: gen,
+				Result: &bus.Result{Code: CodeUnavailable, Message: why}}) {
+				n++
+			}
+		}
+	}
+	if n > 0 {
+		w.log.Warn("failed tasks waiting on other instances", "tasks", n, "reason", why)
+	}
 }
