@@ -166,11 +166,6 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, fmt.Errorf("bus: subscribe: %w", err)
 	}
 	a.sub = sub
-	if a.cluster != nil {
-		if err := a.cluster.start(ctx, a); err != nil {
-			return nil, err
-		}
-	}
 
 	a.echo = a.routes()
 	a.http = &http.Server{
@@ -184,6 +179,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, fmt.Errorf("cannot listen on %s: %w (choose another with --listen)", cfg.Listen, err)
 	}
 	a.listener = ln
+	// Announced last: with its subscription confirmed and its address bound.
+	if a.cluster != nil {
+		if err := a.cluster.start(ctx, a); err != nil {
+			return nil, err
+		}
+	}
 	ok = true
 	return a, nil
 }
