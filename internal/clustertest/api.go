@@ -130,6 +130,7 @@ type NodeView struct {
 	Capabilities   []string `json:"capabilities"`
 	MaxConcurrency int      `json:"max_concurrency"`
 	Instance       string   `json:"instance"`
+	Trust          string   `json:"trust"`
 }
 
 // Nodes fetches /api/v1/nodes.
