@@ -47,6 +47,14 @@ func Classify(recs []*Record, f FaultReport) {
 			r.Class = ClassVictimTask
 			continue
 		}
+		// Sent to the victim as it died: the clients' rotation drops it at
+		// the kill, but a send already on its way still reaches the dead
+		// process, and only the kill answers it (seen in a seed run: a
+		// transport error 0 ms after the kill).
+		if f.Kind == FaultKill && r.Via == f.Instance && r.SentMs >= f.AtMs {
+			r.Class = ClassVictimRequester
+			continue
+		}
 		if !pending {
 			continue
 		}

@@ -29,9 +29,10 @@ func TestClassifyKill(t *testing.T) {
 		mk(5, 0, 9990, 10400, OutcomeError, "node_disconnected", -1, 0, 0),         // assign lost with the victim
 		mk(6, 0, 10003, 10430, OutcomeError, "node_disconnected", -1, 0, 0),        // sent as Redis noticed
 		mk(7, 0, 10300, 10301, OutcomeError, "no_node_available", -1, 0, 0),        // after the kill: must not fail
+		mk(8, 1, 10000, 10000.4, OutcomeError, CodeTransport, 1, 0, 0),             // sent to the victim as it died
 	}
 	Classify(recs, f)
-	want := []string{ClassVictimTask, ClassInTransit, ClassVictimRequester, ClassOther, ClassOther, ClassVictimTask, ClassVictimTask, ClassOther, ClassVictimTask}
+	want := []string{ClassVictimTask, ClassInTransit, ClassVictimRequester, ClassOther, ClassOther, ClassVictimTask, ClassVictimTask, ClassOther, ClassVictimRequester}
 	for i, r := range recs {
 		if r.Class != want[i] {
 			t.Errorf("request %d: class %q, want %q", i, r.Class, want[i])
