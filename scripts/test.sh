@@ -82,8 +82,20 @@ ensure_node
 pkgs=("${@:-./...}")
 say "go vet"
 go vet "${pkgs[@]}"
-say "go test -race ${pkgs[*]}"
-go test -race -count=1 -timeout 20m "${pkgs[@]}"
+if [ $# -eq 0 ]; then
+	# The multi-process tests (they start instances of the built binary) and
+	# the load test judge timings, so they run after the others, one package
+	# at a time, on an otherwise quiet machine.
+	serial=(./internal/clustertest ./loadtest)
+	mapfile -t parallel < <(go list ./... | grep -v -e /internal/clustertest -e /loadtest)
+	say "go test -race (in-process packages)"
+	go test -race -count=1 -timeout 20m "${parallel[@]}"
+	say "go test -race ${serial[*]} (processes, one package at a time)"
+	go test -race -count=1 -timeout 20m -p 1 "${serial[@]}"
+else
+	say "go test -race ${pkgs[*]}"
+	go test -race -count=1 -timeout 20m "${pkgs[@]}"
+fi
 
 if [ $# -eq 0 ] && [ "$FUZZTIME" != 0 ]; then
 	# Each fuzz target, briefly, from its checked-in corpus (testdata/fuzz).
