@@ -1,9 +1,6 @@
 package server
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"os/exec"
 	"slices"
@@ -12,8 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
+	"switchyard/internal/pgtest"
 	"switchyard/internal/redistest"
 )
 
@@ -22,25 +18,7 @@ import (
 // their base URLs and an API key.
 func benchCluster(b *testing.B, n int) (urls []string, key string) {
 	bin := buildBinary(b)
-	pgURL := os.Getenv("SWITCHYARD_TEST_DATABASE_URL")
-	if pgURL == "" {
-		pgURL = "postgres://postgres:postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	raw := make([]byte, 6)
-	_, _ = rand.Read(raw)
-	schema := "bench_" + hex.EncodeToString(raw)
-	conn, err := pgx.Connect(context.Background(), pgURL)
-	if err != nil {
-		b.Fatalf("PostgreSQL: %v", err)
-	}
-	if _, err := conn.Exec(context.Background(), "CREATE SCHEMA "+schema); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		_, _ = conn.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
-		_ = conn.Close(context.Background())
-	})
-	dbURL := pgURL + "&search_path=" + schema
+	dbURL := pgtest.SchemaURL(b, "bench")
 	ns := redistest.Namespace(b)
 	redistest.Client(b) // fails the benchmark early if Redis is unreachable
 	for i := 0; i < n; i++ {

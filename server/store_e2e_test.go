@@ -4,17 +4,15 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/jackc/pgx/v5"
 
 	"switchyard/internal/nodetest"
+	"switchyard/internal/pgtest"
 	"switchyard/sdk"
 	"switchyard/sdk/handlers"
 )
@@ -111,57 +109,10 @@ func TestStoreUnavailable(t *testing.T) {
 	}
 }
 
-// pgSchemaURL creates a fresh PostgreSQL schema, dropped when the test
-// ends, and returns a URL whose connections use it. Without a reachable
-// PostgreSQL the test fails, unless SWITCHYARD_TEST_SKIP_POSTGRES=1.
-func pgTestSchemaURL(t *testing.T) string {
-	t.Helper()
-	if os.Getenv("SWITCHYARD_TEST_SKIP_POSTGRES") == "1" {
-		t.Skip("SWITCHYARD_TEST_SKIP_POSTGRES=1")
-	}
-	base := os.Getenv("SWITCHYARD_TEST_DATABASE_URL")
-	if base == "" {
-		base = "postgres://postgres:postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		t.Fatalf("PostgreSQL is unreachable (%v): start it, point SWITCHYARD_TEST_DATABASE_URL at one, "+
-			"or set SWITCHYARD_TEST_SKIP_POSTGRES=1 to skip this test", err)
-	}
-	defer conn.Close(ctx)
-	schema := "srvtest_" + randomHex(6)
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		t.Fatalf("create schema: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
 // The whole flow on PostgreSQL, then a fresh instance on the same database
 // finds the task's record, the rating and the node's reputation.
 func TestPostgresEndToEnd(t *testing.T) {
-	dbURL := pgTestSchemaURL(t)
+	dbURL := pgtest.SchemaURL(t, "srvtest")
 	usePG := func(c *Config) { c.DatabaseURL = dbURL }
 	ta := startApp(t, usePG)
 	key := ta.account(t, "alice", "")

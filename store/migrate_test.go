@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 
+	"switchyard/internal/pgtest"
 	"switchyard/migrations"
 	"switchyard/store"
 )
@@ -49,7 +50,7 @@ func TestMigrateSQLiteTwice(t *testing.T) {
 }
 
 func TestMigratePostgresTwice(t *testing.T) {
-	checkMigrateTwice(t, store.Options{DatabaseURL: pgSchemaURL(t), Logger: quiet})
+	checkMigrateTwice(t, store.Options{DatabaseURL: pgtest.SchemaURL(t, "sytest"), Logger: quiet})
 }
 
 // Instances booting together all migrate at once; the session lock makes
@@ -60,11 +61,11 @@ func TestMigratePostgresTwice(t *testing.T) {
 // table happens to serialise the instances even without the lock.
 func TestMigratePostgresConcurrent(t *testing.T) {
 	t.Run("fresh", func(t *testing.T) {
-		checkConcurrentMigrate(t, pgSchemaURL(t))
+		checkConcurrentMigrate(t, pgtest.SchemaURL(t, "sytest"))
 	})
 	t.Run("upgrade", func(t *testing.T) {
 		ctx := testCtx(t)
-		dbURL := pgSchemaURL(t)
+		dbURL := pgtest.SchemaURL(t, "sytest")
 		if _, err := store.Migrate(ctx, store.Options{DatabaseURL: dbURL, Logger: quiet}); err != nil {
 			t.Fatal(err)
 		}

@@ -2,109 +2,20 @@ package store_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"net/url"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"switchyard/internal/pgtest"
 	"switchyard/store"
 	"switchyard/store/storetest"
 )
 
-const defaultPGURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-
-var pgBase struct {
-	once sync.Once
-	url  string
-	err  error
-}
-
-// pgBaseURL finds a PostgreSQL the tests can use: SWITCHYARD_TEST_DATABASE_URL,
-// or the local default (user postgres, else root, with trust auth). Without
-// one the tests fail, because a skipped test proves nothing; set
-// SWITCHYARD_TEST_SKIP_POSTGRES=1 to skip them knowingly.
-func pgBaseURL(t *testing.T) string {
-	t.Helper()
-	if os.Getenv("SWITCHYARD_TEST_SKIP_POSTGRES") == "1" {
-		t.Skip("SWITCHYARD_TEST_SKIP_POSTGRES=1")
-	}
-	pgBase.once.Do(func() {
-		candidates := []string{os.Getenv("SWITCHYARD_TEST_DATABASE_URL")}
-		if candidates[0] == "" {
-			candidates = []string{defaultPGURL, strings.Replace(defaultPGURL, "postgres@", "root@", 1)}
-		}
-		for _, u := range candidates {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			conn, err := pgx.Connect(ctx, u)
-			if err == nil {
-				conn.Close(ctx)
-				cancel()
-				pgBase.url, pgBase.err = u, nil
-				return
-			}
-			cancel()
-			pgBase.err = err
-		}
-	})
-	if pgBase.err != nil {
-		t.Fatalf("PostgreSQL is unreachable (%v): start it, point SWITCHYARD_TEST_DATABASE_URL at one, "+
-			"or set SWITCHYARD_TEST_SKIP_POSTGRES=1 to skip these tests", pgBase.err)
-	}
-	return pgBase.url
-}
-
-// pgSchemaURL creates a fresh schema for this test, dropped when it ends, and
-// returns a URL whose connections use it (search_path as a startup
-// parameter), so tests never see each other's rows.
-func pgSchemaURL(t *testing.T) string {
-	t.Helper()
-	base := pgBaseURL(t)
-	b := make([]byte, 6)
-	rand.Read(b)
-	schema := "sytest_" + hex.EncodeToString(b)
-
-	ctx := testCtx(t)
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		t.Fatalf("connect to PostgreSQL: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		t.Fatalf("create schema: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
 func openPostgres(t *testing.T) store.Store {
 	t.Helper()
-	st, err := store.Open(testCtx(t), store.Options{DatabaseURL: pgSchemaURL(t), Logger: quiet})
+	st, err := store.Open(testCtx(t), store.Options{DatabaseURL: pgtest.SchemaURL(t, "sytest"), Logger: quiet})
 	if err != nil {
 		t.Fatalf("Open PostgreSQL: %v", err)
 	}
@@ -113,7 +24,7 @@ func openPostgres(t *testing.T) store.Store {
 }
 
 func TestPostgres(t *testing.T) {
-	pgBaseURL(t) // fail (or skip) once, not in every subtest
+	pgtest.BaseURL(t) // fail (or skip) once, not in every subtest
 	storetest.Run(t, openPostgres)
 }
 
@@ -154,7 +65,7 @@ func TestOpenPostgresErrorSaysWhatToDo(t *testing.T) {
 }
 
 func TestPostgresAmbiguousPrefix(t *testing.T) {
-	dbURL := pgSchemaURL(t)
+	dbURL := pgtest.SchemaURL(t, "sytest")
 	st, err := store.Open(testCtx(t), store.Options{DatabaseURL: dbURL, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)

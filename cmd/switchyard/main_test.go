@@ -3,13 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -17,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
+	"switchyard/internal/pgtest"
 	"switchyard/store"
 )
 
@@ -211,7 +208,7 @@ type backend struct {
 
 var backends = []backend{
 	{"sqlite", func(t *testing.T) []string { return []string{"--data-dir", t.TempDir()} }},
-	{"postgres", func(t *testing.T) []string { return []string{"--database-url", pgSchemaURL(t)} }},
+	{"postgres", func(t *testing.T) []string { return []string{"--database-url", pgtest.SchemaURL(t, "clitest")} }},
 }
 
 // openFlags opens, as serve would, the store that flags select.
@@ -232,79 +229,6 @@ func openFlags(t *testing.T, flags []string) store.Store {
 	}
 	t.Cleanup(func() { st.Close() })
 	return st
-}
-
-const defaultPGURL = "postgres://postgres:postgres@127.0.0.1:5432/test?sslmode=disable"
-
-var pgBase struct {
-	once sync.Once
-	url  string
-	err  error
-}
-
-// pgBaseURL is SWITCHYARD_TEST_DATABASE_URL or the local default. Without a
-// PostgreSQL the test fails, since a skipped test proves nothing, unless
-// SWITCHYARD_TEST_SKIP_POSTGRES=1 says to skip it.
-func pgBaseURL(t *testing.T) string {
-	t.Helper()
-	if os.Getenv("SWITCHYARD_TEST_SKIP_POSTGRES") == "1" {
-		t.Skip("SWITCHYARD_TEST_SKIP_POSTGRES=1")
-	}
-	pgBase.once.Do(func() {
-		pgBase.url = os.Getenv("SWITCHYARD_TEST_DATABASE_URL")
-		if pgBase.url == "" {
-			pgBase.url = defaultPGURL
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, pgBase.url)
-		if err == nil {
-			err = conn.Close(ctx)
-		}
-		pgBase.err = err
-	})
-	if pgBase.err != nil {
-		t.Fatalf("PostgreSQL is unreachable (%v): start it, point SWITCHYARD_TEST_DATABASE_URL at one, "+
-			"or set SWITCHYARD_TEST_SKIP_POSTGRES=1 to skip these tests", pgBase.err)
-	}
-	return pgBase.url
-}
-
-// pgSchemaURL creates a fresh schema clitest_<random>, dropped at the end of
-// the test, and returns a URL whose connections use it.
-func pgSchemaURL(t *testing.T) string {
-	t.Helper()
-	base := pgBaseURL(t)
-	b := make([]byte, 6)
-	rand.Read(b)
-	schema := "clitest_" + hex.EncodeToString(b)
-	exec := func(ctx context.Context, sql string) error {
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			return err
-		}
-		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, sql)
-		return err
-	}
-	if err := exec(testCtx(t), "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		t.Fatalf("create schema %s: %v", schema, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 func TestHelp(t *testing.T) {

@@ -21,7 +21,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,9 +30,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
+	"switchyard/internal/pgtest"
 	"switchyard/internal/redistest"
 )
 
@@ -130,60 +129,13 @@ func New(t testing.TB, cfg Config) *Cluster {
 		c.Namespace = redistest.Namespace(t)
 	}
 	if !cfg.NoPostgres {
-		c.DatabaseURL = pgSchema(t)
+		c.DatabaseURL = pgtest.SchemaURL(t, "ct")
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 64
 	c.HTTP = &http.Client{Transport: tr}
 	t.Cleanup(tr.CloseIdleConnections)
 	return c
-}
-
-// pgSchema creates a fresh PostgreSQL schema, dropped when the test ends,
-// and returns a URL whose connections use it. Without a reachable
-// PostgreSQL the test fails, unless SWITCHYARD_TEST_SKIP_POSTGRES=1.
-func pgSchema(t testing.TB) string {
-	t.Helper()
-	base := os.Getenv("SWITCHYARD_TEST_DATABASE_URL")
-	if base == "" {
-		base = "postgres://postgres:postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		if os.Getenv("SWITCHYARD_TEST_SKIP_POSTGRES") == "1" {
-			t.Skipf("PostgreSQL unreachable (%v) and SWITCHYARD_TEST_SKIP_POSTGRES=1", err)
-		}
-		t.Fatalf("PostgreSQL is unreachable (%v): start it (scripts/test.sh does), point SWITCHYARD_TEST_DATABASE_URL at one, "+
-			"or set SWITCHYARD_TEST_SKIP_POSTGRES=1 to skip the cluster tests", err)
-	}
-	defer conn.Close(ctx)
-	schema := "ct_" + randomHex(6)
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		t.Fatalf("create schema %s: %v", schema, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 func randomHex(n int) string {
