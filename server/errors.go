@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -58,11 +59,35 @@ var defaultCodes = map[int]string{
 	http.StatusServiceUnavailable:    "not_ready",
 }
 
-// handleError is echo's HTTPErrorHandler: every error leaves in one shape.
+// handleError is echo's HTTPErrorHandler: every error leaves in one shape,
+// OpenAI's on the /v1/ routes, ours (both GemmaNet readers) elsewhere.
 func (a *App) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
+	ae := a.asAPIError(err, c)
+	h := c.Response().Header()
+	if ae.RetryAfter != "" {
+		h.Set("Retry-After", ae.RetryAfter)
+	}
+	if c.Request().Method == http.MethodHead {
+		_ = c.NoContent(ae.Status)
+		return
+	}
+	if strings.HasPrefix(c.Request().URL.Path, "/v1/") {
+		if ae.Code == codeNodeError {
+			// OpenAI's libraries retry a 502 unless told not to; a handler
+			// that failed would only fail again, and count against its node.
+			h.Set("X-Should-Retry", "false")
+		}
+		_ = c.JSON(ae.Status, openAIErrorBody{Error: toOpenAIError(ae)})
+		return
+	}
+	_ = c.JSON(ae.Status, errorBody{Error: errorDetail{Code: ae.Code, Message: ae.Message}, Detail: ae.Message})
+}
+
+// asAPIError turns any error into the answer it gets, with a code.
+func (a *App) asAPIError(err error, c echo.Context) *apiError {
 	var ae *apiError
 	var he *echo.HTTPError
 	switch {
@@ -86,13 +111,5 @@ func (a *App) handleError(err error, c echo.Context) {
 			ae.Code = "error"
 		}
 	}
-	if ae.RetryAfter != "" {
-		c.Response().Header().Set("Retry-After", ae.RetryAfter)
-	}
-	body := errorBody{Error: errorDetail{Code: ae.Code, Message: ae.Message}, Detail: ae.Message}
-	if c.Request().Method == http.MethodHead {
-		_ = c.NoContent(ae.Status)
-		return
-	}
-	_ = c.JSON(ae.Status, body)
+	return ae
 }

@@ -477,50 +477,17 @@ type openAIErrorDetail struct {
 	Code    string `json:"code"`
 }
 
-// openAIErrors answers every error of the route it wraps (auth and rate
-// limits included) in OpenAI's shape. It must be the route's first
-// middleware, so that it sees the others' errors.
-func (a *App) openAIErrors(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		err := next(c)
-		if err == nil || c.Response().Committed {
-			return err
-		}
-		var ae *apiError
-		var he *echo.HTTPError
-		switch {
-		case errors.As(err, &ae):
-		case errors.As(err, &he):
-			msg := http.StatusText(he.Code)
-			if s, ok := he.Message.(string); ok {
-				msg = s
-			}
-			ae = newError(he.Code, defaultCodes[he.Code], msg)
-		default:
-			a.log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
-			ae = newError(http.StatusInternalServerError, "internal", "an unexpected error occurred")
-		}
-		d := openAIErrorDetail{Message: ae.Message, Type: openAIErrorType(ae.Status), Code: ae.Code}
-		if d.Code == "" {
-			d.Code = defaultCodes[ae.Status]
-		}
-		switch ae.Status {
-		case http.StatusUnauthorized:
-			d.Code = "invalid_api_key"
-		case http.StatusTooManyRequests:
-			d.Code = "rate_limit_exceeded"
-		}
-		h := c.Response().Header()
-		if ae.RetryAfter != "" {
-			h.Set("Retry-After", ae.RetryAfter)
-		}
-		if ae.Code == codeNodeError {
-			// OpenAI's libraries retry a 502 unless told not to; a handler
-			// that failed would only fail again, and count against its node.
-			h.Set("X-Should-Retry", "false")
-		}
-		return c.JSON(ae.Status, openAIErrorBody{Error: d})
+// toOpenAIError is an error answer in OpenAI's shape (handleError writes it
+// for every /v1/ route, so auth, rate limits and body limits are covered).
+func toOpenAIError(ae *apiError) openAIErrorDetail {
+	d := openAIErrorDetail{Message: ae.Message, Type: openAIErrorType(ae.Status), Code: ae.Code}
+	switch ae.Status {
+	case http.StatusUnauthorized:
+		d.Code = "invalid_api_key"
+	case http.StatusTooManyRequests:
+		d.Code = "rate_limit_exceeded"
 	}
+	return d
 }
 
 // openAIErrorType is the OpenAI error type of a status.

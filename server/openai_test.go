@@ -742,3 +742,16 @@ func TestOpenAIClientLibrary(t *testing.T) {
 		t.Errorf("the failing handler ran %d times, want 2", n)
 	}
 }
+
+// Errors raised before the route runs (the body limit) are OpenAI-shaped
+// on /v1/ too: the shape is chosen by path, in one place.
+func TestOpenAIBodyLimitShape(t *testing.T) {
+	ta := startApp(t, nil)
+	key := ta.account(t, "alice", "")
+	big := `{"model":"gemmanet/echo","messages":[{"role":"user","content":"` + strings.Repeat("x", 2_000_001) + `"}]}`
+	var e openAIError
+	code, _ := ta.call(t, "POST", "/v1/chat/completions", key, big, &e)
+	if code != 413 || e.Error.Type != "invalid_request_error" || e.Error.Code != "payload_too_large" || e.Detail != nil {
+		t.Fatalf("413 on /v1: %d %+v", code, e)
+	}
+}

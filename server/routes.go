@@ -52,8 +52,8 @@ func (a *App) routes() *echo.Echo {
 	v1.GET("/leaderboard", a.leaderboard, public)
 	v1.GET("/benchmark/:node_id", a.benchmark, public)
 	v1.POST("/register", a.register, byIP("register", ratelimit.PerHour(a.cfg.RegisterRate)))
-	e.POST("/v1/chat/completions", a.chatCompletions, a.openAIErrors, a.requireAccount, request)
-	e.GET("/v1/models", a.models, a.openAIErrors, public)
+	e.POST("/v1/chat/completions", a.chatCompletions, a.requireAccount, request)
+	e.GET("/v1/models", a.models, public)
 	return e
 }
 
