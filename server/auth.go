@@ -49,8 +49,15 @@ func keyHash(key string) string {
 // authenticate returns the account of a live key, or store.ErrNotFound.
 // Other errors mean the store could not answer.
 func (c *authCache) authenticate(ctx context.Context, key string) (store.Account, error) {
+	acct, _, err := c.authenticateHash(ctx, key)
+	return acct, err
+}
+
+// authenticateHash is authenticate that also returns the key's hash (the
+// rate limiter's key), so a request hashes its key once.
+func (c *authCache) authenticateHash(ctx context.Context, key string) (store.Account, string, error) {
 	if key == "" {
-		return store.Account{}, store.ErrNotFound
+		return store.Account{}, "", store.ErrNotFound
 	}
 	h := keyHash(key)
 	now := time.Now()
@@ -58,7 +65,7 @@ func (c *authCache) authenticate(ctx context.Context, key string) (store.Account
 	e, ok := c.m[h]
 	c.mu.Unlock()
 	if ok && now.Before(e.expires) {
-		return e.acct, e.err
+		return e.acct, h, e.err
 	}
 	acct, err := c.st.Authenticate(ctx, key)
 	switch {
@@ -67,7 +74,7 @@ func (c *authCache) authenticate(ctx context.Context, key string) (store.Account
 	case errors.Is(err, store.ErrNotFound):
 		c.put(h, authEntry{err: store.ErrNotFound, expires: now.Add(authNegativeTTL)})
 	}
-	return acct, err
+	return acct, h, err
 }
 
 func (c *authCache) put(h string, e authEntry) {
@@ -115,7 +122,7 @@ func (a *App) requireAccount(next echo.HandlerFunc) echo.HandlerFunc {
 				key = b.APIKey
 			}
 		}
-		acct, err := a.auth.authenticate(c.Request().Context(), key)
+		acct, hash, err := a.auth.authenticateHash(c.Request().Context(), key)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			return newError(http.StatusUnauthorized, "invalid_api_key", "Invalid or missing API key")
@@ -125,7 +132,7 @@ func (a *App) requireAccount(next echo.HandlerFunc) echo.HandlerFunc {
 				Message: "cannot check API keys right now; retry shortly", RetryAfter: "1"}
 		}
 		c.Set(ctxAccount, acct)
-		c.Set(ctxKeyHash, keyHash(key))
+		c.Set(ctxKeyHash, hash)
 		return next(c)
 	}
 }

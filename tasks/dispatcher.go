@@ -160,31 +160,27 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 	var cands []nodes.Candidate
 	var queueDeadline time.Time
 	for r.attempts < d.cfg.MaxAttempts {
-		changed, doneWaiting := d.dir.Changed()
-		cands = d.dir.Candidates(cands[:0], r.req.TaskType)
-		pick := nodes.Pick{Capability: r.req.TaskType, Trust: r.req.Trust, Exclude: tried}
 		var c nodes.Candidate
 		var ok, busy bool
-		if len(r.req.Avoid) > 0 {
-			soft := pick
-			soft.Exclude = append(append([]string(nil), tried...), r.req.Avoid...)
-			c, ok, _ = nodes.Select(cands, soft, d.standing)
-		}
-		if !ok {
-			c, ok, busy = nodes.Select(cands, pick, d.standing)
-		}
+		cands, c, ok, busy = r.pick(cands, tried)
 		if busy {
-			if queueDeadline.IsZero() {
-				queueDeadline = time.Now().Add(d.cfg.QueueTimeout)
+			// Register for the capacity signal, then look again, so a slot
+			// freed in between is not missed. Only a request that must wait
+			// registers: a registered waiter makes every slot release signal.
+			changed, doneWaiting := d.dir.Changed()
+			if cands, c, ok, busy = r.pick(cands, tried); busy {
+				if queueDeadline.IsZero() {
+					queueDeadline = time.Now().Add(d.cfg.QueueTimeout)
+				}
+				err := r.waitForSlot(ctx, changed, queueDeadline)
+				doneWaiting()
+				if err != nil {
+					return Outcome{}, err
+				}
+				continue
 			}
-			err := r.waitForSlot(ctx, changed, queueDeadline)
 			doneWaiting()
-			if err != nil {
-				return Outcome{}, err
-			}
-			continue
 		}
-		doneWaiting()
 		if !ok {
 			break
 		}
@@ -274,6 +270,23 @@ func (d *Dispatcher) ownerGone(instance string) {
 	if m, ok := d.dir.(interface{ MarkGone(instance string) }); ok && instance != d.cfg.Instance {
 		m.MarkGone(instance)
 	}
+}
+
+// pick chooses a node for the next attempt: one not tried yet, preferring
+// one not in Avoid. busy means every node that qualifies is full.
+func (r *run) pick(cands []nodes.Candidate, tried []string) (_ []nodes.Candidate, c nodes.Candidate, ok, busy bool) {
+	d := r.d
+	cands = d.dir.Candidates(cands[:0], r.req.TaskType)
+	pick := nodes.Pick{Capability: r.req.TaskType, Trust: r.req.Trust, Exclude: tried}
+	if len(r.req.Avoid) > 0 {
+		soft := pick
+		soft.Exclude = append(append([]string(nil), tried...), r.req.Avoid...)
+		if c, ok, _ = nodes.Select(cands, soft, d.standing); ok {
+			return cands, c, true, false
+		}
+	}
+	c, ok, busy = nodes.Select(cands, pick, d.standing)
+	return cands, c, ok, busy
 }
 
 // waitForSlot waits until capacity may have appeared: a signal from the
