@@ -16,7 +16,6 @@ import (
 
 	"switchyard/internal/nodetest"
 	"switchyard/nodes"
-	"switchyard/store"
 )
 
 // A node written against the wire spec alone registers and serves a plain
@@ -139,7 +138,6 @@ func TestReplacedConnectionFailsItsTasksAtOnce(t *testing.T) {
 
 func TestHandshakeErrors(t *testing.T) {
 	ta := startApp(t, nil)
-	key := ta.account(t, "alice", "")
 	cases := []struct {
 		name  string
 		first string
@@ -170,7 +168,6 @@ func TestHandshakeErrors(t *testing.T) {
 			}
 		})
 	}
-	_ = key
 }
 
 func TestRegistrationTimeout(t *testing.T) {
@@ -341,7 +338,6 @@ func TestAccountDeletionClosesNodesWith4003(t *testing.T) {
 	if code, _ := ta.call(t, "GET", "/api/v1/account", key, nil, nil); code != 401 {
 		t.Fatalf("deleted account's key still works: %d", code)
 	}
-	_ = store.TrustCommunity
 }
 
 // A node may send its first frame in the same packet as the upgrade

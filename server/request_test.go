@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -452,5 +451,3 @@ func TestRequestRateLimitHeaders(t *testing.T) {
 		t.Fatalf("other key: %d", code)
 	}
 }
-
-var _ = json.Marshal

@@ -260,7 +260,6 @@ func TestInvariant6CancelCrossesTheBus(t *testing.T) {
 	if got := wait(t, ch); got.err != nil {
 		t.Fatal(got.err)
 	}
-	_ = o
 }
 
 // Invariant 7 across instances: the owner refuses an assign beyond the
@@ -288,7 +287,6 @@ func TestInvariant7OwnerRefusesOverCommit(t *testing.T) {
 	if got := wait(t, second); got.err != nil {
 		t.Fatal(got.err)
 	}
-	_ = o
 }
 
 func waitUntil(t *testing.T, cond func() bool) {
