@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"switchyard/internal/nodetest"
+	"switchyard/internal/sdktest"
 	"switchyard/sdk"
 	"switchyard/sdk/handlers"
 )
@@ -25,16 +26,10 @@ import (
 // runs, end to end.
 
 // e2eNode is an SDK node agent running against a test instance.
-type e2eNode struct {
-	*sdk.Node
-	registered chan string // the node id, at every registration
-	cancel     context.CancelFunc
-	stopped    chan struct{} // closed when Run has returned
-	err        error         // what Run returned; read after stopped
-}
+type e2eNode = sdktest.Node
 
-// runSDKNode starts an SDK node (URL, logger and a fast backoff filled in
-// when cfg leaves them zero). It is stopped when the test ends.
+// runSDKNode starts an SDK node on the instance (its URL and a quiet logger
+// filled in when cfg leaves them zero), stopped when the test ends.
 func runSDKNode(t *testing.T, ta *testApp, cfg sdk.NodeConfig) *e2eNode {
 	t.Helper()
 	if cfg.URL == "" {
@@ -43,59 +38,7 @@ func runSDKNode(t *testing.T, ta *testApp, cfg sdk.NodeConfig) *e2eNode {
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)
 	}
-	if cfg.MinBackoff == 0 && cfg.MaxBackoff == 0 {
-		cfg.MinBackoff, cfg.MaxBackoff = 10*time.Millisecond, 100*time.Millisecond
-	}
-	n := &e2eNode{registered: make(chan string, 16), stopped: make(chan struct{})}
-	user := cfg.OnRegistered
-	cfg.OnRegistered = func(id string) {
-		if user != nil {
-			user(id)
-		}
-		select {
-		case n.registered <- id:
-		default:
-		}
-	}
-	node, err := sdk.NewNode(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Node = node
-	ctx, cancel := context.WithCancel(context.Background())
-	n.cancel = cancel
-	go func() {
-		n.err = node.Run(ctx)
-		close(n.stopped)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-n.stopped:
-		case <-time.After(10 * time.Second):
-			t.Errorf("node %s: Run did not return within 10s of its context's end", cfg.Name)
-		}
-	})
-	return n
-}
-
-// waitRegistered returns the node id of the node's next registration.
-func (n *e2eNode) waitRegistered(t *testing.T) string {
-	t.Helper()
-	return waitFor(t, n.registered, 5*time.Second)
-}
-
-// stop cancels the node's context and returns what Run returned.
-func (n *e2eNode) stop(t *testing.T) error {
-	t.Helper()
-	n.cancel()
-	select {
-	case <-n.stopped:
-		return n.err
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not return within 5s of its context's end")
-	}
-	return nil
+	return sdktest.Run(t, cfg)
 }
 
 // e2eClient is an SDK client of the instance with its own connection pool,
@@ -218,7 +161,7 @@ func TestSDKEndToEnd(t *testing.T) {
 			return sdk.Result{Text: strings.ToUpper(task.Content), Usage: &sdk.Usage{PromptTokens: len(words), CompletionTokens: 2 * len(words)}}, nil
 		}),
 	})
-	echoID, wordID := echoNode.waitRegistered(t), wordNode.waitRegistered(t)
+	echoID, wordID := echoNode.WaitRegistered(t, 5*time.Second), wordNode.WaitRegistered(t, 5*time.Second)
 	if echoID == wordID || echoID != echoNode.NodeID() {
 		t.Fatalf("node ids: echo %q (NodeID %q), words %q", echoID, echoNode.NodeID(), wordID)
 	}
@@ -326,7 +269,7 @@ func TestSDKParamsReachTheHandler(t *testing.T) {
 			return sdk.Result{Text: "ok"}, err
 		}),
 	})
-	n.waitRegistered(t)
+	n.WaitRegistered(t, 5*time.Second)
 	c := e2eClient(t, ta, key)
 	ctx := e2eCtx(t)
 
@@ -389,7 +332,7 @@ func TestSDKHandlerErrorFailsTheTask(t *testing.T) {
 			return sdk.Result{Text: "ignored"}, fmt.Errorf("model exploded on %q: out of cheese", task.Content)
 		}),
 	})
-	nodeID := n.waitRegistered(t)
+	nodeID := n.WaitRegistered(t, 5*time.Second)
 	c := e2eClient(t, ta, key)
 	ctx := e2eCtx(t)
 
@@ -468,7 +411,7 @@ func TestSDKClientCancelReachesTheHandler(t *testing.T) {
 	key := ta.account(t, "alice", "")
 	b := newBlocker()
 	n := runSDKNode(t, ta, sdk.NodeConfig{APIKey: key, Name: "w", Capabilities: []string{"echo"}, MaxConcurrency: 1, Handler: b})
-	n.waitRegistered(t)
+	n.WaitRegistered(t, 5*time.Second)
 	c := e2eClient(t, ta, key)
 	ctx := e2eCtx(t)
 
@@ -517,7 +460,7 @@ func TestSDKDeadlineCancelsTheHandler(t *testing.T) {
 	key := ta.account(t, "alice", "")
 	b := newBlocker()
 	n := runSDKNode(t, ta, sdk.NodeConfig{APIKey: key, Name: "w", Capabilities: []string{"echo"}, MaxConcurrency: 1, Handler: b})
-	n.waitRegistered(t)
+	n.WaitRegistered(t, 5*time.Second)
 	c := e2eClient(t, ta, key)
 	ctx := e2eCtx(t)
 
@@ -556,24 +499,24 @@ func TestSDKDuplicateIdentityStopsTheOldNode(t *testing.T) {
 	ta := startApp(t, nil)
 	key := ta.account(t, "alice", "")
 	first := runSDKNode(t, ta, sdk.NodeConfig{APIKey: key, Name: "twin", Capabilities: []string{"echo"}, Handler: handlers.Echo()})
-	id := first.waitRegistered(t)
+	id := first.WaitRegistered(t, 5*time.Second)
 	second := runSDKNode(t, ta, sdk.NodeConfig{APIKey: key, Name: "twin", Capabilities: []string{"echo"}, Handler: handlers.Echo()})
-	if id2 := second.waitRegistered(t); id2 != id {
+	if id2 := second.WaitRegistered(t, 5*time.Second); id2 != id {
 		t.Fatalf("same key and name: ids %s and %s", id, id2)
 	}
 	select {
-	case <-first.stopped:
-		if !errors.Is(first.err, sdk.ErrReplaced) {
-			t.Fatalf("replaced node's Run returned %v, want ErrReplaced", first.err)
+	case <-first.Stopped():
+		if !errors.Is(first.Err(), sdk.ErrReplaced) {
+			t.Fatalf("replaced node's Run returned %v, want ErrReplaced", first.Err())
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the replaced node's Run did not return")
 	}
 	select {
-	case <-first.registered:
+	case <-first.Registrations():
 		t.Fatal("the replaced node registered again")
-	case <-second.stopped:
-		t.Fatalf("the new node's Run returned %v", second.err)
+	case <-second.Stopped():
+		t.Fatalf("the new node's Run returned %v", second.Err())
 	default:
 	}
 
@@ -627,21 +570,21 @@ func TestSDKNodeKeepsRetryingWhenHandshakesAreLimited(t *testing.T) {
 			case "registered":
 				t.Fatal("the node registered although the handshake budget is spent")
 			}
-		case <-n.stopped:
-			t.Fatalf("Run gave up after %d refusals: %v", seen, n.err)
+		case <-n.Stopped():
+			t.Fatalf("Run gave up after %d refusals: %v", seen, n.Err())
 		case <-deadline:
 			t.Fatalf("only %d retries within 10s", seen)
 		}
 	}
 	select {
-	case <-n.stopped:
-		t.Fatalf("Run gave up: %v", n.err)
+	case <-n.Stopped():
+		t.Fatalf("Run gave up: %v", n.Err())
 	default:
 	}
 	// The server refused each attempt with 403. The counter is incremented
 	// after the answer is written, so it may trail the node's log a little.
 	waitUntil(t, func() bool { return refused() >= retries })
-	if err := n.stop(t); err != nil {
+	if err := n.Stop(t); err != nil {
 		t.Fatalf("Run after its context was cancelled: %v, want nil", err)
 	}
 }
@@ -654,7 +597,7 @@ func TestSDKNodeStopMidTaskIs502(t *testing.T) {
 	key := ta.account(t, "alice", "")
 	b := newBlocker()
 	n := runSDKNode(t, ta, sdk.NodeConfig{APIKey: key, Name: "w", Capabilities: []string{"echo"}, MaxConcurrency: 2, Handler: b})
-	n.waitRegistered(t)
+	n.WaitRegistered(t, 5*time.Second)
 	c := e2eClient(t, ta, key)
 	ctx := e2eCtx(t)
 
@@ -670,14 +613,14 @@ func TestSDKNodeStopMidTaskIs502(t *testing.T) {
 	waitFor(t, b.started, 5*time.Second)
 
 	start := time.Now()
-	n.cancel() // the node closes its socket
+	n.Cancel() // the node closes its socket
 	asAPIError(t, waitFor(t, plain, 5*time.Second), http.StatusBadGateway, "node_disconnected")
 	asAPIError(t, waitFor(t, streamed, 5*time.Second), http.StatusOK, "node_disconnected")
 	if took := time.Since(start); took >= 2500*time.Millisecond {
 		t.Fatalf("clients learned of the disconnect after %s, want under 2.5s", took)
 	}
 	t.Logf("disconnect reported in %s", time.Since(start))
-	if err := n.stop(t); err != nil {
+	if err := n.Stop(t); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	_, err := c.Request(ctx, sdk.Request{TaskType: "echo", Content: "x"})
@@ -723,7 +666,7 @@ func TestSDKManyNodesManyClients(t *testing.T) {
 		}))
 	}
 	for i, n := range nodes {
-		ids[n.waitRegistered(t)] = i
+		ids[n.WaitRegistered(t, 5*time.Second)] = i
 	}
 	c := e2eClient(t, ta, key)
 	ctx := e2eCtx(t)

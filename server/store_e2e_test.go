@@ -78,13 +78,13 @@ func TestStoreUnavailable(t *testing.T) {
 				}
 				seen++
 			}
-		case <-n.stopped:
-			t.Fatalf("SDK node gave up during the outage: %v", n.err)
+		case <-n.Stopped():
+			t.Fatalf("SDK node gave up during the outage: %v", n.Err())
 		case <-time.After(5 * time.Second):
 			t.Fatalf("SDK node: %d retries within 5s", seen)
 		}
 	}
-	if err := n.stop(t); err != nil {
+	if err := n.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 
@@ -117,7 +117,7 @@ func TestPostgresEndToEnd(t *testing.T) {
 	ta := startApp(t, usePG)
 	key := ta.account(t, "alice", "")
 	node := runSDKNode(t, ta, sdk.NodeConfig{APIKey: key, Name: "pg-worker", Capabilities: []string{"echo"}, Handler: handlers.Echo()})
-	nodeID := node.waitRegistered(t)
+	nodeID := node.WaitRegistered(t, 5*time.Second)
 	c := e2eClient(t, ta, key)
 	ctx := e2eCtx(t)
 
@@ -174,7 +174,7 @@ func TestPostgresEndToEnd(t *testing.T) {
 	// PostgreSQL keeps microseconds; the record may have been read from the
 	// instance's write buffer, with nanoseconds.
 	// Stop everything, so that what follows can only come from the database.
-	if err := node.stop(t); err != nil {
+	if err := node.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	ta.stop()
