@@ -725,7 +725,7 @@ func TestOpenAIClientLibrary(t *testing.T) {
 			}}, nil
 		}),
 	})
-	node.waitRegistered(t)
+	node.WaitRegistered(t, 5*time.Second)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
