@@ -286,10 +286,11 @@ func (d *ClusterDirectory) Candidates(dst []Candidate, capability string) []Cand
 	if s == nil {
 		return dst
 	}
-	nLocal := len(dst)
 	gone := d.goneNow()
 	for _, n := range s.byCap[capability] {
-		if localHas(dst[:nLocal], n.entry.NodeID) || gone[n.entry.Instance] {
+		// A node both here and in another's directory is moving here: the
+		// local session is the one to use.
+		if gone.has(n.entry.Instance) || d.hub.Session(n.entry.NodeID) != nil {
 			continue
 		}
 		dst = append(dst, Candidate{
@@ -299,15 +300,6 @@ func (d *ClusterDirectory) Candidates(dst []Candidate, capability string) []Cand
 		})
 	}
 	return dst
-}
-
-func localHas(local []Candidate, nodeID string) bool {
-	for _, c := range local {
-		if c.NodeID == nodeID {
-			return true
-		}
-	}
-	return false
 }
 
 // Assigned notes that this instance gave a remote node a task, so it does
@@ -371,20 +363,24 @@ func (d *ClusterDirectory) updateGone(change func(map[string]goneMark)) {
 	d.gone.Store(&next)
 }
 
-// goneNow returns the instances still marked gone (nil when none).
-func (d *ClusterDirectory) goneNow() map[string]bool {
-	cur := d.gone.Load()
-	if cur == nil || len(*cur) == 0 {
-		return nil
+// goneSet is the gone marks at one moment, read without copying.
+type goneSet struct {
+	marks map[string]goneMark
+	now   time.Time
+}
+
+// goneNow returns the current gone marks; has answers for one instance.
+func (d *ClusterDirectory) goneNow() goneSet {
+	g := goneSet{now: time.Now()}
+	if cur := d.gone.Load(); cur != nil {
+		g.marks = *cur
 	}
-	now := time.Now()
-	out := make(map[string]bool, len(*cur))
-	for id, m := range *cur {
-		if m.until.After(now) {
-			out[id] = true
-		}
-	}
-	return out
+	return g
+}
+
+func (g goneSet) has(instance string) bool {
+	m, ok := g.marks[instance]
+	return ok && m.until.After(g.now)
 }
 
 // Hidden reports whether nodes with capability are out of routing only
@@ -392,12 +388,12 @@ func (d *ClusterDirectory) goneNow() map[string]bool {
 // be reached right now (503, not 404).
 func (d *ClusterDirectory) Hidden(capability string) bool {
 	gone := d.goneNow()
-	if gone == nil {
+	if len(gone.marks) == 0 {
 		return false
 	}
 	if s := d.fresh(); s != nil {
 		for _, n := range s.byCap[capability] {
-			if gone[n.entry.Instance] {
+			if gone.has(n.entry.Instance) {
 				return true
 			}
 		}
@@ -418,7 +414,7 @@ func (d *ClusterDirectory) List(capability string) []NodeView {
 	}
 	gone := d.goneNow()
 	for _, n := range s.all {
-		if seen[n.entry.NodeID] || gone[n.entry.Instance] || (capability != "" && !contains(n.entry.Capabilities, capability)) {
+		if seen[n.entry.NodeID] || gone.has(n.entry.Instance) || (capability != "" && !contains(n.entry.Capabilities, capability)) {
 			continue
 		}
 		out = append(out, n.entry.NodeView)
@@ -433,7 +429,7 @@ func (d *ClusterDirectory) Online() int {
 	if s := d.fresh(); s != nil {
 		gone := d.goneNow()
 		for _, r := range s.all {
-			if d.hub.Session(r.entry.NodeID) == nil && !gone[r.entry.Instance] {
+			if d.hub.Session(r.entry.NodeID) == nil && !gone.has(r.entry.Instance) {
 				n++
 			}
 		}

@@ -101,7 +101,6 @@ type Hub struct {
 	events  Events
 	metrics *metrics
 	log     *slog.Logger
-	serial  atomic.Uint64
 
 	// OnReplaced is called when a claim displaced a connection held by
 	// another instance, so that instance can be told to close its socket of
@@ -222,7 +221,6 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string) er
 		maxc = h.cfg.DefaultConcurrency
 	}
 	s := &Session{
-		Serial:      h.serial.Add(1),
 		NodeID:      nodeID,
 		Gen:         claim.Gen,
 		Remote:      remote,

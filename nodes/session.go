@@ -55,7 +55,6 @@ type Events interface {
 // Session is one node connection. Its identity fields are set before it
 // becomes visible and never change.
 type Session struct {
-	Serial      uint64 // process-unique connection number
 	NodeID      string
 	Gen         uint64 // fencing generation of this connection's claim
 	Info        Info
@@ -78,8 +77,7 @@ type Session struct {
 	closedOnce  sync.Once
 
 	inflight    atomic.Int32
-	cpuBits     atomic.Uint64 // float64 bits of the last heartbeat's cpu_percent
-	lastSeenNs  atomic.Int64
+	cpuBits     atomic.Uint64                // float64 bits of the last heartbeat's cpu_percent
 	benchSentAt atomic.Int64                 // unix nanos of the outstanding benchmark request; 0: none
 	bench       atomic.Pointer[benchSummary] // the latest benchmark, for routing
 }
@@ -244,7 +242,6 @@ func (s *Session) readLoop(ctx context.Context) {
 			}
 			return
 		}
-		s.lastSeenNs.Store(time.Now().UnixNano())
 		if typ != websocket.MessageText {
 			s.hub.metrics.invalid.WithLabelValues("binary").Inc()
 			s.Close(CloseUnsupported, "binary frames are not part of the protocol")
