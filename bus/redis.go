@@ -397,9 +397,7 @@ func (s *redisSub) loop() {
 					return
 				}
 				s.r.log.Info("bus subscription dropped by the server; subscribing again", "channel", s.channel)
-				if cc, ok := s.r.rdb.(*redis.ClusterClient); ok {
-					cc.ReloadState(s.ctx)
-				}
+				s.awaitSlotMap()
 				s.replace()
 			}
 		}
@@ -446,6 +444,43 @@ func (s *redisSub) resubscribed() {
 			s.mu.Unlock()
 		}
 	}()
+}
+
+// awaitSlotMap waits (up to 5 s) until the cluster client's slot map names
+// the master that the cluster itself says serves the channel. A dropped
+// subscription means the slot moved; subscribing again on a stale map would
+// land on the old master, now a replica, which accepts SSUBSCRIBE but is not
+// where SPUBLISH counts receivers: the instance would look gone.
+func (s *redisSub) awaitSlotMap() {
+	cc, ok := s.r.rdb.(*redis.ClusterClient)
+	if !ok {
+		return
+	}
+	for range 100 {
+		cc.ReloadState(s.ctx)
+		select { // the client reloads its map in the background
+		case <-s.ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+		slot, err := cc.ClusterKeySlot(s.ctx, s.channel).Result()
+		if err != nil {
+			continue
+		}
+		slots, err := cc.ClusterSlots(s.ctx).Result()
+		if err != nil {
+			continue
+		}
+		node, err := cc.MasterForKey(s.ctx, s.channel)
+		if err != nil {
+			continue
+		}
+		for _, r := range slots {
+			if slot >= int64(r.Start) && slot <= int64(r.End) && len(r.Nodes) > 0 && r.Nodes[0].Addr == node.Options().Addr {
+				return
+			}
+		}
+	}
 }
 
 // replace swaps a silent or dropped PubSub for a fresh one.

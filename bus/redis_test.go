@@ -241,3 +241,73 @@ func TestRedisCloseIsPromptWhileRedisIsDown(t *testing.T) {
 		t.Fatalf("Subscribe after Close = %v, want ErrClosed", err)
 	}
 }
+
+// A failover moves an instance's channel to the new master: the
+// subscription follows it by itself (the old master drops it; the bus
+// subscribes again and says so), and the counts come from the new master.
+func TestRedisClusterFailoverResubscribes(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterOptions{Replicas: true})
+	ctx := context.Background()
+	resubscribed := make(chan string, 8)
+	cfg := bus.RedisConfig{Namespace: "sy", Sharded: true, Idle: 200 * time.Millisecond}
+	scfg := cfg
+	scfg.OnResubscribe = func(id string) { resubscribed <- id }
+	subscriber := bus.NewRedis(c.Client(t), scfg)
+	defer subscriber.Close()
+	asker := bus.NewRedis(c.Client(t), cfg)
+	defer asker.Close()
+	got := make(chan string, 8)
+	sub, err := subscriber.Subscribe(ctx, "me", func(e *bus.Envelope) { got <- e.TaskID })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+
+	m := c.MasterFor(t, subscriber.Channel("me"))
+	var replica *redistest.Server
+	for i, n := range c.Nodes[:3] {
+		if n == m {
+			replica = c.Nodes[3+i]
+		}
+	}
+	c.Failover(t, replica)
+	select {
+	case <-resubscribed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no resubscription within 10s of the failover")
+	}
+	if got := c.MasterFor(t, subscriber.Channel("me")); got != replica {
+		t.Fatalf("channel served by %s after the failover, want %s", got, replica)
+	}
+	// The asker's slot map may be stale at first; a zero makes it reload
+	// (as the liveness watcher's second look would), so allow a few looks.
+	var n map[string]int
+	for range 50 {
+		if n, err = asker.Receivers(ctx, []string{"me"}); err == nil && n["me"] == 1 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // the client's slot map reloads in the background
+	}
+	// Where the subscription lives: on the new master, not the old one.
+	for _, node := range []*redistest.Server{m, replica} {
+		v, err := node.Client().PubSubShardNumSub(ctx, subscriber.Channel("me")).Result()
+		if want := int64(map[bool]int{true: 1}[node == replica]); err != nil || v[subscriber.Channel("me")] != want {
+			t.Fatalf("SHARDNUMSUB on %s = %v, %v; want %d", node, v, err, want)
+		}
+	}
+	if n["me"] != 1 {
+		t.Fatalf("Receivers after the failover = %v, %v; want me:1", n, err)
+	}
+	k, err := asker.Publish(ctx, "me", &bus.Envelope{Kind: bus.KindCancel, TaskID: "after"})
+	if err != nil || k != 1 {
+		t.Fatalf("Publish after the failover = %d, %v; want 1", k, err)
+	}
+	select {
+	case id := <-got:
+		if id != "after" {
+			t.Fatalf("got %q", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("nothing delivered after the failover")
+	}
+}
