@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,30 +20,46 @@ type RedisConfig struct {
 	Logger    *slog.Logger  // default slog.Default()
 	// Registerer receives the bus metrics (nil: not registered).
 	Registerer prometheus.Registerer
-	// OnResubscribe, if set, is called (on its own goroutine) each time a
-	// subscription had to be made again after its connection was lost:
-	// envelopes may have been missed, so the instance re-asserts its state.
+	// OnResubscribe, if set, is called each time a subscription had to be
+	// made again after its connection was lost (or, on a Redis Cluster, its
+	// slot moved): envelopes may have been missed, so the instance
+	// re-asserts its state. It runs on a goroutine the bus owns, one at a
+	// time per subscription (a resubscription while it runs calls it once
+	// more afterwards), and Close waits for it: it must return promptly.
 	OnResubscribe func(instance string)
 	// Sharded uses sharded pub/sub (SPUBLISH, SSUBSCRIBE, PUBSUB
 	// SHARDNUMSUB; Redis 7). On a Redis Cluster it is required: classic
 	// PUBLISH and NUMSUB count only the subscribers of the node asked, so an
-	// instance would look gone. Every instance of a cluster must agree.
+	// instance would look gone. Every instance of a cluster must agree. The
+	// cluster client must not read from replicas (no ReadOnly,
+	// RouteByLatency or RouteRandomly): a subscription on a replica is not
+	// counted by the master's SPUBLISH.
 	Sharded bool
 }
 
 // Redis is the Bus of a cluster: one pub/sub channel per instance on a
-// shared Redis. It works with a plain client or a Redis Cluster client
-// (classic pub/sub is broadcast across a cluster; sharded pub/sub is a
-// later step).
+// shared Redis. It works with a plain client or a Redis Cluster client.
+// On a cluster (Sharded), each channel lives in the slot of its name:
+// SPUBLISH and SSUBSCRIBE go to the master serving that slot (go-redis
+// routes them by the channel), and so must PUBSUB SHARDNUMSUB, which
+// counts only the subscribers of the node asked (Receivers does).
 type Redis struct {
 	rdb     redis.UniversalClient
 	cfg     RedisConfig
 	log     *slog.Logger
 	metrics *redisMetrics
-	closed  atomic.Bool
 
-	mu   sync.Mutex
-	subs map[*redisSub]struct{}
+	// ctx is the parent of every subscription's context; Close cancels it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// wg counts every goroutine the bus starts (receive loops and
+	// OnResubscribe calls); Close waits for it.
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+
+	mu     sync.Mutex
+	closed bool
+	subs   map[*redisSub]struct{}
 }
 
 var _ Bus = (*Redis)(nil)
@@ -104,7 +119,9 @@ func NewRedis(rdb redis.UniversalClient, cfg RedisConfig) *Redis {
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(m.publish, m.publishErrors, m.noReceiver, m.received, m.malformed, m.resubscribes, m.receiverChecks)
 	}
-	return &Redis{rdb: rdb, cfg: cfg, log: cfg.Logger.With("component", "bus"), metrics: m, subs: map[*redisSub]struct{}{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Redis{rdb: rdb, cfg: cfg, log: cfg.Logger.With("component", "bus"), metrics: m,
+		ctx: ctx, cancel: cancel, subs: map[*redisSub]struct{}{}}
 }
 
 // Channel is the pub/sub channel of an instance.
@@ -113,7 +130,7 @@ func (r *Redis) Channel(instance string) string { return r.cfg.Namespace + ":ins
 // Publish implements Bus. The receiver count PUBLISH returns is the answer:
 // 0 means the instance addressed has no subscription, so it is gone.
 func (r *Redis) Publish(ctx context.Context, to string, e *Envelope) (int, error) {
-	if r.closed.Load() {
+	if r.isClosed() {
 		return 0, ErrClosed
 	}
 	b, err := Encode(e)
@@ -123,6 +140,9 @@ func (r *Redis) Publish(ctx context.Context, to string, e *Envelope) (int, error
 	start := time.Now()
 	var n int64
 	if r.cfg.Sharded {
+		// On a cluster go-redis sends it to the master of the channel's
+		// slot, where the receiver's SSUBSCRIBE lives too, so the count is
+		// the receiver's.
 		n, err = r.rdb.SPublish(ctx, r.Channel(to), b).Result()
 	} else {
 		n, err = r.rdb.Publish(ctx, r.Channel(to), b).Result()
@@ -138,7 +158,8 @@ func (r *Redis) Publish(ctx context.Context, to string, e *Envelope) (int, error
 	return int(n), nil
 }
 
-// Receivers implements Bus with PUBSUB NUMSUB.
+// Receivers implements Bus with PUBSUB NUMSUB, or PUBSUB SHARDNUMSUB when
+// sharded.
 func (r *Redis) Receivers(ctx context.Context, ids []string) (map[string]int, error) {
 	if len(ids) == 0 {
 		return map[string]int{}, nil
@@ -151,14 +172,8 @@ func (r *Redis) Receivers(ctx context.Context, ids []string) (map[string]int, er
 	var counts map[string]int64
 	var err error
 	if r.cfg.Sharded {
-		// One command per channel: in a cluster each lives on its own shard.
-		counts = make(map[string]int64, len(chans))
-		for _, ch := range chans {
-			c, err := r.rdb.PubSubShardNumSub(ctx, ch).Result()
-			if err != nil {
-				return nil, fmt.Errorf("bus: pubsub shardnumsub: %w", err)
-			}
-			counts[ch] = c[ch]
+		if counts, err = r.shardNumSub(ctx, chans); err != nil {
+			return nil, err
 		}
 	} else if counts, err = r.rdb.PubSubNumSub(ctx, chans...).Result(); err != nil {
 		return nil, fmt.Errorf("bus: pubsub numsub: %w", err)
@@ -172,37 +187,111 @@ func (r *Redis) Receivers(ctx context.Context, ids []string) (map[string]int, er
 	return out, nil
 }
 
+// shardNumSub asks PUBSUB SHARDNUMSUB of the node that owns each channel.
+// A cluster node answers it for any channel without a redirect, counting
+// only its own subscribers, so a question sent to a node of the client's
+// choosing reads 0 for a live instance whose slot is elsewhere (issue 9).
+// Channels are grouped by their slot's master: one command per master.
+func (r *Redis) shardNumSub(ctx context.Context, chans []string) (map[string]int64, error) {
+	cc, ok := r.rdb.(*redis.ClusterClient)
+	if !ok {
+		counts, err := r.rdb.PubSubShardNumSub(ctx, chans...).Result()
+		if err != nil {
+			return nil, fmt.Errorf("bus: pubsub shardnumsub: %w", err)
+		}
+		return counts, nil
+	}
+	type group struct {
+		node  *redis.Client
+		chans []string
+	}
+	var groups []*group
+	byAddr := map[string]*group{}
+	for _, ch := range chans {
+		node, err := cc.MasterForKey(ctx, ch)
+		if err != nil {
+			return nil, fmt.Errorf("bus: master of %s: %w", ch, err)
+		}
+		g := byAddr[node.Options().Addr]
+		if g == nil {
+			g = &group{node: node}
+			byAddr[node.Options().Addr] = g
+			groups = append(groups, g)
+		}
+		g.chans = append(g.chans, ch)
+	}
+	counts := make(map[string]int64, len(chans))
+	for _, g := range groups {
+		c, err := g.node.PubSubShardNumSub(ctx, g.chans...).Result()
+		if err != nil {
+			return nil, fmt.Errorf("bus: pubsub shardnumsub on %s: %w", g.node.Options().Addr, err)
+		}
+		for _, ch := range g.chans {
+			if c[ch] == 0 {
+				// Maybe a slot moved (a failover) and the client's map is
+				// stale: refresh it, so the confirming check asks the new
+				// owner (invariant 4 confirms a zero twice).
+				cc.ReloadState(ctx)
+			}
+			counts[ch] = c[ch]
+		}
+	}
+	return counts, nil
+}
+
 // Subscribe implements Bus. It returns once Redis has confirmed the
 // subscription.
 func (r *Redis) Subscribe(ctx context.Context, id string, h Handler) (Subscription, error) {
-	if r.closed.Load() {
+	if r.isClosed() {
 		return nil, ErrClosed
 	}
-	s := &redisSub{r: r, id: id, channel: r.Channel(id), h: h, done: make(chan struct{})}
+	sctx, cancel := context.WithCancel(r.ctx)
+	s := &redisSub{r: r, id: id, channel: r.Channel(id), h: h, ctx: sctx, cancel: cancel, done: make(chan struct{})}
 	if err := s.open(ctx); err != nil {
+		cancel()
 		return nil, err
 	}
 	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		cancel()
+		_ = s.ps.Close()
+		return nil, ErrClosed
+	}
 	r.subs[s] = struct{}{}
+	r.wg.Add(1) // under mu, so Close's Wait never races with it
 	r.mu.Unlock()
-	go s.loop()
+	go func() {
+		defer r.wg.Done()
+		s.loop()
+	}()
 	return s, nil
 }
 
-// Close implements Bus: it closes every subscription. The client stays open.
-func (r *Redis) Close() error {
-	if r.closed.Swap(true) {
-		return nil
-	}
+func (r *Redis) isClosed() bool {
 	r.mu.Lock()
-	subs := make([]*redisSub, 0, len(r.subs))
-	for s := range r.subs {
-		subs = append(subs, s)
-	}
-	r.mu.Unlock()
-	for _, s := range subs {
-		_ = s.Close()
-	}
+	defer r.mu.Unlock()
+	return r.closed
+}
+
+// Close implements Bus: it closes every subscription and returns once every
+// goroutine the bus started has stopped. It may be called more than once;
+// each call returns only when they have stopped. The client stays open.
+func (r *Redis) Close() error {
+	r.closeOnce.Do(func() {
+		r.mu.Lock()
+		r.closed = true
+		subs := make([]*redisSub, 0, len(r.subs))
+		for s := range r.subs {
+			subs = append(subs, s)
+		}
+		r.mu.Unlock()
+		r.cancel()
+		for _, s := range subs {
+			_ = s.Close()
+		}
+	})
+	r.wg.Wait()
 	return nil
 }
 
@@ -212,11 +301,15 @@ type redisSub struct {
 	id      string
 	channel string
 	h       Handler
+	ctx     context.Context // cancelled by Close (the sub's or the bus's)
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when the loop has stopped
 
 	mu     sync.Mutex
 	ps     *redis.PubSub
 	closed bool
-	done   chan struct{} // closed when the loop has stopped
+	// An OnResubscribe call is running; again: call it once more after.
+	hookRunning, hookAgain bool
 }
 
 // open subscribes and waits for Redis's confirmation.
@@ -238,10 +331,10 @@ func (s *redisSub) open(ctx context.Context) error {
 // broken subscription on the next receive and subscribes again; the
 // confirmation that arrives then is how a resubscription is noticed. A
 // connection that goes silent (a host that vanished) is noticed by pinging
-// it, and replaced.
+// it, and replaced; so is one the server unsubscribed (on a cluster, when
+// the channel's slot moved to another master).
 func (s *redisSub) loop() {
 	defer close(s.done)
-	ctx := context.Background()
 	unanswered := 0
 	backoff := 50 * time.Millisecond
 	for {
@@ -251,7 +344,7 @@ func (s *redisSub) loop() {
 		if closed {
 			return
 		}
-		msg, err := ps.ReceiveTimeout(ctx, s.r.cfg.Idle)
+		msg, err := ps.ReceiveTimeout(s.ctx, s.r.cfg.Idle)
 		if err != nil {
 			if s.isClosed() {
 				return
@@ -260,7 +353,7 @@ func (s *redisSub) loop() {
 			if errors.As(err, &ne) && ne.Timeout() {
 				unanswered++
 				if unanswered < 3 {
-					_ = ps.Ping(ctx) // the pong, or its absence, shows on the next receive
+					_ = ps.Ping(s.ctx) // the pong, or its absence, shows on the next receive
 					continue
 				}
 				s.r.log.Warn("bus subscription silent; reconnecting", "channel", s.channel)
@@ -268,9 +361,17 @@ func (s *redisSub) loop() {
 				unanswered = 0
 				continue
 			}
-			// Redis is unreachable: go-redis will reconnect on the next receive.
+			// Redis is unreachable: go-redis will reconnect on the next
+			// receive. On a cluster the slot may have a new master.
 			s.r.log.Debug("bus subscription receive failed", "channel", s.channel, "err", err)
-			time.Sleep(backoff) // pacing the reconnect attempts; nothing to wait on
+			if cc, ok := s.r.rdb.(*redis.ClusterClient); ok {
+				cc.ReloadState(s.ctx)
+			}
+			select { // pacing the reconnect attempts
+			case <-s.ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
 			backoff = min(backoff*2, time.Second)
 			continue
 		}
@@ -286,8 +387,18 @@ func (s *redisSub) loop() {
 			}
 			s.h(e)
 		case *redis.Subscription:
-			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+			switch m.Kind {
+			case "subscribe", "ssubscribe":
 				s.resubscribed()
+			case "unsubscribe", "sunsubscribe":
+				// Not asked for: the server dropped the subscription
+				// (a cluster node does when the channel's slot leaves it).
+				if s.isClosed() {
+					return
+				}
+				s.r.log.Info("bus subscription dropped by the server; subscribing again", "channel", s.channel)
+				s.awaitSlotMap()
+				s.replace()
 			}
 		}
 	}
@@ -300,21 +411,85 @@ func (s *redisSub) subscribe(ctx context.Context) *redis.PubSub {
 	return s.r.rdb.Subscribe(ctx, s.channel)
 }
 
+// resubscribed counts a resubscription and runs OnResubscribe on a
+// goroutine the bus owns, one at a time: a resubscription while one runs
+// asks for one more run after it.
 func (s *redisSub) resubscribed() {
 	s.r.metrics.resubscribes.Inc()
 	s.r.log.Info("bus subscription restored; re-syncing", "channel", s.channel)
-	if f := s.r.cfg.OnResubscribe; f != nil {
-		go f(s.id)
+	f := s.r.cfg.OnResubscribe
+	if f == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.hookRunning {
+		s.hookAgain = true
+		return
+	}
+	s.hookRunning = true
+	// The loop calling this holds a count in wg, so Add cannot race Wait.
+	s.r.wg.Add(1)
+	go func() {
+		defer s.r.wg.Done()
+		for {
+			f(s.id)
+			s.mu.Lock()
+			if !s.hookAgain || s.ctx.Err() != nil {
+				s.hookRunning, s.hookAgain = false, false
+				s.mu.Unlock()
+				return
+			}
+			s.hookAgain = false
+			s.mu.Unlock()
+		}
+	}()
+}
+
+// awaitSlotMap waits (up to 5 s) until the cluster client's slot map names
+// the master that the cluster itself says serves the channel. A dropped
+// subscription means the slot moved; subscribing again on a stale map would
+// land on the old master, now a replica, which accepts SSUBSCRIBE but is not
+// where SPUBLISH counts receivers: the instance would look gone.
+func (s *redisSub) awaitSlotMap() {
+	cc, ok := s.r.rdb.(*redis.ClusterClient)
+	if !ok {
+		return
+	}
+	for range 100 {
+		cc.ReloadState(s.ctx)
+		select { // the client reloads its map in the background
+		case <-s.ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+		slot, err := cc.ClusterKeySlot(s.ctx, s.channel).Result()
+		if err != nil {
+			continue
+		}
+		slots, err := cc.ClusterSlots(s.ctx).Result()
+		if err != nil {
+			continue
+		}
+		node, err := cc.MasterForKey(s.ctx, s.channel)
+		if err != nil {
+			continue
+		}
+		for _, r := range slots {
+			if slot >= int64(r.Start) && slot <= int64(r.End) && len(r.Nodes) > 0 && r.Nodes[0].Addr == node.Options().Addr {
+				return
+			}
+		}
 	}
 }
 
-// replace swaps a silent PubSub for a fresh one.
+// replace swaps a silent or dropped PubSub for a fresh one.
 func (s *redisSub) replace() {
 	s.mu.Lock()
 	old := s.ps
 	s.mu.Unlock()
 	_ = old.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
 	defer cancel()
 	ps := s.subscribe(ctx)
 	s.mu.Lock()
@@ -344,6 +519,7 @@ func (s *redisSub) Close() error {
 	s.closed = true
 	ps := s.ps
 	s.mu.Unlock()
+	s.cancel()
 	err := ps.Close()
 	<-s.done
 	s.r.mu.Lock()

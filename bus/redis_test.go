@@ -2,6 +2,8 @@ package bus_test
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,21 +18,100 @@ var _ bus.Bus = (*bus.Redis)(nil)
 
 func redisClient(t testing.TB) *redis.Client { return redistest.Client(t) }
 
+// The suite on the shared Redis, classic and sharded, and on a private
+// 3-master Redis Cluster (sharded, as --redis-cluster runs it).
 func TestRedis(t *testing.T) {
 	for _, sharded := range []bool{false, true} {
 		t.Run(map[bool]string{false: "classic", true: "sharded"}[sharded], func(t *testing.T) {
-			bustest.Run(t, func(t *testing.T) (bus.Bus, func(t *testing.T) bus.Bus) {
-				ns := redistest.Namespace(t)
-				cfg := bus.RedisConfig{Namespace: ns, Sharded: sharded}
-				b := bus.NewRedis(redisClient(t), cfg)
-				t.Cleanup(func() { _ = b.Close() })
-				return b, func(t *testing.T) bus.Bus {
-					p := bus.NewRedis(redisClient(t), cfg)
-					t.Cleanup(func() { _ = p.Close() })
-					return p
-				}
-			})
+			bustest.Run(t, redisFactory(func(t testing.TB) redis.UniversalClient { return redisClient(t) }, redistest.Namespace, sharded))
 		})
+	}
+	t.Run("cluster", func(t *testing.T) {
+		c := redistest.StartCluster(t, redistest.ClusterOptions{})
+		// The cluster is the test's own: a namespace per subtest will do.
+		var n atomic.Int32
+		ns := func(testing.TB) string { return fmt.Sprintf("t%d", n.Add(1)) }
+		bustest.Run(t, redisFactory(func(t testing.TB) redis.UniversalClient { return c.Client(t) }, ns, true))
+	})
+}
+
+// redisFactory makes buses on clients from newClient, a fresh client (a
+// connection of its own, as another instance has) for each, in a namespace
+// from newNS.
+func redisFactory(newClient func(testing.TB) redis.UniversalClient, newNS func(testing.TB) string, sharded bool) bustest.Factory {
+	return func(t *testing.T) (bus.Bus, func(t *testing.T) bus.Bus) {
+		cfg := bus.RedisConfig{Namespace: newNS(t), Sharded: sharded}
+		b := bus.NewRedis(newClient(t), cfg)
+		t.Cleanup(func() { _ = b.Close() })
+		return b, func(t *testing.T) bus.Bus {
+			p := bus.NewRedis(newClient(t), cfg)
+			t.Cleanup(func() { _ = p.Close() })
+			return p
+		}
+	}
+}
+
+// On a Redis Cluster each instance's channel lives in the slot of its name,
+// so on one of the masters. The counts the liveness watcher acts on
+// (Receivers, and Publish's) must be right wherever it lives: a live
+// instance counted 0 looks dead to the others, and an instance's own
+// channel counted 0 keeps the watcher in its grace period (issue 9).
+func TestRedisClusterReceiverCounts(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterOptions{})
+	ctx := context.Background()
+	cfg := bus.RedisConfig{Namespace: "sy", Sharded: true}
+	subscriber := bus.NewRedis(c.Client(t), cfg)
+	defer subscriber.Close()
+	asker := bus.NewRedis(c.Client(t), cfg)
+	defer asker.Close()
+
+	// One instance whose channel lives on each master.
+	byMaster := map[*redistest.Server]string{}
+	for i := 0; len(byMaster) < 3; i++ {
+		id := fmt.Sprintf("inst-%d", i)
+		if m := c.MasterFor(t, subscriber.Channel(id)); byMaster[m] == "" {
+			byMaster[m] = id
+		}
+	}
+	var ids []string
+	got := make(chan string, 16)
+	for _, id := range byMaster {
+		ids = append(ids, id)
+		sub, err := subscriber.Subscribe(ctx, id, func(e *bus.Envelope) { got <- e.TaskID })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+	}
+	// Asked several times: a client that sends the question to a node of
+	// its choosing is right only when it happens to pick the owner.
+	for round := range 6 {
+		n, err := asker.Receivers(ctx, append(ids, "inst-gone"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m, id := range byMaster {
+			if n[id] != 1 {
+				t.Fatalf("round %d: Receivers = %v; %s (its channel on %s) has 1 subscriber", round, n, id, m)
+			}
+		}
+		if n["inst-gone"] != 0 {
+			t.Fatalf("round %d: Receivers counts an instance with no subscription: %v", round, n)
+		}
+		for m, id := range byMaster {
+			k, err := asker.Publish(ctx, id, &bus.Envelope{Kind: bus.KindCancel, TaskID: id})
+			if err != nil || k != 1 {
+				t.Fatalf("round %d: Publish to %s (on %s) = %d, %v; want 1", round, id, m, k, err)
+			}
+			select {
+			case e := <-got:
+				if e != id {
+					t.Fatalf("delivered %q, want %q", e, id)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("round %d: nothing delivered to %s within 5s", round, id)
+			}
+		}
 	}
 }
 
@@ -125,5 +206,108 @@ func BenchmarkRedisPublishRoundTrip(b *testing.B) {
 			b.Fatal(n, err)
 		}
 		<-got
+	}
+}
+
+// Close stops every goroutine the bus started and returns promptly, even
+// while its subscriptions are retrying an unreachable Redis (their backoff
+// waits on the bus, not on a sleep). A second Close returns too. TestMain's
+// goleak check shows nothing is left behind.
+func TestRedisCloseIsPromptWhileRedisIsDown(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	defer rdb.Close()
+	b := bus.NewRedis(rdb, bus.RedisConfig{Namespace: "t", Idle: 100 * time.Millisecond,
+		OnResubscribe: func(string) {}})
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := b.Subscribe(context.Background(), id, func(*bus.Envelope) {}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Stop()
+	// Let the loops reach their reconnect backoff, which grows to 1s.
+	time.Sleep(1500 * time.Millisecond)
+	start := time.Now()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 300*time.Millisecond {
+		t.Fatalf("Close took %v while Redis was down; want it prompt", d)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := b.Subscribe(context.Background(), "d", func(*bus.Envelope) {}); err != bus.ErrClosed {
+		t.Fatalf("Subscribe after Close = %v, want ErrClosed", err)
+	}
+}
+
+// A failover moves an instance's channel to the new master: the
+// subscription follows it by itself (the old master drops it; the bus
+// subscribes again and says so), and the counts come from the new master.
+func TestRedisClusterFailoverResubscribes(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterOptions{Replicas: true})
+	ctx := context.Background()
+	resubscribed := make(chan string, 8)
+	cfg := bus.RedisConfig{Namespace: "sy", Sharded: true, Idle: 200 * time.Millisecond}
+	scfg := cfg
+	scfg.OnResubscribe = func(id string) { resubscribed <- id }
+	subscriber := bus.NewRedis(c.Client(t), scfg)
+	defer subscriber.Close()
+	asker := bus.NewRedis(c.Client(t), cfg)
+	defer asker.Close()
+	got := make(chan string, 8)
+	sub, err := subscriber.Subscribe(ctx, "me", func(e *bus.Envelope) { got <- e.TaskID })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+
+	m := c.MasterFor(t, subscriber.Channel("me"))
+	var replica *redistest.Server
+	for i, n := range c.Nodes[:3] {
+		if n == m {
+			replica = c.Nodes[3+i]
+		}
+	}
+	c.Failover(t, replica)
+	select {
+	case <-resubscribed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no resubscription within 10s of the failover")
+	}
+	if got := c.MasterFor(t, subscriber.Channel("me")); got != replica {
+		t.Fatalf("channel served by %s after the failover, want %s", got, replica)
+	}
+	// The asker's slot map may be stale at first; a zero makes it reload
+	// (as the liveness watcher's second look would), so allow a few looks.
+	var n map[string]int
+	for range 50 {
+		if n, err = asker.Receivers(ctx, []string{"me"}); err == nil && n["me"] == 1 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // the client's slot map reloads in the background
+	}
+	// Where the subscription lives: on the new master, not the old one.
+	for _, node := range []*redistest.Server{m, replica} {
+		v, err := node.Client().PubSubShardNumSub(ctx, subscriber.Channel("me")).Result()
+		if want := int64(map[bool]int{true: 1}[node == replica]); err != nil || v[subscriber.Channel("me")] != want {
+			t.Fatalf("SHARDNUMSUB on %s = %v, %v; want %d", node, v, err, want)
+		}
+	}
+	if n["me"] != 1 {
+		t.Fatalf("Receivers after the failover = %v, %v; want me:1", n, err)
+	}
+	k, err := asker.Publish(ctx, "me", &bus.Envelope{Kind: bus.KindCancel, TaskID: "after"})
+	if err != nil || k != 1 {
+		t.Fatalf("Publish after the failover = %d, %v; want 1", k, err)
+	}
+	select {
+	case id := <-got:
+		if id != "after" {
+			t.Fatalf("got %q", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("nothing delivered after the failover")
 	}
 }

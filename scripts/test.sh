@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs switchyard's whole test suite with the race detector.
 #
-# It needs PostgreSQL and Redis on loopback, and Node.js for one test. When
-# they are missing it installs them from Debian's packages (apt-get, as root
-# or with sudo) and starts them, so a fresh machine with only Go can run it:
+# It needs PostgreSQL and Redis on loopback, the redis-server binary (tests
+# start private servers and a Redis Cluster with it), and Node.js for one
+# test. When they are missing it installs them from Debian's packages
+# (apt-get, as root or with sudo) and starts them, so a fresh machine with
+# only Go can run it:
 #
 #   ./scripts/test.sh            # everything: vet, tests with -race, short fuzzing
 #   ./scripts/test.sh ./store/   # only some packages (no fuzzing)
@@ -58,9 +60,15 @@ ensure_postgres() {
 		{ echo "PostgreSQL is running but $SWITCHYARD_TEST_DATABASE_URL does not work" >&2; exit 1; }
 }
 
+# The shared Redis on 6379, and the redis-server binary even when that Redis
+# runs elsewhere (a container): tests start private servers and a 3-master
+# Redis Cluster of their own on free ports (internal/redistest), and skip
+# those tests without it. redis-cli (redis-tools) is for looking at them.
 ensure_redis() {
+	if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+		apt_install redis-server redis-tools
+	fi
 	if port_open 6379; then return; fi
-	command -v redis-server >/dev/null || apt_install redis-server
 	say "starting Redis"
 	redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no >/dev/null
 	for _ in $(seq 1 50); do port_open 6379 && return; sleep 0.1; done

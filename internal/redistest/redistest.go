@@ -1,41 +1,58 @@
-// Package redistest runs a private redis-server on a free loopback port,
-// for tests that stop or restart Redis and so must not touch the shared one.
+// Package redistest gives tests a Redis: the shared one (Client, URL,
+// Namespace), a private redis-server on a free loopback port for tests that
+// stop or restart Redis (StartServer), and a private Redis Cluster of three
+// masters, with a replica each if asked (StartCluster). The private ones
+// are real redis-server processes that die with the test binary.
 package redistest
 
 import (
+	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Server is a redis-server process that the test owns.
 type Server struct {
 	t    testing.TB
-	Port int
+	Port int      // the client port; a cluster node's bus port is Port+10000
+	dir  string   // its working directory (a cluster node keeps nodes.conf here)
+	args []string // extra arguments (cluster mode)
+
+	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
 }
 
-// Start runs a fresh redis-server (no persistence) and stops it when the
-// test ends. It fails the test if redis-server is not installed.
-func Start(t testing.TB) *Server {
+// StartServer runs a fresh redis-server (no persistence) on a free loopback
+// port and kills it when the test ends. It skips the test if redis-server
+// is not installed (scripts/test.sh installs it).
+func StartServer(t testing.TB) *Server {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Fatalf("redis-server is not installed (scripts/test.sh installs it): %v", err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	s := &Server{t: t, Port: port}
-	s.start()
+	requireBinary(t)
+	s := &Server{t: t, dir: t.TempDir()}
+	s.startOnFreePort(false)
 	t.Cleanup(s.Stop)
 	return s
+}
+
+// Start is StartServer, the name callers used before clusters came.
+func Start(t testing.TB) *Server { t.Helper(); return StartServer(t) }
+
+func requireBinary(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skipf("redis-server is not installed (scripts/test.sh installs it): %v", err)
+	}
 }
 
 // Addr is host:port.
@@ -44,44 +61,159 @@ func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
 // URL is the redis:// URL of the server.
 func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
 
-func (s *Server) start() {
+// Client returns a client of this server alone, closed when the test ends.
+func (s *Server) Client() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	s.t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// startOnFreePort picks a loopback port (and, for a cluster node, its bus
+// port +10000) that nobody listens on, and starts the server there. Another
+// process may take the port between the check and the bind, so a server
+// that exits at once is tried again on another port.
+func (s *Server) startOnFreePort(cluster bool) {
 	s.t.Helper()
-	s.cmd = exec.Command("redis-server", "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning")
-	if err := s.cmd.Start(); err != nil {
+	var lastErr error
+	for range 20 {
+		port := freePort(cluster)
+		if port == 0 {
+			continue
+		}
+		s.Port = port
+		if lastErr = s.start(); lastErr == nil {
+			return
+		}
+	}
+	s.t.Fatalf("could not start redis-server on a free port: %v", lastErr)
+}
+
+// freePort returns a port below 40000 that is free on loopback, and whose
+// +10000 is free too when cluster is set (a cluster node's bus port), or 0.
+// Ports are drawn at random from 10000–39999, below the kernel's ephemeral
+// range's usual start, so a bus port stays below 50000.
+func freePort(cluster bool) int {
+	port := 10000 + rand.IntN(30000)
+	ports := []int{port}
+	if cluster {
+		ports = append(ports, port+10000)
+	}
+	for _, p := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			return 0
+		}
+		_ = l.Close()
+	}
+	return port
+}
+
+// start runs the server on s.Port and waits until it accepts connections.
+// It returns an error if the process exits first (the port was taken).
+func (s *Server) start() error {
+	args := append([]string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
+		"--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log")}, s.args...)
+	cmd := exec.Command("redis-server", args...)
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("start redis-server: %v", err)
 	}
-	s.done = make(chan struct{})
-	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(s.cmd, s.done)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }() // ends when the process does; Stop waits for it
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		c, err := net.DialTimeout("tcp", s.Addr(), 100*time.Millisecond)
 		if err == nil {
 			_ = c.Close()
-			return
+			s.mu.Lock()
+			s.cmd, s.done = cmd, done
+			s.mu.Unlock()
+			return nil
+		}
+		select {
+		case <-done:
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			return fmt.Errorf("redis-server on %s exited at once: %s", s.Addr(), lastLines(log))
+		default:
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("redis-server did not listen on %s", s.Addr())
+			_ = cmd.Process.Kill()
+			<-done
+			return fmt.Errorf("redis-server did not listen on %s within 10s", s.Addr())
 		}
 		time.Sleep(10 * time.Millisecond) // polling a port: there is no event for it
 	}
 }
 
-// Stop kills the server (as a crash would) and waits for it to exit.
-func (s *Server) Stop() {
-	if s.cmd == nil {
-		return
+func lastLines(b []byte) string {
+	if len(b) > 500 {
+		b = b[len(b)-500:]
 	}
-	_ = s.cmd.Process.Kill()
-	<-s.done
-	s.cmd = nil
+	return string(b)
 }
 
-// Restart kills the server and starts a new, empty one on the same port.
+// Stop kills the server with SIGKILL (as a crash would) and waits for it to
+// exit. Stopping a stopped server does nothing.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-done
+}
+
+// Kill is Stop: kill -9, and wait for the process to be gone.
+func (s *Server) Kill() { s.Stop() }
+
+// Running reports whether the server's process is up (started and not
+// killed by the test).
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return false
+	}
+	select {
+	case <-s.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Restart kills the server and starts it again on the same port. Nothing
+// is persisted, so the data is gone; a cluster node keeps its
+// cluster-config-file, so it rejoins its cluster (as a replica, if it was
+// failed over meanwhile).
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.Stop()
-	s.start()
+	if err := s.start(); err != nil {
+		s.t.Fatalf("restart: %v", err)
+	}
 }
 
 func (s *Server) String() string { return fmt.Sprintf("redis-server on %s", s.Addr()) }
+
+// waitFor polls cond every 20 ms until it holds or d passes. Redis has no
+// event for "the cluster agrees", so polling it is the only way.
+func waitFor(ctx context.Context, d time.Duration, cond func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for {
+		err := cond(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
