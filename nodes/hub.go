@@ -185,7 +185,8 @@ func (h *Hub) notifyCapacity() {
 
 // Serve runs the handshake of one node connection on the calling goroutine
 // and, once the node is registered, hands the connection to two goroutines
-// of its own (a reader and a writer) and returns. The caller's goroutine,
+// of its own (a reader and a writer, which starts a short-lived one per
+// ping) and returns. The caller's goroutine,
 // typically an HTTP handler's with a deep stack, is then free to end: an
 // idle node costs only its two small goroutines. ctx should be the server's
 // root context (never a hijacked request's). remote is the client's
