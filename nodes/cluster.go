@@ -21,8 +21,27 @@ type ClusterConfig struct {
 	Instance        string        // this instance's id (required)
 	PublishInterval time.Duration // default 1s: how often this instance's nodes are written
 	PollInterval    time.Duration // default 250ms: how often the other instances' nodes are read
-	Logger          *slog.Logger
+	// Changed, when it fires, asks for an early publish (the hub's OnChange
+	// notifies it: a local node arrived or left). nil: the directory makes
+	// its own, fired only by Touch.
+	Changed Signal
+	Logger  *slog.Logger
 }
+
+// LocalNodes is what the cluster directory reads of this instance's own
+// nodes: the Hub.
+type LocalNodes interface {
+	Candidates(dst []Candidate, capability string) []Candidate
+	List(capability string) []NodeView
+	Len() int
+	Changed() (<-chan struct{}, func())
+	// Session returns the session of a node connected here, or nil.
+	Session(nodeID string) *Session
+	// Sessions returns the sessions connected here, ordered by node id.
+	Sessions() []*Session
+}
+
+var _ LocalNodes = (*Hub)(nil)
 
 // ClusterDirectory is the Directory of a cluster: this instance's nodes,
 // live from its Hub, plus every other live instance's, read from Redis:
@@ -35,14 +54,14 @@ type ClusterConfig struct {
 // owner refuses an assign beyond a node's max_concurrency anyway
 // (invariant 7), and the requester then waits and retries.
 type ClusterDirectory struct {
-	hub  *Hub
+	hub  LocalNodes
 	rdb  redis.UniversalClient
 	cfg  ClusterConfig
 	log  *slog.Logger
 	live func(ctx context.Context) ([]string, error) // ids of the live instances
 
 	snap      atomic.Pointer[remoteSnapshot]
-	touched   chan struct{} // cap 1: local nodes changed, publish soon
+	touched   Signal // local nodes changed, publish soon
 	withdrawn atomic.Bool
 
 	goneMu sync.Mutex
@@ -88,9 +107,9 @@ type dirEntry struct {
 	BenchFailed bool    `json:"benchmark_failed,omitempty"`
 }
 
-// NewClusterDirectory returns a directory over hub and the Redis at rdb.
-// live lists the live instance ids (the registry's).
-func NewClusterDirectory(hub *Hub, rdb redis.UniversalClient, live func(ctx context.Context) ([]string, error), cfg ClusterConfig) *ClusterDirectory {
+// NewClusterDirectory returns a directory over this instance's nodes (hub)
+// and the Redis at rdb. live lists the live instance ids (the registry's).
+func NewClusterDirectory(hub LocalNodes, rdb redis.UniversalClient, live func(ctx context.Context) ([]string, error), cfg ClusterConfig) *ClusterDirectory {
 	if cfg.Namespace == "" {
 		cfg.Namespace = "sy"
 	}
@@ -100,11 +119,14 @@ func NewClusterDirectory(hub *Hub, rdb redis.UniversalClient, live func(ctx cont
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 250 * time.Millisecond
 	}
+	if cfg.Changed == nil {
+		cfg.Changed = NewSignal()
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	d := &ClusterDirectory{hub: hub, rdb: rdb, cfg: cfg, live: live, log: cfg.Logger.With("component", "directory"),
-		touched: make(chan struct{}, 1)}
+		touched: cfg.Changed}
 	d.snap.Store(&remoteSnapshot{byCap: map[string][]*remoteNode{}, byID: map[string]*remoteNode{}, seen: map[string]time.Time{}})
 	return d
 }
@@ -114,13 +136,9 @@ func (d *ClusterDirectory) Key(instance string) string {
 	return d.cfg.Namespace + ":dir:" + instance
 }
 
-// Touch asks for an early publish (a local node arrived or left).
-func (d *ClusterDirectory) Touch() {
-	select {
-	case d.touched <- struct{}{}:
-	default:
-	}
-}
+// Touch asks for an early publish (a local node arrived or left, or Redis
+// came back); it never blocks. It fires the same Signal as ClusterConfig.Changed.
+func (d *ClusterDirectory) Touch() { d.touched.Notify() }
 
 // Run publishes and polls until ctx ends.
 func (d *ClusterDirectory) Run(ctx context.Context) {

@@ -52,6 +52,22 @@ type Config struct {
 	BenchmarkReplyTimeout time.Duration
 	Logger                *slog.Logger // default slog.Default()
 	Registerer            prometheus.Registerer
+
+	// Hooks, fixed at construction; nil means no-op.
+
+	// BeforeAttach runs on the node's Serve goroutine after the node is
+	// accepted and before it is claimed and routable (to load its
+	// reputation, say): slow work goes here, so the window between taking
+	// the claim and becoming visible as its holder stays short.
+	BeforeAttach func(ctx context.Context, nodeID, accountID, name string)
+	// OnReplaced is called when a claim displaced a connection held by
+	// another instance, so that instance can be told to close its socket of
+	// the node (any generation below gen): invariant 1 across instances.
+	OnReplaced func(nodeID, prevOwner string, gen uint64)
+	// OnChange is called when a node arrives or leaves (the cluster
+	// directory publishes early then). It runs with the hub's lock held and
+	// must not block: Signal.Notify is made for it.
+	OnChange func()
 }
 
 func (c Config) withDefaults() Config {
@@ -88,6 +104,15 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.BeforeAttach == nil {
+		c.BeforeAttach = func(context.Context, string, string, string) {}
+	}
+	if c.OnReplaced == nil {
+		c.OnReplaced = func(string, string, uint64) {}
+	}
+	if c.OnChange == nil {
+		c.OnChange = func() {}
+	}
 	return c
 }
 
@@ -101,17 +126,6 @@ type Hub struct {
 	events  Events
 	metrics *metrics
 	log     *slog.Logger
-
-	// OnReplaced is called when a claim displaced a connection held by
-	// another instance, so that instance can be told to close its socket of
-	// the node (any generation below gen). Set before Serve is first called.
-	OnReplaced func(nodeID string, prevOwner string, gen uint64)
-	// BeforeAttach, if set, runs after a node is accepted and before it
-	// becomes routable (to load its reputation, say). Set before Serve.
-	BeforeAttach func(ctx context.Context, nodeID, accountID, name string)
-	// OnChange, if set, is called (without blocking) when a node arrives or
-	// leaves; the cluster directory publishes early then. Set before Serve.
-	OnChange func()
 
 	// Waiting for capacity: requests that found every capable node full
 	// wait on slotCh, which is closed (and replaced) when a slot frees up.
@@ -171,7 +185,8 @@ func (h *Hub) notifyCapacity() {
 
 // Serve runs the handshake of one node connection on the calling goroutine
 // and, once the node is registered, hands the connection to two goroutines
-// of its own (a reader and a writer) and returns. The caller's goroutine,
+// of its own (a reader and a writer, which starts a short-lived one per
+// ping) and returns. The caller's goroutine,
 // typically an HTTP handler's with a deep stack, is then free to end: an
 // idle node costs only its two small goroutines. ctx should be the server's
 // root context (never a hijacked request's). remote is the client's
@@ -201,9 +216,7 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string) er
 	log := h.log.With("node_id", nodeID, "name", reg.Name, "remote", remote)
 	// Slow work (the store) before the claim, so the window between taking
 	// the claim and becoming visible as its holder is as short as it can be.
-	if h.BeforeAttach != nil {
-		h.BeforeAttach(ctx, nodeID, acct.ID, reg.Name)
-	}
+	h.cfg.BeforeAttach(ctx, nodeID, acct.ID, reg.Name)
 	claim, err := h.claims.Claim(ctx, h.cfg.Instance, nodeID, acct.ID, h.cfg.MaxNodesPerAccount)
 	switch {
 	case errors.Is(err, ErrTooManyNodes):
@@ -259,8 +272,8 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string) er
 	}
 	go s.writeLoop(ctx)
 	h.startBenchmark(ctx, s)
-	if claim.PrevOwner != "" && claim.PrevOwner != h.cfg.Instance && h.OnReplaced != nil {
-		h.OnReplaced(nodeID, claim.PrevOwner, claim.Gen)
+	if claim.PrevOwner != "" && claim.PrevOwner != h.cfg.Instance {
+		h.cfg.OnReplaced(nodeID, claim.PrevOwner, claim.Gen)
 	}
 	h.metrics.registered.Inc()
 	log.Info("node registered", "gen", claim.Gen, "capabilities", reg.Capabilities, "max_concurrency", maxc)
@@ -376,9 +389,7 @@ func (h *Hub) attach(s *Session) (*Session, bool) {
 	h.indexLocked(s)
 	h.metrics.connected.Set(float64(len(h.sessions)))
 	defer h.notifyCapacity()
-	if h.OnChange != nil {
-		defer h.OnChange()
-	}
+	defer h.cfg.OnChange()
 	return prev, fenced
 }
 
@@ -392,9 +403,7 @@ func (h *Hub) detach(s *Session) {
 	delete(h.sessions, s.NodeID)
 	h.unindexLocked(s)
 	h.metrics.connected.Set(float64(len(h.sessions)))
-	if h.OnChange != nil {
-		defer h.OnChange()
-	}
+	h.cfg.OnChange()
 }
 
 // indexLocked adds s to the capability index. Slices in the index are

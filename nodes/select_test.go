@@ -1,11 +1,7 @@
 package nodes
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"math"
-	"sync"
 	"testing"
 )
 
@@ -78,63 +74,5 @@ func TestSelectPrefersReputation(t *testing.T) {
 		if c, _, _ := Select(cands, Pick{}, standing); c.NodeID != "good" {
 			t.Fatalf("picked %s over a node with far better reputation", c.NodeID)
 		}
-	}
-}
-
-func TestMemoryClaims(t *testing.T) {
-	ctx := context.Background()
-	m := NewMemoryClaims()
-	c1, err := m.Claim(ctx, "i1", "n1", "acct", 2)
-	if err != nil || c1.Gen != 1 || c1.PrevOwner != "" {
-		t.Fatalf("first claim = %+v, %v", c1, err)
-	}
-	// A reconnect of the same node does not count twice against the cap.
-	c2, err := m.Claim(ctx, "i2", "n1", "acct", 1)
-	if err != nil || c2.Gen != 2 || c2.PrevOwner != "i1" || c2.PrevGen != 1 {
-		t.Fatalf("re-claim = %+v, %v", c2, err)
-	}
-	if _, err := m.Claim(ctx, "i1", "n2", "acct", 1); !errors.Is(err, ErrTooManyNodes) {
-		t.Fatalf("claim over the cap = %v", err)
-	}
-	// Releasing a stale generation leaves the newer claim in place.
-	if lost, _ := m.Refresh(ctx, "i1", []Held{{NodeID: "n1", AccountID: "acct", Gen: 1}}); len(lost) != 1 {
-		t.Fatalf("refresh of a claim taken over: lost %v", lost)
-	}
-	if lost, _ := m.Refresh(ctx, "i2", []Held{{NodeID: "n1", AccountID: "acct", Gen: 2}}); len(lost) != 0 {
-		t.Fatalf("refresh of the current claim: lost %v", lost)
-	}
-	if err := m.Release(ctx, "i1", Held{NodeID: "n1", AccountID: "acct", Gen: 1}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Claim(ctx, "i1", "n2", "acct", 1); !errors.Is(err, ErrTooManyNodes) {
-		t.Fatalf("stale release freed the cap: %v", err)
-	}
-	if err := m.Release(ctx, "i2", Held{NodeID: "n1", AccountID: "acct", Gen: 2}); err != nil {
-		t.Fatal(err)
-	}
-	if c, err := m.Claim(ctx, "i1", "n2", "acct", 1); err != nil || c.Gen != 1 {
-		t.Fatalf("claim after release = %+v, %v", c, err)
-	}
-}
-
-func TestMemoryClaimsCapUnderConcurrency(t *testing.T) {
-	m := NewMemoryClaims()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	won := 0
-	for i := 0; i < 50; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := m.Claim(context.Background(), "i", fmt.Sprintf("n%d", i), "acct", 5); err == nil {
-				mu.Lock()
-				won++
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if won != 5 {
-		t.Fatalf("%d of 50 concurrent claims won; the cap is 5", won)
 	}
 }

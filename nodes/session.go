@@ -3,6 +3,7 @@ package nodes
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"math"
 	"sync"
@@ -167,23 +168,41 @@ func (s *Session) Close(code websocket.StatusCode, reason string) {
 	}
 }
 
-// writeLoop is the session's only writer. It also pings the node, so a
-// dead socket is noticed even when nothing else is sent.
+// writeLoop is the session's only writer of messages. It also pings the
+// node, so a dead socket is noticed even when nothing else is sent; but a
+// ping waits for its pong (up to PingTimeout for a sluggish node), and
+// assigns and cancels must not queue behind it, so each ping runs on a
+// goroutine of its own beside the writer: coder/websocket allows Ping
+// concurrently with Write (only Read and Reader are single-caller), and
+// the pong is read by the session's reader. One ping at a time; the writer
+// owns it, cancels it when the session closes, and waits for it. The
+// goroutine lives only while a ping is out, so an idle node still costs
+// two goroutines between pings.
 func (s *Session) writeLoop(ctx context.Context) {
 	defer close(s.writerDone)
-	ping := time.NewTicker(s.hub.cfg.PingInterval)
-	defer ping.Stop()
+	ticker := time.NewTicker(s.hub.cfg.PingInterval)
+	defer ticker.Stop()
+	var (
+		pinger   sync.WaitGroup
+		pinging  atomic.Bool
+		stopPing context.CancelFunc = func() {}
+	)
+	defer pinger.Wait()
 	var batch [][]byte
 	for {
 		select {
 		case <-s.wake:
-		case <-ping.C:
-			pctx, cancel := context.WithTimeout(ctx, s.hub.cfg.PingTimeout)
-			err := s.conn.Ping(pctx)
-			cancel()
-			if err != nil {
-				s.Close(closeUnanswered, "ping unanswered")
+		case <-ticker.C:
+			if pinging.CompareAndSwap(false, true) {
+				pctx, cancel := context.WithTimeout(ctx, s.hub.cfg.PingTimeout)
+				stopPing = cancel
+				pinger.Go(func() {
+					defer pinging.Store(false)
+					s.ping(pctx)
+					cancel()
+				})
 			}
+			continue
 		case <-ctx.Done():
 			s.Close(CloseDraining, "server shutting down")
 		}
@@ -192,6 +211,7 @@ func (s *Session) writeLoop(ctx context.Context) {
 		batch, s.queue = s.queue, batch[:0]
 		s.mu.Unlock()
 		if closing {
+			stopPing()
 			s.shutdown()
 			return
 		}
@@ -206,6 +226,16 @@ func (s *Session) writeLoop(ctx context.Context) {
 				break
 			}
 		}
+	}
+}
+
+// ping pings the node once and closes the session if no pong comes
+// before ctx's deadline. A ping cancelled by the writer (the session is
+// closing, or the server is) is not a dead node.
+func (s *Session) ping(ctx context.Context) {
+	err := s.conn.Ping(ctx)
+	if err != nil && !errors.Is(ctx.Err(), context.Canceled) {
+		s.Close(closeUnanswered, "ping unanswered")
 	}
 }
 

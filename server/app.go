@@ -131,9 +131,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if !cfg.NoNodeBenchmarks {
 		hubCfg.Benchmarks, hubCfg.BenchmarkMaxAge = benchStore{st}, cfg.BenchmarkMaxAge
 	}
+	hubCfg.BeforeAttach = a.nodeArriving
+	if cfg.Multi() {
+		hubCfg.OnChange, hubCfg.OnReplaced = a.cluster.changed.Notify, a.cluster.replaced
+	}
 	a.hub = nodes.NewHub(hubCfg, nodeAuth{a}, claims, a.owner)
 	a.owner.SetSessions(a.hub)
-	a.hub.BeforeAttach = a.nodeArriving
 	a.dir = a.hub
 	var clusterHealthy func() bool
 	watch := tasks.WatcherConfig{Instance: a.instanceID, Interval: cfg.WatchInterval, Logger: a.log}

@@ -34,6 +34,7 @@ type cluster struct {
 	lockLost  atomic.Value  // string: who took the single-instance lock
 	instances atomic.Int32  // live instances at the last look
 	resync    chan struct{} // cap 1: re-assert everything now
+	changed   nodes.Signal  // local nodes changed: the hub fires it, the directory publishes
 }
 
 // redisOptions tunes the client for failing fast: with Redis gone, a request
@@ -64,7 +65,7 @@ func (a *App) connectCluster(ctx context.Context) (*cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &cluster{app: a, rdb: rdb, resync: make(chan struct{}, 1)}
+	c := &cluster{app: a, rdb: rdb, resync: make(chan struct{}, 1), changed: nodes.NewSignal()}
 	a.cluster = c // closed by closeAll from here on
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -92,20 +93,24 @@ func (a *App) connectCluster(ctx context.Context) (*cluster, error) {
 	return c, nil
 }
 
-// wire connects the multi-instance parts to the hub once it exists.
+// wire builds the cluster directory over the hub once it exists. The hub
+// was given c.changed (its OnChange) and c.replaced (its OnReplaced) in
+// its config, so nothing is set on it afterwards.
 func (c *cluster) wire(a *App) {
 	c.dir = nodes.NewClusterDirectory(a.hub, c.rdb, c.liveIDs, nodes.ClusterConfig{
-		Namespace: a.cfg.Namespace, Instance: a.instanceID, Logger: a.log})
-	a.hub.OnChange = c.dir.Touch
-	a.hub.OnReplaced = func(nodeID, prevOwner string, gen uint64) {
-		// Invariant 1 across instances: the old owner closes its socket of
-		// the node with 4000. If it is gone, there is nothing to close.
-		ctx, cancel := context.WithTimeout(a.root, 2*time.Second)
-		defer cancel()
-		_, err := c.bus.Publish(ctx, prevOwner, &bus.Envelope{Kind: bus.KindReplace, From: a.instanceID, NodeID: nodeID, Gen: gen})
-		if err != nil {
-			a.log.Warn("cannot tell the previous owner to close its connection; its claim refresh will", "node_id", nodeID, "owner", prevOwner, "err", err)
-		}
+		Namespace: a.cfg.Namespace, Instance: a.instanceID, Changed: c.changed, Logger: a.log})
+}
+
+// replaced is the hub's OnReplaced. Invariant 1 across instances: the old
+// owner closes its socket of the node with 4000. If it is gone, there is
+// nothing to close.
+func (c *cluster) replaced(nodeID, prevOwner string, gen uint64) {
+	a := c.app
+	ctx, cancel := context.WithTimeout(a.root, 2*time.Second)
+	defer cancel()
+	_, err := c.bus.Publish(ctx, prevOwner, &bus.Envelope{Kind: bus.KindReplace, From: a.instanceID, NodeID: nodeID, Gen: gen})
+	if err != nil {
+		a.log.Warn("cannot tell the previous owner to close its connection; its claim refresh will", "node_id", nodeID, "owner", prevOwner, "err", err)
 	}
 }
 

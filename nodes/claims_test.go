@@ -1,0 +1,26 @@
+package nodes_test
+
+import (
+	"testing"
+	"time"
+
+	"switchyard/internal/redistest"
+	"switchyard/nodes"
+	"switchyard/nodes/claimstest"
+)
+
+func TestMemoryClaimsSuite(t *testing.T) {
+	claimstest.Run(t, claimstest.Impl{
+		New: func(*testing.T, time.Duration) nodes.Claims { return nodes.NewMemoryClaims() },
+	})
+}
+
+// Each test runs under a key namespace of its own on the shared Redis.
+func TestRedisClaimsSuite(t *testing.T) {
+	claimstest.Run(t, claimstest.Impl{
+		New: func(t *testing.T, ttl time.Duration) nodes.Claims {
+			return nodes.NewRedisClaims(redistest.Client(t), nodes.RedisClaimsConfig{Namespace: redistest.Namespace(t), TTL: ttl})
+		},
+		Lapses: true,
+	})
+}

@@ -1,0 +1,243 @@
+package nodes
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// A ping waits for its pong, and a node that is slow to answer must not
+// hold up what the session writes meanwhile: an assign is written while a
+// ping is still unanswered.
+func TestPingDoesNotHoldUpWrites(t *testing.T) {
+	h := serveHub(t, Config{PingInterval: 20 * time.Millisecond, PingTimeout: time.Minute})
+	p := dialRaw(t, h.url)
+	p.register(t, "slow")
+	// This peer reads the ping and leaves it unanswered, so the hub is now
+	// waiting for a pong that does not come (for up to a minute).
+	if op, _ := p.readFrame(t, 5*time.Second); op != opPing {
+		t.Fatalf("frame %#x after node_registered, want a ping", op)
+	}
+	s := h.Session(NodeID("acct", "slow"))
+	if s == nil {
+		t.Fatal("no session for the registered node")
+	}
+	assign := Encode(MsgTaskAssign, map[string]string{"task_id": "t1"})
+	if !s.Send(assign) {
+		t.Fatal("Send refused the assign")
+	}
+	// Another ping may come first (not while one is out, but the writer
+	// does not promise that); the assign must come within a few seconds,
+	// not after the ping's minute.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		op, payload := p.readFrame(t, time.Until(deadline))
+		if op == opPing {
+			continue
+		}
+		if op != opText || string(payload) != string(assign) {
+			t.Fatalf("got frame %#x %q, want the assign", op, payload)
+		}
+		break
+	}
+	if s.isClosing() {
+		t.Fatal("the session closed while its ping was merely slow")
+	}
+}
+
+// A ping left unanswered for PingTimeout closes the socket with 1011, as it
+// did when the writer pinged.
+func TestUnansweredPingClosesTheSocket(t *testing.T) {
+	h := serveHub(t, Config{PingInterval: 20 * time.Millisecond, PingTimeout: 100 * time.Millisecond})
+	p := dialRaw(t, h.url)
+	p.register(t, "dead")
+	if op, _ := p.readFrame(t, 5*time.Second); op != opPing {
+		t.Fatalf("frame %#x after node_registered, want a ping", op)
+	}
+	for {
+		op, payload := p.readFrame(t, 5*time.Second)
+		if op == opPing {
+			continue
+		}
+		if op != opClose || len(payload) < 2 {
+			t.Fatalf("got frame %#x %q, want a close frame", op, payload)
+		}
+		if code := websocket.StatusCode(binary.BigEndian.Uint16(payload)); code != closeUnanswered {
+			t.Fatalf("closed with %d %q, want %d", code, payload[2:], closeUnanswered)
+		}
+		p.writeFrame(t, opClose, payload[:2])
+		return
+	}
+}
+
+type testHub struct {
+	*Hub
+	url string
+}
+
+// serveHub runs a hub behind an HTTP server whose every request is a node
+// socket. The hub is shut down, and its goroutines waited for, when the
+// test ends.
+func serveHub(t *testing.T, cfg Config) testHub {
+	t.Helper()
+	cfg.Instance = "i1"
+	cfg.Logger = discardLogger()
+	h := NewHub(cfg, oneAccount{}, NewMemoryClaims(), noEvents{})
+	root, cancel := context.WithCancel(context.Background())
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		_ = h.Serve(root, c, r.RemoteAddr)
+	}))
+	t.Cleanup(func() {
+		ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+		defer stop()
+		if err := h.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+		cancel()
+		srv.Close()
+	})
+	return testHub{Hub: h, url: srv.URL}
+}
+
+type oneAccount struct{}
+
+func (oneAccount) AuthenticateNode(context.Context, string) (Account, error) {
+	return Account{ID: "acct", Trust: "standard"}, nil
+}
+
+type noEvents struct{}
+
+func (noEvents) Chunk(*Session, ChunkPayload)      {}
+func (noEvents) Result(*Session, ResultPayload)    {}
+func (noEvents) BadResult(*Session, string, error) {}
+func (noEvents) Closed(*Session)                   {}
+func discardLogger() *slog.Logger                  { return slog.New(slog.DiscardHandler) }
+
+// WebSocket opcodes (RFC 6455 §5.2).
+const (
+	opText  byte = 0x1
+	opClose byte = 0x8
+	opPing  byte = 0x9
+)
+
+// rawPeer is a node socket spoken frame by frame, so a test decides what
+// it answers: coder/websocket would answer a ping by itself on its next
+// read, and this peer never does.
+type rawPeer struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func dialRaw(t *testing.T, url string) *rawPeer {
+	t.Helper()
+	addr := strings.TrimPrefix(url, "http://")
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	key := make([]byte, 16)
+	_, _ = rand.Read(key)
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "GET /ws/node HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n", addr, base64.StdEncoding.EncodeToString(key))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %s", resp.Status)
+	}
+	return &rawPeer{c: c, br: br}
+}
+
+// register sends node_register and reads up to node_registered.
+func (p *rawPeer) register(t *testing.T, name string) {
+	t.Helper()
+	reg, _ := json.Marshal(map[string]any{"msg_type": MsgNodeRegister, "payload": map[string]any{
+		"api_key": "k", "name": name, "capabilities": []string{"echo"}}})
+	p.writeFrame(t, opText, reg)
+	op, payload := p.readFrame(t, 5*time.Second)
+	if op != opText || !strings.Contains(string(payload), MsgNodeRegistered) {
+		t.Fatalf("got frame %#x %q, want node_registered", op, payload)
+	}
+}
+
+// writeFrame writes one final, masked frame (a client's frames are masked).
+func (p *rawPeer) writeFrame(t *testing.T, op byte, payload []byte) {
+	t.Helper()
+	hdr := []byte{0x80 | op}
+	switch n := len(payload); {
+	case n < 126:
+		hdr = append(hdr, 0x80|byte(n))
+	case n < 1<<16:
+		hdr = append(hdr, 0x80|126)
+		hdr = binary.BigEndian.AppendUint16(hdr, uint16(n))
+	default:
+		hdr = append(hdr, 0x80|127)
+		hdr = binary.BigEndian.AppendUint64(hdr, uint64(n))
+	}
+	mask := []byte{0x1f, 0x2e, 0x3d, 0x4c}
+	hdr = append(hdr, mask...)
+	masked := make([]byte, len(payload))
+	for i, b := range payload {
+		masked[i] = b ^ mask[i%4]
+	}
+	_ = p.c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if _, err := p.c.Write(append(hdr, masked...)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readFrame reads one frame (the server sends no fragments here), failing
+// the test if none arrives within d.
+func (p *rawPeer) readFrame(t *testing.T, d time.Duration) (byte, []byte) {
+	t.Helper()
+	_ = p.c.SetReadDeadline(time.Now().Add(d))
+	var hdr [2]byte
+	if _, err := io.ReadFull(p.br, hdr[:]); err != nil {
+		t.Fatalf("no frame within %s: %v", d, err)
+	}
+	n := uint64(hdr[1] & 0x7f)
+	switch n {
+	case 126:
+		var ext [2]byte
+		if _, err := io.ReadFull(p.br, ext[:]); err != nil {
+			t.Fatal(err)
+		}
+		n = uint64(binary.BigEndian.Uint16(ext[:]))
+	case 127:
+		var ext [8]byte
+		if _, err := io.ReadFull(p.br, ext[:]); err != nil {
+			t.Fatal(err)
+		}
+		n = binary.BigEndian.Uint64(ext[:])
+	}
+	if hdr[1]&0x80 != 0 {
+		t.Fatal("the server masked a frame")
+	}
+	payload := make([]byte, n)
+	if _, err := io.ReadFull(p.br, payload); err != nil {
+		t.Fatal(err)
+	}
+	return hdr[0] & 0x0f, payload
+}
