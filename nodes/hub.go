@@ -52,6 +52,12 @@ type Config struct {
 	BenchmarkReplyTimeout time.Duration
 	Logger                *slog.Logger // default slog.Default()
 	Registerer            prometheus.Registerer
+	// Announce, if set, runs after a node is attached here and before it is
+	// sent node_registered: the cluster directory writes and publishes the
+	// arrival there, so the node is routable from every instance once it is
+	// told it is registered (invariant 11). It bounds its own time and
+	// leaves the node registered here if it fails (invariant 10).
+	Announce func(ctx context.Context, s *Session)
 }
 
 func (c Config) withDefaults() Config {
@@ -241,6 +247,9 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string) er
 		// Invariant 1: the newest connection wins. The old one's tasks fail
 		// now (from its writer), not when its close handshake finishes.
 		prev.Close(CloseReplaced, "replaced by a newer connection")
+	}
+	if h.cfg.Announce != nil {
+		h.cfg.Announce(ctx, s)
 	}
 	// node_registered is written once the node is routable (so a node that
 	// has it can be sent tasks at once) and before the writer starts (so it

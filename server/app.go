@@ -131,6 +131,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if !cfg.NoNodeBenchmarks {
 		hubCfg.Benchmarks, hubCfg.BenchmarkMaxAge = benchStore{st}, cfg.BenchmarkMaxAge
 	}
+	if cfg.Multi() {
+		hubCfg.Announce = a.cluster.announce // invariant 11: published before node_registered
+	}
 	a.hub = nodes.NewHub(hubCfg, nodeAuth{a}, claims, a.owner)
 	a.owner.SetSessions(a.hub)
 	a.hub.BeforeAttach = a.nodeArriving
