@@ -117,13 +117,15 @@ type ClusterDirectory struct {
 	byID  map[string]*remoteNode            // node id → its newest entry
 	byCap map[string]map[string]*remoteNode // capability → node id → entry (the newest only)
 
-	subOK      atomic.Bool  // the feed is subscribed and the view was read after it
-	lastFull   atomic.Int64 // unix nanos of the last full read
-	carrying   atomic.Bool  // a full read missed an instance that is still carried
-	refreshMu  sync.Mutex
-	refreshCur *refreshCall // the read running now
-	refreshNxt *refreshCall // the read callers are waiting to start
-	refreshAt  time.Time    // when the last read started
+	subOK    atomic.Bool  // the feed is subscribed and the view was read after it
+	lastFull atomic.Int64 // unix nanos of the last full read
+	carrying atomic.Bool  // a full read missed an instance that is still carried
+	// rereadPending: the feed was restored but the read after it failed.
+	rereadPending atomic.Bool
+	refreshMu     sync.Mutex
+	refreshCur    *refreshCall // the read running now
+	refreshNxt    *refreshCall // the read callers are waiting to start
+	refreshAt     time.Time    // when the last read started
 
 	goneMu sync.Mutex
 	gone   atomic.Pointer[map[string]goneMark] // instances known gone; copied on write

@@ -55,6 +55,7 @@ func (d *ClusterDirectory) receive(ctx context.Context) {
 			// Redis is unreachable: remote nodes are out of reach until the
 			// feed is back and re-read.
 			d.subOK.Store(false)
+			d.rereadPending.Store(false) // the resubscription asks for its own read
 			select {
 			case <-ctx.Done():
 				return
@@ -86,9 +87,13 @@ func (d *ClusterDirectory) resubscribed(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
 	defer cancel()
 	if err := d.readAll(rctx); err != nil {
-		d.log.Debug("directory re-read failed; the backstop will retry", "err", err)
+		// Not healthy until a read after the resubscription succeeds; the
+		// write loop retries it every ScanInterval.
+		d.log.Debug("directory re-read failed; retrying", "err", err)
+		d.rereadPending.Store(true)
 		return
 	}
+	d.rereadPending.Store(false)
 	d.subOK.Store(true)
 }
 

@@ -299,6 +299,13 @@ func (d *ClusterDirectory) writeLoop(ctx context.Context) {
 			pending = true
 		case <-scan.C:
 			pending = true
+			if d.rereadPending.Load() {
+				rctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
+				if d.readAll(rctx) == nil && d.rereadPending.CompareAndSwap(true, false) {
+					d.subOK.Store(true)
+				}
+				cancel()
+			}
 			if d.carrying.Load() && time.Since(time.Unix(0, d.lastFull.Load())) >= carryFor {
 				d.readAllLogged(ctx)
 			}
