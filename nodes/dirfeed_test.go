@@ -369,3 +369,30 @@ func TestDirectoryKeepAliveRewritesLostHash(t *testing.T) {
 	a.dir.Announce(ctx, a.attach("n2", "chat"))
 	waitFor(t, "B to see n2", func() bool { return hasCandidate(b.dir, "chat", "n2") })
 }
+
+// A Redis restart loses every hash; each instance's feed comes back, it
+// rewrites its own hash (checkOwn → KeepAlive → reset), and the others
+// re-read it: routing across instances resumes by itself.
+func TestDirectoryRecoversFromRedisRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	live := []string{"A", "B"}
+	mk := func(id string) *testInstance {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: 1, DialTimeout: 200 * time.Millisecond})
+		t.Cleanup(func() { _ = rdb.Close() })
+		hub := NewHub(Config{Instance: id}, nil, NewMemoryClaims(), nil)
+		dir := NewClusterDirectory(hub, rdb, func(context.Context) ([]string, error) { return live, nil },
+			ClusterConfig{Namespace: "sy", Instance: id, BackstopInterval: -1, ScanInterval: 50 * time.Millisecond})
+		hub.OnChange = dir.Touch
+		return &testInstance{id: id, hub: hub, dir: dir, rdb: rdb}
+	}
+	a, b := mk("A"), mk("B")
+	a.start(t, true)
+	b.start(t, true)
+	a.dir.Announce(context.Background(), a.attach("n1", "chat"))
+	waitFor(t, "B to see n1", func() bool { return hasCandidate(b.dir, "chat", "n1") })
+	srv.Restart()
+	waitFor(t, "A's hash rewritten after the restart", func() bool {
+		return a.rdb.HExists(context.Background(), a.dir.Key("A"), "n1").Val()
+	})
+	waitFor(t, "B healthy and routing to n1 again", func() bool { return b.dir.Healthy() && hasCandidate(b.dir, "chat", "n1") })
+}
