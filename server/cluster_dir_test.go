@@ -16,7 +16,9 @@ import (
 func TestRoutableEverywhereOnceRegistered(t *testing.T) {
 	redistest.Client(t)
 	ns, db := redistest.Namespace(t), pgtest.SchemaURL(t, "dir")
-	multi := func(c *Config) { c.RedisURL, c.Namespace, c.DatabaseURL, c.MaxNodesPerAccount = redistest.URL(), ns, db, 100 }
+	multi := func(c *Config) {
+		c.RedisURL, c.Namespace, c.DatabaseURL, c.MaxNodesPerAccount = redistest.URL(), ns, db, 100
+	}
 	a := startApp(t, multi)
 	b := startApp(t, multi)
 	key := a.account(t, "alice", "")
