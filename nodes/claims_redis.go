@@ -15,9 +15,12 @@ import (
 
 // RedisClaimsConfig configures RedisClaims. Zero values take the defaults shown.
 type RedisClaimsConfig struct {
-	Namespace string        // default "sy"
-	TTL       time.Duration // default 15s: a claim its owner stops refreshing lapses after it
-	Logger    *slog.Logger
+	Namespace string // default "sy"
+	// TTL is unused: a claim lives as long as its instance (invariant 12),
+	// and the sweeper purges a dead instance's claims. Kept so callers that
+	// set it still compile.
+	TTL    time.Duration
+	Logger *slog.Logger
 	// Registerer receives the claim metrics (nil: not registered).
 	Registerer prometheus.Registerer
 }
@@ -25,11 +28,21 @@ type RedisClaimsConfig struct {
 // RedisClaims is Claims for a cluster (DESIGN §4, invariant 1). Its keys:
 //
 //	{ns}:node:{<node_id>}:gen        integer, the node's fencing generation (no TTL)
-//	{ns}:node:{<node_id>}:owner      "<instance id>:<gen>", TTL, refreshed by its owner
-//	{ns}:acct:{<account_id>}:nodes   hash node id → "<instance id>:<gen>|<expiry ms>": the
-//	                                 account's nodes, counted against its cap
+//	{ns}:node:{<node_id>}:owner      "<instance id>:<gen>" (no TTL)
+//	{ns}:acct:{<account_id>}:nodes   hash node id → "<instance id>:<gen>|0": the account's
+//	                                 nodes, counted against its cap (no expiry; an entry
+//	                                 "…|<ms>" written by an older version still expires then)
 //	{ns}:inst:{<instance id>}:claims set of "<account>\t<node>\t<gen>" an instance holds,
 //	                                 for the sweeper to clean up after a dead instance
+//
+// Liveness is per instance, not per node (invariant 12): nothing here is
+// refreshed while idle. A claim is released when its socket ends, and a
+// dead instance's claims are purged by the sweeper (Purge) once its alive
+// key has expired. Fencing does not depend on expiry: a new connection
+// takes the next generation whatever the owner key says (casClaim), the
+// old owner is told by the replace envelope, and Refresh, run only after a
+// Redis restart or resubscription, re-asserts claims Redis lost and
+// reports those a newer generation took.
 //
 // Every script touches keys of one hash tag only, so Redis Cluster can run it.
 type RedisClaims struct {
@@ -81,19 +94,22 @@ func (c *RedisClaims) instanceKey(instance string) string {
 // numbers never round them.
 var (
 	// casClaim: take the node's next generation if it is still ARGV[1].
-	// KEYS gen, owner; ARGV expected gen, instance, ttl ms.
+	// KEYS gen, owner; ARGV expected gen, instance. The owner key has no
+	// TTL (invariant 12); PERSIST clears one an older version set.
 	casClaim = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1]) or '0'
 if cur ~= ARGV[1] then return {0, cur, ''} end
 local gen = tostring(tonumber(cur) + 1)
 redis.call('SET', KEYS[1], gen)
 local prev = redis.call('GET', KEYS[2]) or ''
-redis.call('SET', KEYS[2], ARGV[2] .. ':' .. gen, 'PX', ARGV[3])
+redis.call('SET', KEYS[2], ARGV[2] .. ':' .. gen)
 return {1, gen, prev}`)
 
 	// reserve: count the node against its account's cap. A node already
-	// there (a reconnect) does not count twice. Expired entries are pruned.
-	// KEYS account hash; ARGV node, token, limit, ttl ms.
+	// there (a reconnect) does not count twice. Entries carry no expiry
+	// ("|0"); one with an expiry (written by an older version) is pruned
+	// once it passes.
+	// KEYS account hash; ARGV node, token, limit.
 	reserve = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -101,40 +117,39 @@ local vals = redis.call('HGETALL', KEYS[1])
 local live, mine = 0, false
 for i = 1, #vals, 2 do
   local exp = tonumber(string.match(vals[i+1], '|(%d+)$') or '0')
-  if exp < now then redis.call('HDEL', KEYS[1], vals[i])
+  if exp > 0 and exp < now then redis.call('HDEL', KEYS[1], vals[i])
   elseif vals[i] == ARGV[1] then mine = true
   else live = live + 1 end
 end
 local limit = tonumber(ARGV[3])
 if not mine and limit > 0 and live >= limit then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. '|' .. (now + tonumber(ARGV[4])))
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. '|0')
+redis.call('PERSIST', KEYS[1])
 return 1`)
 
-	// refreshOwner: extend the claim if it is still ours; re-take it if it
-	// lapsed (Redis lost it, or could not be reached in time) and no newer
-	// generation exists; else report it lost.
-	// KEYS gen, owner; ARGV instance, gen, ttl ms. Returns 1 kept, 2 re-taken, 0 lost.
+	// refreshOwner: re-assert a claim (after a Redis restart or
+	// resubscription, not on a timer): keep it if it is still ours; re-take
+	// it if Redis lost it and no newer generation exists; else report it
+	// lost. A stray TTL from an older version is cleared.
+	// KEYS gen, owner; ARGV instance, gen. Returns 1 kept, 2 re-taken, 0 lost.
 	refreshOwner = redis.NewScript(`
 local want = ARGV[1] .. ':' .. ARGV[2]
 local cur = redis.call('GET', KEYS[2])
-if cur == want then redis.call('PEXPIRE', KEYS[2], ARGV[3]) return 1 end
+if cur == want then redis.call('PERSIST', KEYS[2]) return 1 end
 if cur then return 0 end
 if tonumber(redis.call('GET', KEYS[1]) or '0') > tonumber(ARGV[2]) then return 0 end
 redis.call('SET', KEYS[1], ARGV[2])
-redis.call('SET', KEYS[2], want, 'PX', ARGV[3])
+redis.call('SET', KEYS[2], want)
 return 2`)
 
-	// refreshReservation: extend (or put back) the node's place under its
-	// account's cap, unless a newer connection has it.
-	// KEYS account hash; ARGV node, token, ttl ms.
+	// refreshReservation: put back the node's place under its account's
+	// cap (Redis may have lost it), unless a newer connection has it.
+	// KEYS account hash; ARGV node, token.
 	refreshReservation = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 if v and string.sub(v, 1, #ARGV[2] + 1) ~= ARGV[2] .. '|' then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. '|' .. (now + tonumber(ARGV[3])))
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. '|0')
+redis.call('PERSIST', KEYS[1])
 return 1`)
 
 	// releaseOwner: delete the owner key if it still names this claim.
@@ -159,7 +174,7 @@ var ErrContended = errors.New("node identity claim contended")
 // when it lost, gen is the current generation.
 func (c *RedisClaims) CompareAndClaim(ctx context.Context, instance, nodeID string, expected uint64) (won bool, gen uint64, prev string, err error) {
 	res, err := casClaim.Run(ctx, c.rdb, []string{c.GenKey(nodeID), c.OwnerKey(nodeID)},
-		strconv.FormatUint(expected, 10), instance, c.cfg.TTL.Milliseconds()).Slice()
+		strconv.FormatUint(expected, 10), instance).Slice()
 	if err != nil {
 		return false, 0, "", fmt.Errorf("claims: claim %s: %w", nodeID, err)
 	}
@@ -194,7 +209,7 @@ func (c *RedisClaims) Claim(ctx context.Context, instance, nodeID, accountID str
 		}
 	}
 	token := instance + ":" + strconv.FormatUint(gen, 10)
-	ok, err := reserve.Run(ctx, c.rdb, []string{c.AccountKey(accountID)}, nodeID, token, limit, c.cfg.TTL.Milliseconds()).Int()
+	ok, err := reserve.Run(ctx, c.rdb, []string{c.AccountKey(accountID)}, nodeID, token, limit).Int()
 	if err != nil || ok == 0 {
 		// Give the identity back; the generation stays spent (it only grows).
 		_ = releaseOwner.Run(ctx, c.rdb, []string{c.OwnerKey(nodeID)}, token).Err()
@@ -226,19 +241,25 @@ func (c *RedisClaims) Release(ctx context.Context, instance string, h Held) erro
 	return c.rdb.SRem(ctx, c.instanceKey(instance), h.AccountID+"\t"+h.NodeID+"\t"+strconv.FormatUint(h.Gen, 10)).Err()
 }
 
-// Refresh implements Claims: one pipelined round trip for all of them.
+// Refresh implements Claims: it re-asserts the claims (one pipelined round
+// trip for all of them) and reports those a newer connection took. Claims
+// do not expire, so this is not needed while Redis keeps its data; the
+// server calls it only after a Redis restart or resubscription
+// (invariant 12), when Redis may have lost the keys.
 func (c *RedisClaims) Refresh(ctx context.Context, instance string, held []Held) ([]Held, error) {
 	if len(held) == 0 {
 		return nil, nil
 	}
-	ttl := c.cfg.TTL.Milliseconds()
 	run := func() ([]*redis.Cmd, error) {
 		pipe := c.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(held))
 		for i, h := range held {
 			gen := strconv.FormatUint(h.Gen, 10)
-			cmds[i] = refreshOwner.EvalSha(ctx, pipe, []string{c.GenKey(h.NodeID), c.OwnerKey(h.NodeID)}, instance, gen, ttl)
-			refreshReservation.EvalSha(ctx, pipe, []string{c.AccountKey(h.AccountID)}, h.NodeID, instance+":"+gen, ttl)
+			cmds[i] = refreshOwner.EvalSha(ctx, pipe, []string{c.GenKey(h.NodeID), c.OwnerKey(h.NodeID)}, instance, gen)
+			refreshReservation.EvalSha(ctx, pipe, []string{c.AccountKey(h.AccountID)}, h.NodeID, instance+":"+gen)
+			// The sweeper finds a dead instance's claims here; Redis may
+			// have lost the set too.
+			pipe.SAdd(ctx, c.instanceKey(instance), h.AccountID+"\t"+h.NodeID+"\t"+gen)
 		}
 		_, err := pipe.Exec(ctx)
 		return cmds, err
@@ -275,8 +296,9 @@ func (c *RedisClaims) loadScripts(ctx context.Context) error {
 }
 
 // Purge releases every claim a dead instance left behind (the sweeper
-// calls it). The claims would lapse by themselves; this frees the nodes'
-// places under their accounts' caps at once.
+// calls it once the instance's alive key has expired). Claims do not
+// expire by themselves (invariant 12): this is what frees the nodes'
+// owner keys and their places under their accounts' caps.
 func (c *RedisClaims) Purge(ctx context.Context, instance string) error {
 	members, err := c.rdb.SMembers(ctx, c.instanceKey(instance)).Result()
 	if err != nil {

@@ -3,11 +3,8 @@ package nodes
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"log/slog"
 	"sort"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,15 +14,70 @@ import (
 
 // ClusterConfig configures a ClusterDirectory. Zero values take the defaults shown.
 type ClusterConfig struct {
-	Namespace       string        // default "sy"
-	Instance        string        // this instance's id (required)
-	PublishInterval time.Duration // default 1s: how often this instance's nodes are written
-	PollInterval    time.Duration // default 250ms: how often the other instances' nodes are read
-	// Changed, when it fires, asks for an early publish (the hub's OnChange
+	Namespace string // default "sy"
+	Instance  string // this instance's id (required)
+	// TTL is the lifetime of this instance's directory hash, refreshed once
+	// per heartbeat by KeepAlive (default 15s, the liveness TTL).
+	TTL time.Duration
+	// FlushGap: changes of local nodes' free slots, CPU or benchmark are
+	// written and published at most this often, batched (default 100ms).
+	FlushGap time.Duration
+	// ScanInterval: how often local nodes are compared, in memory, with
+	// what was last written, to catch changes nothing signals (CPU from a
+	// heartbeat, a benchmark). It costs no Redis command when nothing
+	// changed (default 1s).
+	ScanInterval time.Duration
+	// BackstopInterval: a full re-read of every live instance's directory,
+	// in case an event was lost without a gap to show it (default 30s;
+	// negative: never).
+	BackstopInterval time.Duration
+	// RefreshGap: request-side re-reads (Refresh) happen at most this often;
+	// callers within share one (default 100ms).
+	RefreshGap time.Duration
+	// WriteTimeout bounds the synchronous write of an arrival (default 1s).
+	WriteTimeout time.Duration
+	// PingInterval: an idle change-feed subscription is pinged this often,
+	// so a dead connection is noticed (default 5s).
+	PingInterval time.Duration
+	// Changed, when it fires, asks for an early flush (the hub's OnChange
 	// notifies it: a local node arrived or left). nil: the directory makes
 	// its own, fired only by Touch.
 	Changed Signal
 	Logger  *slog.Logger
+}
+
+func (c ClusterConfig) withDefaults() ClusterConfig {
+	if c.Namespace == "" {
+		c.Namespace = "sy"
+	}
+	if c.TTL == 0 {
+		c.TTL = 15 * time.Second
+	}
+	if c.FlushGap == 0 {
+		c.FlushGap = 100 * time.Millisecond
+	}
+	if c.ScanInterval == 0 {
+		c.ScanInterval = time.Second
+	}
+	if c.BackstopInterval == 0 {
+		c.BackstopInterval = 30 * time.Second
+	}
+	if c.RefreshGap == 0 {
+		c.RefreshGap = 100 * time.Millisecond
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = time.Second
+	}
+	if c.PingInterval == 0 {
+		c.PingInterval = 5 * time.Second
+	}
+	if c.Changed == nil {
+		c.Changed = NewSignal()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
 }
 
 // LocalNodes is what the cluster directory reads of this instance's own
@@ -44,15 +96,26 @@ type LocalNodes interface {
 var _ LocalNodes = (*Hub)(nil)
 
 // ClusterDirectory is the Directory of a cluster: this instance's nodes,
-// live from its Hub, plus every other live instance's, read from Redis:
+// live from its Hub, plus every other live instance's, kept in memory from
+// a change feed (DESIGN §4):
 //
-//	{ns}:dir:{<instance id>}  hash node id → entry JSON, written by that instance only;
-//	                          TTL a few publish intervals, deleted when it drains
+//	{ns}:dir:{<instance id>}  hash node id → entry JSON, written by that instance only,
+//	                          when a node arrives, leaves or changes; fields _seq (the
+//	                          number of its last event) and _alive (unix ms of its last
+//	                          write or heartbeat); TTL refreshed once per heartbeat
+//	{ns}:dir:events           pub/sub: "<seq> <event JSON>", each write's change
 //
-// Other instances' free slots are as their owner last wrote them (at most a
-// second old), less what this instance has assigned to them since; an
-// owner refuses an assign beyond a node's max_concurrency anyway
-// (invariant 7), and the requester then waits and retries.
+// Each write and its event come from one Lua script, so the hash's _seq
+// and the event numbering agree. A receiver applies an instance's events
+// in order; a gap, a reset event, a resubscription or the start makes it
+// re-read that instance's hash. A full read every BackstopInterval is only
+// a backstop. Idle, nothing is written or read per node (invariant 12).
+//
+// Other instances' free slots are as their owner last wrote them (changes
+// are coalesced over FlushGap and scanned for every ScanInterval), less
+// what this instance has assigned to them since; an owner refuses an
+// assign beyond a node's max_concurrency anyway (invariant 7), and the
+// requester then waits and retries.
 type ClusterDirectory struct {
 	hub  LocalNodes
 	rdb  redis.UniversalClient
@@ -60,9 +123,31 @@ type ClusterDirectory struct {
 	log  *slog.Logger
 	live func(ctx context.Context) ([]string, error) // ids of the live instances
 
-	snap      atomic.Pointer[remoteSnapshot]
-	touched   Signal // local nodes changed, publish soon
-	withdrawn atomic.Bool
+	// The local side (dirwrite.go): what this instance last wrote.
+	wmu       sync.Mutex
+	seq       uint64              // the number of this instance's last event
+	published map[string]pubState // node id → what its entry says
+	needReset bool                // the hash must be rewritten whole
+	withdrawn bool                // draining: nothing is written any more
+	touched   Signal              // local nodes changed, flush soon (ClusterConfig.Changed)
+	checkOwn  chan struct{}       // cap 1: make sure this instance's hash exists
+	ps        atomic.Pointer[redis.PubSub]
+
+	// The remote side (dirfeed.go): every other instance's nodes.
+	mu    sync.RWMutex
+	insts map[string]*instView
+	byID  map[string]*remoteNode            // node id → its newest entry
+	byCap map[string]map[string]*remoteNode // capability → node id → entry (the newest only)
+
+	subOK    atomic.Bool  // the feed is subscribed and the view was read after it
+	lastFull atomic.Int64 // unix nanos of the last full read
+	carrying atomic.Bool  // a full read missed an instance that is still carried
+	// rereadPending: the feed was restored but the read after it failed.
+	rereadPending atomic.Bool
+	refreshMu     sync.Mutex
+	refreshCur    *refreshCall // the read running now
+	refreshNxt    *refreshCall // the read callers are waiting to start
+	refreshAt     time.Time    // when the last read started
 
 	goneMu sync.Mutex
 	gone   atomic.Pointer[map[string]goneMark] // instances known gone; copied on write
@@ -75,26 +160,14 @@ type goneMark struct {
 
 var _ Directory = (*ClusterDirectory)(nil)
 
-// remoteSnapshot is what the last poll read.
-type remoteSnapshot struct {
-	at    time.Time
-	byCap map[string][]*remoteNode
-	byID  map[string]*remoteNode
-	all   []*remoteNode
-	seen  map[string]time.Time // instance → when its directory was last read
-}
-
-// publishedAtField is the directory hash field holding when its instance
-// last wrote it (unix ms); it is not a node.
-const publishedAtField = "_published_at"
-
-// carryFor is how long an instance's nodes stay listed after its directory
-// went missing from a read.
+// carryFor is how long an instance's nodes stay listed after a full read
+// did not find its directory: after a Redis restart every instance is
+// briefly absent until it writes its hash again, and its nodes are not gone.
 const carryFor = 3 * time.Second
 
 type remoteNode struct {
 	entry dirEntry
-	taken atomic.Int32 // assigned by this instance since the snapshot was read
+	taken atomic.Int32 // assigned by this instance since the entry was read
 }
 
 // dirEntry is one node in an instance's directory hash.
@@ -107,28 +180,19 @@ type dirEntry struct {
 	BenchFailed bool    `json:"benchmark_failed,omitempty"`
 }
 
-// NewClusterDirectory returns a directory over this instance's nodes (hub)
-// and the Redis at rdb. live lists the live instance ids (the registry's).
+// NewClusterDirectory returns a directory over hub and the Redis at rdb.
+// live lists the live instance ids (the registry's). Start it, then Run it.
 func NewClusterDirectory(hub LocalNodes, rdb redis.UniversalClient, live func(ctx context.Context) ([]string, error), cfg ClusterConfig) *ClusterDirectory {
-	if cfg.Namespace == "" {
-		cfg.Namespace = "sy"
+	cfg = cfg.withDefaults()
+	return &ClusterDirectory{
+		hub: hub, rdb: rdb, cfg: cfg, live: live, log: cfg.Logger.With("component", "directory"),
+		published: map[string]pubState{},
+		touched:   cfg.Changed,
+		checkOwn:  make(chan struct{}, 1),
+		insts:     map[string]*instView{},
+		byID:      map[string]*remoteNode{},
+		byCap:     map[string]map[string]*remoteNode{},
 	}
-	if cfg.PublishInterval == 0 {
-		cfg.PublishInterval = time.Second
-	}
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = 250 * time.Millisecond
-	}
-	if cfg.Changed == nil {
-		cfg.Changed = NewSignal()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	d := &ClusterDirectory{hub: hub, rdb: rdb, cfg: cfg, live: live, log: cfg.Logger.With("component", "directory"),
-		touched: cfg.Changed}
-	d.snap.Store(&remoteSnapshot{byCap: map[string][]*remoteNode{}, byID: map[string]*remoteNode{}, seen: map[string]time.Time{}})
-	return d
 }
 
 // Key is the directory hash of an instance.
@@ -136,176 +200,24 @@ func (d *ClusterDirectory) Key(instance string) string {
 	return d.cfg.Namespace + ":dir:" + instance
 }
 
-// Touch asks for an early publish (a local node arrived or left, or Redis
-// came back); it never blocks. It fires the same Signal as ClusterConfig.Changed.
-func (d *ClusterDirectory) Touch() { d.touched.Notify() }
+// EventsChannel is the directory's change feed.
+func (d *ClusterDirectory) EventsChannel() string { return d.cfg.Namespace + ":dir:events" }
 
-// Run publishes and polls until ctx ends.
-func (d *ClusterDirectory) Run(ctx context.Context) {
-	pub := time.NewTicker(d.cfg.PublishInterval)
-	poll := time.NewTicker(d.cfg.PollInterval)
-	defer pub.Stop()
-	defer poll.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-d.touched:
-			d.publishLogged(ctx)
-		case <-pub.C:
-			d.publishLogged(ctx)
-		case <-poll.C:
-			if err := d.Poll(ctx); err != nil && ctx.Err() == nil {
-				d.log.Debug("directory poll failed", "err", err)
-			}
-		}
-	}
-}
-
-func (d *ClusterDirectory) publishLogged(ctx context.Context) {
-	if err := d.Publish(ctx); err != nil && ctx.Err() == nil {
-		d.log.Debug("directory publish failed", "err", err)
-	}
-}
-
-// Publish writes this instance's nodes, replacing what it wrote before.
-func (d *ClusterDirectory) Publish(ctx context.Context) error {
-	if d.withdrawn.Load() {
-		return nil
-	}
-	key := d.Key(d.cfg.Instance)
-	sessions := d.hub.Sessions()
-	fields := make([]any, 0, 2*len(sessions))
-	for _, s := range sessions {
-		has, ms, failed := s.benchFields()
-		b, err := json.Marshal(dirEntry{NodeView: s.View(d.cfg.Instance), Gen: s.Gen, FreeSlots: s.FreeSlots(),
-			HasBench: has, BenchMs: ms, BenchFailed: failed})
-		if err != nil {
-			return err
-		}
-		fields = append(fields, s.NodeID, b)
-	}
-	// When it was written: readers learn from it that this instance is alive
-	// (see MarkGone), even when it has no node.
-	fields = append(fields, publishedAtField, strconv.FormatInt(time.Now().UnixMilli(), 10))
-	// One key, so MULTI is fine on a cluster too.
-	_, err := d.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Del(ctx, key)
-		p.HSet(ctx, key, fields...)
-		p.PExpire(ctx, key, 5*d.cfg.PublishInterval)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("directory: publish: %w", err)
-	}
-	return nil
-}
-
-// Withdraw removes this instance's nodes from the directory and stops
-// publishing them (the drain: other instances stop routing here).
-func (d *ClusterDirectory) Withdraw(ctx context.Context) error {
-	d.withdrawn.Store(true)
-	return d.rdb.Del(ctx, d.Key(d.cfg.Instance)).Err()
-}
-
-// Purge deletes a dead instance's directory (the sweeper calls it).
-func (d *ClusterDirectory) Purge(ctx context.Context, instance string) error {
-	return d.rdb.Del(ctx, d.Key(instance)).Err()
-}
-
-// Poll reads the other live instances' nodes.
-func (d *ClusterDirectory) Poll(ctx context.Context) error {
-	ids, err := d.live(ctx)
-	if err != nil {
-		return err
-	}
-	pipe := d.rdb.Pipeline()
-	cmds := map[string]*redis.MapStringStringCmd{}
-	for _, id := range ids {
-		if id != d.cfg.Instance {
-			cmds[id] = pipe.HGetAll(ctx, d.Key(id))
-		}
-	}
-	if len(cmds) > 0 {
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return fmt.Errorf("directory: poll: %w", err)
-		}
-	}
-	now := time.Now()
-	prev := d.snap.Load()
-	seen := make(map[string]time.Time, len(cmds))
-	// The newest generation of a node wins: during a move, two instances may
-	// list it for a moment.
-	newest := map[string]*remoteNode{}
-	add := func(e dirEntry) {
-		if cur, ok := newest[e.NodeID]; !ok || e.Gen > cur.entry.Gen {
-			newest[e.NodeID] = &remoteNode{entry: e}
-		}
-	}
-	for id, cmd := range cmds {
-		fields := cmd.Val()
-		if len(fields) == 0 {
-			continue
-		}
-		seen[id] = now
-		if ms, err := strconv.ParseInt(fields[publishedAtField], 10, 64); err == nil {
-			d.revive(id, time.UnixMilli(ms))
-		}
-		for f, raw := range fields {
-			var e dirEntry
-			if f == publishedAtField || json.Unmarshal([]byte(raw), &e) != nil || e.NodeID == "" {
-				continue
-			}
-			add(e)
-		}
-	}
-	// An instance missing from this read but seen a moment ago keeps its
-	// nodes for carryFor: after a Redis restart every instance is briefly
-	// absent until it re-registers, and its nodes are not gone. One that
-	// really is gone is taken out of routing by MarkGone.
-	for id, last := range prev.seen {
-		if _, ok := seen[id]; !ok && now.Sub(last) < carryFor {
-			seen[id] = last
-			for _, n := range prev.all {
-				if n.entry.Instance == id {
-					add(n.entry)
-				}
-			}
-		}
-	}
-	snap := &remoteSnapshot{at: now, byCap: map[string][]*remoteNode{}, byID: newest, seen: seen}
-	for _, n := range newest {
-		snap.all = append(snap.all, n)
-		for _, c := range n.entry.Capabilities {
-			snap.byCap[c] = append(snap.byCap[c], n)
-		}
-	}
-	d.snap.Store(snap)
-	return nil
-}
-
-// fresh returns the last snapshot if it is recent enough to route by:
-// with Redis unreachable, remote nodes are out of reach too.
-func (d *ClusterDirectory) fresh() *remoteSnapshot {
-	s := d.snap.Load()
-	if time.Since(s.at) > 4*d.cfg.PollInterval+time.Second {
-		return nil
-	}
-	return s
-}
-
-// Healthy reports whether the directory has a recent view of the cluster.
-func (d *ClusterDirectory) Healthy() bool { return d.fresh() != nil }
+// Healthy reports whether the directory has a current view of the
+// cluster: its change feed is subscribed and was read after subscribing.
+// With Redis unreachable, remote nodes are out of reach too.
+func (d *ClusterDirectory) Healthy() bool { return d.subOK.Load() }
 
 // Candidates implements Directory: local nodes first, then remote ones.
 func (d *ClusterDirectory) Candidates(dst []Candidate, capability string) []Candidate {
 	dst = d.hub.Candidates(dst, capability)
-	s := d.fresh()
-	if s == nil {
+	if !d.Healthy() {
 		return dst
 	}
 	gone := d.goneNow()
-	for _, n := range s.byCap[capability] {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	for _, n := range d.byCap[capability] {
 		// A node both here and in another's directory is moving here: the
 		// local session is the one to use.
 		if gone.has(n.entry.Instance) || d.hub.Session(n.entry.NodeID) != nil {
@@ -321,43 +233,50 @@ func (d *ClusterDirectory) Candidates(dst []Candidate, capability string) []Cand
 }
 
 // Assigned notes that this instance gave a remote node a task, so it does
-// not count that slot as free until the owner's next publish.
+// not count that slot as free until the owner writes the node again.
 func (d *ClusterDirectory) Assigned(nodeID string) {
-	if n := d.snap.Load().byID[nodeID]; n != nil {
+	d.mu.RLock()
+	n := d.byID[nodeID]
+	d.mu.RUnlock()
+	if n != nil {
 		n.taken.Add(1)
 	}
 }
 
 // MarkFull notes that a remote node refused a task for want of a slot: this
-// instance treats it as full until its owner next publishes.
+// instance treats it as full until its owner writes the node again.
 func (d *ClusterDirectory) MarkFull(nodeID string) {
-	if n := d.snap.Load().byID[nodeID]; n != nil {
+	d.mu.RLock()
+	n := d.byID[nodeID]
+	d.mu.RUnlock()
+	if n != nil {
 		n.taken.Store(int32(n.entry.FreeSlots))
 	}
 }
 
 // goneFor is how long an instance found gone stays out of routing unless it
-// publishes its directory again; by then its keys have expired anyway.
+// shows it is alive again; by then the sweeper has usually purged it.
 const goneFor = 10 * time.Second
 
 // MarkGone takes every node of a remote instance out of routing: a publish
 // to it reached nobody, it is draining, or the watcher found it gone. Its
 // directory may live a few seconds more in Redis, and requests should not
-// spend their attempts on its nodes. If it writes its directory again
-// after this (it was only reconnecting to Redis), the mark is lifted.
+// spend their attempts on its nodes. If it shows it is alive after this
+// (an event from it, or a read of its hash whose _alive is newer: it was
+// only reconnecting to Redis), the mark is lifted.
 func (d *ClusterDirectory) MarkGone(instance string) {
 	now := time.Now()
 	d.updateGone(func(m map[string]goneMark) { m[instance] = goneMark{at: now, until: now.Add(goneFor)} })
 	d.log.Info("instance gone or draining; its nodes are out of routing", "gone_instance", instance)
 }
 
-// revive lifts an instance's gone mark if it published after the mark.
-func (d *ClusterDirectory) revive(instance string, published time.Time) {
+// revive lifts an instance's gone mark if it was alive after the mark.
+func (d *ClusterDirectory) revive(instance string, alive time.Time) {
 	cur := d.gone.Load()
 	if cur == nil {
 		return
 	}
-	if m, ok := (*cur)[instance]; !ok || !published.After(m.at) {
+	if m, ok := (*cur)[instance]; !ok || !alive.After(m.at) {
 		return
 	}
 	d.updateGone(func(m map[string]goneMark) { delete(m, instance) })
@@ -406,14 +325,14 @@ func (g goneSet) has(instance string) bool {
 // be reached right now (503, not 404).
 func (d *ClusterDirectory) Hidden(capability string) bool {
 	gone := d.goneNow()
-	if len(gone.marks) == 0 {
+	if len(gone.marks) == 0 || !d.Healthy() {
 		return false
 	}
-	if s := d.fresh(); s != nil {
-		for _, n := range s.byCap[capability] {
-			if gone.has(n.entry.Instance) {
-				return true
-			}
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	for _, n := range d.byCap[capability] {
+		if gone.has(n.entry.Instance) {
+			return true
 		}
 	}
 	return false
@@ -422,8 +341,7 @@ func (d *ClusterDirectory) Hidden(capability string) bool {
 // List implements Directory.
 func (d *ClusterDirectory) List(capability string) []NodeView {
 	out := d.hub.List(capability)
-	s := d.fresh()
-	if s == nil {
+	if !d.Healthy() {
 		return out
 	}
 	seen := make(map[string]bool, len(out))
@@ -431,12 +349,14 @@ func (d *ClusterDirectory) List(capability string) []NodeView {
 		seen[v.NodeID] = true
 	}
 	gone := d.goneNow()
-	for _, n := range s.all {
+	d.mu.RLock()
+	for _, n := range d.byID {
 		if seen[n.entry.NodeID] || gone.has(n.entry.Instance) || (capability != "" && !contains(n.entry.Capabilities, capability)) {
 			continue
 		}
 		out = append(out, n.entry.NodeView)
 	}
+	d.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
 	return out
 }
@@ -444,12 +364,15 @@ func (d *ClusterDirectory) List(capability string) []NodeView {
 // Online implements Directory.
 func (d *ClusterDirectory) Online() int {
 	n := d.hub.Len()
-	if s := d.fresh(); s != nil {
-		gone := d.goneNow()
-		for _, r := range s.all {
-			if d.hub.Session(r.entry.NodeID) == nil && !gone.has(r.entry.Instance) {
-				n++
-			}
+	if !d.Healthy() {
+		return n
+	}
+	gone := d.goneNow()
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	for _, r := range d.byID {
+		if d.hub.Session(r.entry.NodeID) == nil && !gone.has(r.entry.Instance) {
+			n++
 		}
 	}
 	return n
@@ -458,3 +381,64 @@ func (d *ClusterDirectory) Online() int {
 // Changed implements Directory: local capacity signals; remote changes are
 // seen by the caller's periodic recheck.
 func (d *ClusterDirectory) Changed() (<-chan struct{}, func()) { return d.hub.Changed() }
+
+// Start subscribes to the change feed (confirmed by Redis), reads every
+// live instance's directory, and writes this instance's whole; the
+// instance is then routable from everywhere. Call it once, before Run.
+func (d *ClusterDirectory) Start(ctx context.Context) error {
+	ps := d.rdb.Subscribe(ctx, d.EventsChannel())
+	if _, err := ps.Receive(ctx); err != nil {
+		_ = ps.Close()
+		return err
+	}
+	d.ps.Store(ps)
+	if err := d.readAll(ctx); err != nil {
+		return err
+	}
+	d.subOK.Store(true)
+	return d.flush(ctx, true)
+}
+
+// Run keeps the directory current until ctx ends: it applies the change
+// feed, writes local changes, and runs the backstop read. It owns the
+// subscription made by Start and closes it before returning.
+func (d *ClusterDirectory) Run(ctx context.Context) {
+	ps := d.ps.Load()
+	if ps == nil {
+		if err := d.Start(ctx); err != nil && ctx.Err() == nil {
+			d.log.Warn("directory start failed; retrying from the change feed", "err", err)
+		}
+		if ps = d.ps.Load(); ps == nil {
+			ps = d.rdb.Subscribe(ctx, d.EventsChannel())
+			d.ps.Store(ps)
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); d.receive(ctx) }()
+	d.writeLoop(ctx)
+	if p := d.ps.Load(); p != nil {
+		_ = p.Close()
+	}
+	wg.Wait()
+}
+
+// event is one message on the change feed, after its "<seq> " prefix.
+type event struct {
+	Instance string `json:"i"`
+	At       int64  `json:"t"`           // unix ms of the write
+	Kind     string `json:"k,omitempty"` // "" (ops), evReset or evGone
+	Ops      []op   `json:"ops,omitempty"`
+}
+
+// The kinds of event besides a list of changes.
+const (
+	evReset = "reset" // the instance rewrote its hash whole: re-read it
+	evGone  = "gone"  // the instance drained or was purged: drop its nodes
+)
+
+// op is one node's change: its new entry, or none when it left.
+type op struct {
+	NodeID string          `json:"n"`
+	Entry  json.RawMessage `json:"e,omitempty"`
+}

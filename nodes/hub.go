@@ -68,6 +68,12 @@ type Config struct {
 	// directory publishes early then). It runs with the hub's lock held and
 	// must not block: Signal.Notify is made for it.
 	OnChange func()
+	// Announce runs after a node is attached here and before it is
+	// sent node_registered: the cluster directory writes and publishes the
+	// arrival there, so the node is routable from every instance once it is
+	// told it is registered (invariant 11). It bounds its own time and
+	// leaves the node registered here if it fails (invariant 10).
+	Announce func(ctx context.Context, s *Session)
 }
 
 func (c Config) withDefaults() Config {
@@ -112,6 +118,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OnChange == nil {
 		c.OnChange = func() {}
+	}
+	if c.Announce == nil {
+		c.Announce = func(context.Context, *Session) {}
 	}
 	return c
 }
@@ -255,6 +264,7 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string) er
 		// now (from its writer), not when its close handshake finishes.
 		prev.Close(CloseReplaced, "replaced by a newer connection")
 	}
+	h.cfg.Announce(ctx, s)
 	// node_registered is written once the node is routable (so a node that
 	// has it can be sent tasks at once) and before the writer starts (so it
 	// is always the node's first message, even if this connection is

@@ -134,6 +134,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	hubCfg.BeforeAttach = a.nodeArriving
 	if cfg.Multi() {
 		hubCfg.OnChange, hubCfg.OnReplaced = a.cluster.changed.Notify, a.cluster.replaced
+		hubCfg.Announce = a.cluster.announce // invariant 11: published before node_registered
 	}
 	a.hub = nodes.NewHub(hubCfg, nodeAuth{a}, claims, a.owner)
 	a.owner.SetSessions(a.hub)

@@ -98,7 +98,7 @@ func (a *App) connectCluster(ctx context.Context) (*cluster, error) {
 // its config, so nothing is set on it afterwards.
 func (c *cluster) wire(a *App) {
 	c.dir = nodes.NewClusterDirectory(a.hub, c.rdb, c.liveIDs, nodes.ClusterConfig{
-		Namespace: a.cfg.Namespace, Instance: a.instanceID, Changed: c.changed, Logger: a.log})
+		Namespace: a.cfg.Namespace, Instance: a.instanceID, TTL: a.cfg.LivenessTTL, Changed: c.changed, Logger: a.log})
 }
 
 // replaced is the hub's OnReplaced. Invariant 1 across instances: the old
@@ -110,7 +110,7 @@ func (c *cluster) replaced(nodeID, prevOwner string, gen uint64) {
 	defer cancel()
 	_, err := c.bus.Publish(ctx, prevOwner, &bus.Envelope{Kind: bus.KindReplace, From: a.instanceID, NodeID: nodeID, Gen: gen})
 	if err != nil {
-		a.log.Warn("cannot tell the previous owner to close its connection; its claim refresh will", "node_id", nodeID, "owner", prevOwner, "err", err)
+		a.log.Warn("cannot tell the previous owner to close its connection; it finds out when it next re-asserts its claims", "node_id", nodeID, "owner", prevOwner, "err", err)
 	}
 }
 
@@ -122,10 +122,15 @@ func (c *cluster) start(ctx context.Context, a *App) error {
 	if err := c.registry.Register(ctx, a.info()); err != nil {
 		return err
 	}
-	if err := c.dir.Publish(ctx); err != nil {
-		return err
+	return c.dir.Start(ctx)
+}
+
+// announce writes and publishes a node's arrival before the hub sends it
+// node_registered (invariant 11); the hub calls it.
+func (c *cluster) announce(ctx context.Context, s *nodes.Session) {
+	if c.dir != nil {
+		c.dir.Announce(ctx, s)
 	}
-	return c.dir.Poll(ctx)
 }
 
 // run starts the background loops, owned by the App's wait group.
@@ -187,26 +192,37 @@ func (c *cluster) requestResync() {
 	}
 }
 
-// heartbeat keeps the instance registered and its claims alive, sweeps dead
-// instances, and closes nodes of accounts deleted elsewhere.
+// heartbeat keeps the instance registered and its directory alive, sweeps
+// dead instances, and closes nodes of accounts deleted elsewhere. Its Redis
+// cost is per instance, not per node (invariant 12): node claims do not
+// expire, so they are re-asserted (per node) only after Redis came back or
+// the bus resubscribed, when Redis may have lost them.
 func (c *cluster) heartbeat(ctx context.Context) {
 	a := c.app
 	t := time.NewTicker(a.cfg.HeartbeatInterval)
 	defer t.Stop()
+	reassert := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-c.resync:
-			c.dir.Touch()
+			reassert = true
 		}
 		hctx, cancel := context.WithTimeout(ctx, a.cfg.HeartbeatInterval)
 		if err := c.registry.Register(hctx, a.info()); err != nil {
 			a.log.Warn("cannot refresh this instance's registration", "err", err)
 		}
-		if err := a.hub.RefreshClaims(hctx); err != nil {
-			a.log.Warn("cannot refresh node claims", "err", err)
+		if err := c.dir.KeepAlive(hctx); err != nil {
+			a.log.Warn("cannot refresh this instance's directory", "err", err)
+		}
+		if reassert {
+			if err := a.hub.RefreshClaims(hctx); err != nil {
+				a.log.Warn("cannot re-assert node claims; retrying at the next heartbeat", "err", err)
+			} else {
+				reassert = false
+			}
 		}
 		dead, err := c.registry.Sweep(hctx, func(ctx context.Context, id string) error {
 			if err := c.claims.Purge(ctx, id); err != nil {

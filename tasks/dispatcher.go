@@ -152,6 +152,20 @@ type run struct {
 	streamed bool
 	onNode   func(nodeID string)
 	sawGone  bool // an owner refused because its instance is gone or draining
+	looked   bool // the directory was asked to look again (lookAgain)
+}
+
+// lookAgain asks the directory, once per request, to re-read the cluster
+// before the request is refused for want of a node: a node registered
+// elsewhere a moment ago may not be in this instance's view yet
+// (invariant 11). It reports whether to pick again.
+func (r *run) lookAgain(ctx context.Context) bool {
+	rf, ok := r.d.dir.(interface{ Refresh(context.Context) error })
+	if !ok || r.looked {
+		return false
+	}
+	r.looked = true
+	return rf.Refresh(ctx) == nil
 }
 
 func (r *run) dispatch(ctx context.Context) (Outcome, error) {
@@ -182,6 +196,9 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 			doneWaiting()
 		}
 		if !ok {
+			if r.lookAgain(ctx) {
+				continue
+			}
 			break
 		}
 		tried = append(tried, c.NodeID)

@@ -1,0 +1,335 @@
+package nodes
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The writing side of the ClusterDirectory: this instance's entries,
+// written when they change, each write published as one numbered event.
+
+// pubState is what this instance last wrote about one of its nodes.
+type pubState struct {
+	gen    uint64
+	free   int
+	cpu    float64
+	has    bool
+	ms     float64
+	failed bool
+}
+
+// cpuStep: a node's CPU is rewritten only when it moved this many points
+// since it was last written; heartbeats would otherwise make every idle
+// node a write every 30 s (invariant 12).
+const cpuStep = 10
+
+func stateOf(s *Session) pubState {
+	has, ms, failed := s.benchFields()
+	return pubState{gen: s.Gen, free: s.FreeSlots(), cpu: s.CPU(), has: has, ms: ms, failed: failed}
+}
+
+// differs reports whether st must be written over p.
+func (p pubState) differs(st pubState) bool {
+	return p.gen != st.gen || p.free != st.free || p.has != st.has || p.ms != st.ms || p.failed != st.failed ||
+		math.Abs(p.cpu-st.cpu) >= cpuStep
+}
+
+func (d *ClusterDirectory) entryOf(s *Session, st pubState) ([]byte, error) {
+	v := s.View(d.cfg.Instance)
+	v.CPUPercent = st.cpu
+	v.ActiveTasks = s.Info.MaxConcurrency - st.free
+	return json.Marshal(dirEntry{NodeView: v, Gen: st.gen, FreeSlots: st.free, HasBench: st.has, BenchMs: st.ms, BenchFailed: st.failed})
+}
+
+var (
+	// dirWrite applies a batch of changes to an instance's directory hash
+	// and publishes them as one event, numbered by the hash's _seq, so the
+	// numbering and the order of writes agree. A normal write requires the
+	// hash's _seq to be the writer's last (else Redis lost or changed it:
+	// -1, and the writer rewrites it whole). A reset deletes the hash first
+	// and numbers on from the larger of the two.
+	// KEYS hash; ARGV channel, writer's last seq, ttl ms, now ms, event body,
+	// reset ("1" or "0"), then node id, entry ("" deletes) pairs.
+	dirWrite = redis.NewScript(`
+local cur = tonumber(redis.call('HGET', KEYS[1], '_seq') or '0')
+local last = tonumber(ARGV[2])
+if ARGV[6] ~= '1' and cur ~= last then return -1 end
+if ARGV[6] == '1' then
+  if cur > last then last = cur end
+  redis.call('DEL', KEYS[1])
+end
+local seq = last + 1
+for i = 7, #ARGV, 2 do
+  if ARGV[i+1] == '' then redis.call('HDEL', KEYS[1], ARGV[i]) else redis.call('HSET', KEYS[1], ARGV[i], ARGV[i+1]) end
+end
+redis.call('HSET', KEYS[1], '_seq', seq, '_alive', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PUBLISH', ARGV[1], seq .. ' ' .. ARGV[5])
+return seq`)
+
+	// dirKeepAlive refreshes an instance's hash once per heartbeat: 0 if
+	// the hash is missing (Redis lost it, or a sweeper purged it).
+	// KEYS hash; ARGV now ms, ttl ms.
+	dirKeepAlive = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], '_alive', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1`)
+
+	// dirGone deletes an instance's hash and tells every reader.
+	// KEYS hash; ARGV channel, event body.
+	dirGone = redis.NewScript(`
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[1], '0 ' .. ARGV[2])
+return 1`)
+)
+
+// Touch asks for an early flush (a local node arrived or left, or Redis
+// came back); it never blocks. It fires the same Signal as ClusterConfig.Changed.
+func (d *ClusterDirectory) Touch() { d.touched.Notify() }
+
+// Announce writes and publishes one node's arrival, synchronously and
+// within WriteTimeout: the hub calls it before it sends node_registered,
+// so the node is routable from every instance once it is told it is
+// registered (invariant 11). If Redis cannot be reached the node stays
+// registered here (invariant 10) and the flush loop writes it later.
+func (d *ClusterDirectory) Announce(ctx context.Context, s *Session) {
+	if !d.Healthy() {
+		d.Touch()
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
+	defer cancel()
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
+	if d.withdrawn || d.hub.Session(s.NodeID) != s {
+		return
+	}
+	if d.needReset {
+		if err := d.flushLocked(ctx, true); err != nil {
+			d.log.Warn("cannot publish a node's arrival", "node_id", s.NodeID, "err", err)
+		}
+		return
+	}
+	st := stateOf(s)
+	b, err := d.entryOf(s, st)
+	if err == nil {
+		err = d.writeLocked(ctx, []op{{NodeID: s.NodeID, Entry: b}}, false)
+	}
+	if err != nil {
+		d.log.Warn("cannot publish a node's arrival; it is routable here only until the next flush", "node_id", s.NodeID, "err", err)
+		d.Touch()
+		return
+	}
+	d.published[s.NodeID] = st
+}
+
+// flush writes what changed among the local nodes since the last write;
+// nothing when nothing did. reset rewrites the hash whole.
+func (d *ClusterDirectory) flush(ctx context.Context, reset bool) error {
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
+	return d.flushLocked(ctx, reset)
+}
+
+func (d *ClusterDirectory) flushLocked(ctx context.Context, reset bool) error {
+	if d.withdrawn {
+		return nil
+	}
+	reset = reset || d.needReset
+	sessions := d.hub.Sessions()
+	states := make(map[string]pubState, len(sessions))
+	var ops []op
+	for _, s := range sessions {
+		st := stateOf(s)
+		if old, ok := d.published[s.NodeID]; ok && !reset && !old.differs(st) {
+			st = old // unchanged (CPU within its step): what is written stays
+		} else {
+			b, err := d.entryOf(s, st)
+			if err != nil {
+				return err
+			}
+			ops = append(ops, op{NodeID: s.NodeID, Entry: b})
+		}
+		states[s.NodeID] = st
+	}
+	if !reset {
+		for id := range d.published {
+			if _, ok := states[id]; !ok {
+				ops = append(ops, op{NodeID: id})
+			}
+		}
+		if len(ops) == 0 {
+			return nil
+		}
+	}
+	if err := d.writeLocked(ctx, ops, reset); err != nil {
+		return err
+	}
+	d.published = states
+	d.needReset = false
+	return nil
+}
+
+// writeLocked runs dirWrite. If the hash is not what this instance last
+// wrote (Redis restarted, a sweeper purged it, a write timed out after
+// running), it rewrites the hash whole instead.
+func (d *ClusterDirectory) writeLocked(ctx context.Context, ops []op, reset bool) error {
+	now := time.Now().UnixMilli()
+	ev := event{Instance: d.cfg.Instance, At: now, Ops: ops}
+	if reset {
+		// Readers re-read the hash: the event need not carry every node.
+		ev = event{Instance: d.cfg.Instance, At: now, Kind: evReset}
+	}
+	body, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	flag := "0"
+	if reset {
+		flag = "1"
+	}
+	args := make([]any, 0, 6+2*len(ops))
+	args = append(args, d.EventsChannel(), d.seq, d.cfg.TTL.Milliseconds(), now, body, flag)
+	for _, o := range ops {
+		args = append(args, o.NodeID, []byte(o.Entry))
+	}
+	seq, err := dirWrite.Run(ctx, d.rdb, []string{d.Key(d.cfg.Instance)}, args...).Int64()
+	if err != nil {
+		return fmt.Errorf("directory: write: %w", err)
+	}
+	if seq < 0 {
+		if reset {
+			return fmt.Errorf("directory: reset refused")
+		}
+		d.needReset = true
+		return d.flushLocked(ctx, true)
+	}
+	d.seq = uint64(seq)
+	return nil
+}
+
+// KeepAlive refreshes this instance's directory hash: one command per
+// heartbeat, whatever the number of nodes (invariant 12). If the hash is
+// gone (Redis lost it), it is rewritten whole.
+func (d *ClusterDirectory) KeepAlive(ctx context.Context) error {
+	d.wmu.Lock()
+	withdrawn := d.withdrawn
+	d.wmu.Unlock()
+	if withdrawn {
+		return nil
+	}
+	ok, err := dirKeepAlive.Run(ctx, d.rdb, []string{d.Key(d.cfg.Instance)},
+		time.Now().UnixMilli(), d.cfg.TTL.Milliseconds()).Int()
+	if err != nil {
+		return fmt.Errorf("directory: keep alive: %w", err)
+	}
+	if ok == 0 {
+		d.log.Info("this instance's directory is missing from Redis; rewriting it")
+		return d.flush(ctx, true)
+	}
+	return nil
+}
+
+// Withdraw removes this instance's nodes from the directory and stops
+// writing them (the drain: other instances stop routing here at once).
+func (d *ClusterDirectory) Withdraw(ctx context.Context) error {
+	d.wmu.Lock()
+	d.withdrawn = true
+	d.wmu.Unlock()
+	return d.publishGone(ctx, d.cfg.Instance)
+}
+
+// Purge deletes a dead instance's directory and tells every reader to drop
+// its nodes (the sweeper calls it once the instance's alive key expired).
+func (d *ClusterDirectory) Purge(ctx context.Context, instance string) error {
+	d.drop(instance)
+	return d.publishGone(ctx, instance)
+}
+
+func (d *ClusterDirectory) publishGone(ctx context.Context, instance string) error {
+	body, err := json.Marshal(event{Instance: instance, At: time.Now().UnixMilli(), Kind: evGone})
+	if err != nil {
+		return err
+	}
+	if err := dirGone.Run(ctx, d.rdb, []string{d.Key(instance)}, d.EventsChannel(), body).Err(); err != nil {
+		return fmt.Errorf("directory: remove %s: %w", instance, err)
+	}
+	return nil
+}
+
+// writeLoop writes local changes, coalesced: at most one write per
+// FlushGap, each a batch. Slot releases (the hub's capacity signal) and
+// arrivals or departures (Touch) ask for one; a scan every ScanInterval
+// catches what nothing signals. It also runs the backstop read.
+func (d *ClusterDirectory) writeLoop(ctx context.Context) {
+	scan := time.NewTicker(d.cfg.ScanInterval)
+	defer scan.Stop()
+	var backstop <-chan time.Time
+	if d.cfg.BackstopInterval > 0 {
+		t := time.NewTicker(d.cfg.BackstopInterval)
+		defer t.Stop()
+		backstop = t.C
+	}
+	gap := time.NewTimer(0)
+	defer gap.Stop()
+	gapArmed := true
+	changed, doneWaiting := d.hub.Changed()
+	defer func() { doneWaiting() }()
+	pending := false
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.touched:
+			pending = true
+		case <-changed:
+			doneWaiting()
+			changed, doneWaiting = d.hub.Changed()
+			pending = true
+		case <-scan.C:
+			pending = true
+			if d.rereadPending.Load() {
+				rctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
+				if d.readAll(rctx) == nil && d.rereadPending.CompareAndSwap(true, false) {
+					d.subOK.Store(true)
+				}
+				cancel()
+			}
+			if d.carrying.Load() && time.Since(time.Unix(0, d.lastFull.Load())) >= carryFor {
+				d.readAllLogged(ctx)
+			}
+		case <-backstop:
+			d.readAllLogged(ctx)
+		case <-d.checkOwn:
+			if err := d.KeepAlive(ctx); err != nil && ctx.Err() == nil {
+				d.log.Debug("directory keep-alive failed", "err", err)
+			}
+		case <-gap.C:
+			gapArmed = false
+		}
+		if !pending {
+			continue
+		}
+		if wait := d.cfg.FlushGap - time.Since(last); wait > 0 {
+			if !gapArmed {
+				gap.Reset(wait)
+				gapArmed = true
+			}
+			continue
+		}
+		pending, last = false, time.Now()
+		fctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
+		if err := d.flush(fctx, false); err != nil && ctx.Err() == nil {
+			d.log.Debug("directory flush failed", "err", err)
+			pending = true // tried again after the gap
+		}
+		cancel()
+	}
+}
