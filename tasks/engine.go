@@ -251,12 +251,18 @@ func (e *Engine) Forwarding() int { return e.owner.fwd.len() }
 // Tracker is the requester side's read-only view (status, task lookup).
 func (e *Engine) Tracker() *Tracker { return e.tracker }
 
-// Grace suspends the watcher's judgements for d: after this instance's own
-// subscription was restored (Redis restarted), the others may still be
-// reconnecting. Tasks waiting on another instance fail at once: their
-// answers may have been lost while the subscription was down.
-func (e *Engine) Grace(d time.Duration) {
-	e.watcher.grace(d)
+// Resubscribed tells the engine that this instance's bus subscription was
+// lost and is back (Redis restarted or dropped us). Whatever other
+// instances published to it meanwhile is lost, answers included, so every
+// task already waiting on another instance fails now with 503 unavailable
+// rather than at its deadline (DESIGN §5, invariant 10): a Redis restart
+// too short for the watcher to see Redis unreachable for a second would
+// otherwise leave such a task waiting for its timeout. The watcher then
+// judges nobody gone for grace: the others may still be reconnecting.
+func (e *Engine) Resubscribed(grace time.Duration) {
+	e.watcher.grace(grace)
+	e.watcher.failRemote(e.tracker.owners(e.cfg.Instance), time.Now(),
+		"the connection to Redis was lost while the task ran on another instance, so its answer may be lost")
 }
 
 // Chunk implements nodes.Events.

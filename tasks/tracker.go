@@ -122,6 +122,14 @@ func (p *pending) target() (owner, nodeID string, gen uint64) {
 	return p.owner, p.nodeID, p.gen
 }
 
+// current returns the current attempt's owner and node, and when it was
+// handed over (zero: not yet).
+func (p *pending) current() (owner, nodeID string, gen uint64, assigned time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.owner, p.nodeID, p.gen, p.assigned
+}
+
 // InFlight describes a task still waiting here, for GET /api/v1/tasks/{id}.
 type InFlight struct {
 	TaskID     string

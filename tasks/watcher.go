@@ -108,7 +108,7 @@ func (w *watcher) check(ctx context.Context, now time.Time) {
 		if w.unreachableSince.IsZero() {
 			w.unreachableSince = now
 		} else if now.Sub(w.unreachableSince) >= unreachableAfter {
-			w.failRemote(owners, "Redis is unreachable, so the instance holding the node cannot answer")
+			w.failRemote(owners, now, "Redis is unreachable, so the instance holding the node cannot answer")
 		}
 		return
 	}
@@ -149,14 +149,16 @@ func (w *watcher) check(ctx context.Context, now time.Time) {
 	w.suspect = next
 }
 
-// failRemote fails every task waiting on another instance with 503
-// unavailable.
-func (w *watcher) failRemote(owners map[string][]*pending, why string) {
+// failRemote fails with 503 unavailable every task waiting on another
+// instance, except those whose current attempt was handed over at or
+// after cutoff. It touches
+// only the tracker, so it may run outside the watcher's goroutine.
+func (w *watcher) failRemote(owners map[string][]*pending, cutoff time.Time, why string) {
 	n := 0
 	for owner, ps := range owners {
 		for _, p := range ps {
-			o, nodeID, gen := p.target()
-			if o != owner {
+			o, nodeID, gen, assigned := p.current()
+			if o != owner || !assigned.IsZero() && !assigned.Before(cutoff) {
 				continue
 			}
 			if w.tracker.deliver(&bus.Envelope{Kind: bus.KindResult, From: owner, TaskID: p.id, NodeID: nodeID, Gen: gen,
