@@ -42,10 +42,9 @@ type App struct {
 	bus      bus.Bus
 	sub      bus.Subscription
 	hub      *nodes.Hub
-	owner    *tasks.Owner
-	tracker  *tasks.Tracker
-	disp     *tasks.Dispatcher
-	watcher  *tasks.Watcher
+	engine   *tasks.Engine
+	tracker  *tasks.Tracker // the engine's requester side, for status and task lookup
+	replaced prometheus.Counter
 	auth     *authCache
 	metrics  *httpMetrics
 	dir      nodes.Directory
@@ -121,9 +120,6 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 	}
 
-	tm := tasks.NewMetrics(a.registry)
-	a.tracker = tasks.NewTracker()
-	a.owner = tasks.NewOwner(a.root, tasks.OwnerConfig{Instance: a.instanceID, ResultMaxBytes: cfg.ResultMaxBytes, Logger: a.log}, a.bus, a.tracker.Deliver, tm)
 	hubCfg := nodes.Config{
 		Instance: a.instanceID, MaxNodesPerAccount: cfg.MaxNodesPerAccount, DefaultConcurrency: cfg.DefaultConcurrency,
 		PingInterval: cfg.PingInterval, RegisterTimeout: cfg.RegisterTimeout, MaxMessageBytes: cfg.MaxMessageBytes, Logger: a.log, Registerer: a.registry,
@@ -136,36 +132,43 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		hubCfg.OnChange, hubCfg.OnReplaced = a.cluster.changed.Notify, a.cluster.replaced
 		hubCfg.Announce = a.cluster.announce // invariant 11: published before node_registered
 	}
-	a.hub = nodes.NewHub(hubCfg, nodeAuth{a}, claims, a.owner)
-	a.owner.SetSessions(a.hub)
-	a.dir = a.hub
-	var clusterHealthy func() bool
-	watch := tasks.WatcherConfig{Instance: a.instanceID, Interval: cfg.WatchInterval, Logger: a.log}
+	// One call builds the task side whole; it builds the hub (and the
+	// cluster directory in front of it) around itself, as their Events.
+	deps := tasks.Deps{Bus: a.bus, Recorder: recorder{a}, Standings: standings{a},
+		Nodes: func(ev nodes.Events) tasks.NodeSide {
+			a.hub = nodes.NewHub(hubCfg, nodeAuth{a}, claims, ev)
+			if !cfg.Multi() {
+				a.dir = a.hub
+				return tasks.NodeSide{Sessions: a.hub, Directory: a.hub}
+			}
+			a.cluster.wire(a)
+			a.dir = a.cluster.dir
+			return tasks.NodeSide{Sessions: a.hub, Directory: a.cluster.dir}
+		}}
 	if cfg.Multi() {
-		a.cluster.wire(a)
-		a.dir = a.cluster.dir
-		clusterHealthy = a.cluster.healthy
-		watch.Alive = a.cluster.registry.Alive
+		deps.Liveness, deps.Health = a.cluster.registry, clusterHealth{a.cluster}
 	}
-	a.disp = tasks.NewDispatcher(tasks.DispatcherConfig{
+	a.engine = tasks.New(tasks.Config{
 		Instance: a.instanceID, TaskTimeout: cfg.TaskTimeout, StreamMax: cfg.StreamMax, QueueTimeout: cfg.QueueTimeout,
-		ClusterHealthy: clusterHealthy, Logger: a.log,
-	}, a.dir, a.standing, a.owner, a.bus, a.tracker, recorder{a}, tm)
-	a.watcher = tasks.NewWatcher(watch, a.bus, a.tracker, a.owner, tm)
-	if a.cluster != nil && a.cluster.dir != nil {
-		a.watcher.OnGone(a.cluster.dir.MarkGone)
-	}
-	a.registry.MustRegister(
+		ResultMaxBytes: cfg.ResultMaxBytes, WatchInterval: cfg.WatchInterval, NoWatcher: cfg.UnsafeNoWatcher,
+		Logger: a.log, Registerer: a.registry,
+	}, deps)
+	a.tracker = a.engine.Tracker()
+	a.replaced = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "switchyard", Subsystem: "tasks", Name: "replace_closes_total",
+		Help: "Local node sockets closed because another instance has a newer connection of the node.",
+	})
+	a.registry.MustRegister(a.replaced,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "switchyard", Subsystem: "tasks", Name: "in_flight",
-			Help: "Tasks waiting for their outcome on this (requesting) instance."}, func() float64 { return float64(a.tracker.Len()) }),
+			Help: "Tasks waiting for their outcome on this (requesting) instance."}, func() float64 { return float64(a.engine.Requesting()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "switchyard", Subsystem: "tasks", Name: "forwarding",
-			Help: "Tasks held by nodes connected to this (owning) instance."}, func() float64 { return float64(a.owner.Len()) }),
+			Help: "Tasks held by nodes connected to this (owning) instance."}, func() float64 { return float64(a.engine.Forwarding()) }),
 	)
 	a.metrics = newHTTPMetrics(a.registry)
 
 	// The subscription is confirmed before the instance announces itself,
 	// so it never misses a reply to something another instance saw it offer.
-	sub, err := a.bus.Subscribe(ctx, a.instanceID, tasks.BusHandler(a.owner, a.tracker, tm))
+	sub, err := a.bus.Subscribe(ctx, a.instanceID, a.handleEnvelope)
 	if err != nil {
 		return nil, fmt.Errorf("bus: subscribe: %w", err)
 	}
@@ -207,15 +210,7 @@ func (a *App) Store() store.Store { return a.store }
 // finish up to the drain timeout, closes node sockets with 1001, flushes
 // the store and closes everything.
 func (a *App) Run(ctx context.Context) error {
-	a.bg.Add(2)
-	go func() {
-		defer a.bg.Done()
-		if a.cfg.UnsafeNoWatcher {
-			a.log.Warn("the owner-liveness watcher is off (--unsafe-no-watcher): tasks of a dead instance will wait for their deadline")
-			return
-		}
-		a.watcher.Run(a.root)
-	}()
+	a.bg.Add(1)
 	if a.cluster != nil {
 		a.cluster.run(a)
 	}
@@ -249,19 +244,19 @@ func (a *App) storeKind() string {
 func (a *App) drain() {
 	start := time.Now()
 	a.draining.Store(true)
-	a.owner.SetDraining()
-	a.log.Info("draining", "in_flight", a.tracker.Len(), "forwarding", a.owner.Len(), "timeout", a.cfg.DrainTimeout)
+	a.engine.Drain()
+	a.log.Info("draining", "in_flight", a.engine.Requesting(), "forwarding", a.engine.Forwarding(), "timeout", a.cfg.DrainTimeout)
 	if a.cluster != nil {
 		a.cluster.drainStart(a)
 	}
 
 	deadline := time.Now().Add(a.cfg.DrainTimeout)
 	tick := time.NewTicker(20 * time.Millisecond)
-	for (a.tracker.Len() > 0 || a.owner.Len() > 0) && time.Now().Before(deadline) {
+	for (a.engine.Requesting() > 0 || a.engine.Forwarding() > 0) && time.Now().Before(deadline) {
 		<-tick.C
 	}
 	tick.Stop()
-	if n := a.tracker.Len() + a.owner.Len(); n > 0 {
+	if n := a.engine.Requesting() + a.engine.Forwarding(); n > 0 {
 		a.log.Warn("drain timeout: tasks still in flight will fail", "tasks", n)
 	}
 
@@ -290,6 +285,9 @@ func (a *App) closeAll() {
 	}
 	if a.sub != nil {
 		_ = a.sub.Close()
+	}
+	if a.engine != nil {
+		_ = a.engine.Close() // after the subscription: nothing reaches it any more
 	}
 	if a.bus != nil {
 		_ = a.bus.Close()
@@ -326,11 +324,31 @@ func (a *App) nodeArriving(ctx context.Context, nodeID, accountID, name string) 
 	}
 }
 
-// standing is routing's view of a node's reputation.
-func (a *App) standing(nodeID string) nodes.Standing {
-	v := a.rep.Get(nodeID)
+// handleEnvelope is the bus handler: task traffic goes to the engine; a
+// replace (another instance has a newer connection of a node) is node
+// ownership, so it goes to the hub (DESIGN §5, invariant 1). Neither blocks.
+func (a *App) handleEnvelope(e *bus.Envelope) {
+	if e.Kind == bus.KindReplace {
+		if a.hub.CloseReplaced(e.NodeID, e.Gen) {
+			a.replaced.Inc()
+		}
+		return
+	}
+	a.engine.HandleEnvelope(e)
+}
+
+// standings is routing's view of each node's reputation.
+type standings struct{ a *App }
+
+func (s standings) Standing(nodeID string) nodes.Standing {
+	v := s.a.rep.Get(nodeID)
 	return nodes.Standing{Score: v.Score, AvgMs: v.AvgMs, Suspended: v.Suspended}
 }
+
+// clusterHealth tells the engine whether the rest of the cluster is reachable.
+type clusterHealth struct{ c *cluster }
+
+func (h clusterHealth) Healthy() bool { return h.c.healthy() }
 
 // recorder hands finished tasks to the store's batch writer and the
 // reputation cache.

@@ -181,7 +181,7 @@ func (c *cluster) watchRedis(ctx context.Context) {
 // again: envelopes may have been missed and Redis may have lost its keys.
 func (c *cluster) resubscribed(string) {
 	// Other instances may still be reconnecting: judge nobody dead for a while.
-	c.app.watcher.Grace(3 * time.Second)
+	c.app.engine.Resubscribed(3 * time.Second)
 	c.requestResync()
 }
 

@@ -38,7 +38,7 @@ type errorDetail struct {
 // taskError turns a task failure into its answer.
 func taskError(err error) *apiError {
 	e := tasks.AsError(err)
-	ae := newError(e.Status(), e.Code, e.Message)
+	ae := newError(e.Status(), string(e.Code), e.Message)
 	if ae.Status == http.StatusServiceUnavailable {
 		ae.RetryAfter = "1"
 	}

@@ -173,7 +173,7 @@ func TestInvariant3ExactlyOneOutcome(t *testing.T) {
 		t.Fatalf("%d of %d requests answered", answered.Load(), requests)
 	}
 	t.Logf("answers by status: %v", codes)
-	waitUntil(t, func() bool { return ta.tracker.Len() == 0 && ta.owner.Len() == 0 })
+	waitUntil(t, func() bool { return ta.engine.Requesting() == 0 && ta.engine.Forwarding() == 0 })
 	// Every task is recorded exactly once.
 	if err := ta.writer.Flush(context.Background()); err != nil {
 		t.Fatal(err)

@@ -246,20 +246,33 @@ func (a *App) chatCompletions(c echo.Context) error {
 		TaskID: uuid.NewString(), AccountID: accountOf(c).ID, TaskType: modelCapability(body.Model),
 		Content: flatten(body.Messages), Params: params, Stream: body.Stream, Trust: trust,
 	}
-	if a.shouldSplit(req.TaskType, req.Content) {
-		return a.chatSplit(c, req, body.Model)
+	split := a.shouldSplit(req.TaskType, req.Content)
+	if body.Stream && !split {
+		sse := newSSE(c.Response())
+		return a.streamTask(c, req, sse, &chatStream{sse: sse, id: "chatcmpl-" + req.TaskID, created: time.Now().Unix(), model: body.Model})
 	}
-	if body.Stream {
-		return a.chatStream(c, req, body.Model)
-	}
-	out, err := a.disp.Run(c.Request().Context(), req, tasks.Hooks{})
+	// A split task, as GemmaNet does, answers once every part is back, so a
+	// failure is a plain HTTP error even when the client asked for a stream,
+	// and a streaming client gets the whole answer as one chunk that also
+	// says "stop".
+	out, err := a.runTask(c, req, tasks.Hooks{})
 	if err != nil {
 		return openAITaskError(err)
 	}
-	if out.Status != store.StatusCompleted {
+	if out.Status != tasks.StatusCompleted {
 		return nodeFailure(out)
 	}
-	return c.JSON(http.StatusOK, newCompletion(req.TaskID, body.Model, out))
+	if !body.Stream {
+		return c.JSON(http.StatusOK, newCompletion(req.TaskID, body.Model, out))
+	}
+	sse := newSSE(c.Response())
+	stop := "stop"
+	err = sse.send(chunkJSON{ID: "chatcmpl-" + req.TaskID, Object: "chat.completion.chunk", Created: time.Now().Unix(), Model: body.Model,
+		Choices: []chunkChoice{{Delta: chunkDelta{Role: "assistant", Content: &out.Result}, FinishReason: &stop}}})
+	if err == nil {
+		_ = sendDone(sse)
+	}
+	return nil
 }
 
 // newCompletion is the chat.completion answer to a task that completed.
@@ -269,31 +282,6 @@ func newCompletion(taskID, model string, out tasks.Outcome) completionJSON {
 		Choices: []completionChoice{{Message: chatMessage{Role: "assistant", Content: out.Result}, FinishReason: "stop"}},
 		Usage:   openAIUsage(out.Usage),
 	}
-}
-
-// chatSplit runs a long task of a split type in parts on several nodes (see
-// split). As GemmaNet does, it answers once every part is back, so a failure
-// is a plain HTTP error even when the client asked for a stream, and a
-// streaming client gets the whole answer as one chunk that also says "stop".
-func (a *App) chatSplit(c echo.Context, req tasks.Request, model string) error {
-	out, err := a.disp.RunSplit(c.Request().Context(), req, tasks.Hooks{})
-	if err != nil {
-		return openAITaskError(err)
-	}
-	if out.Status != store.StatusCompleted {
-		return nodeFailure(out)
-	}
-	if !req.Stream {
-		return c.JSON(http.StatusOK, newCompletion(req.TaskID, model, out))
-	}
-	sse := newSSE(c.Response())
-	stop := "stop"
-	err = sse.send(chunkJSON{ID: "chatcmpl-" + req.TaskID, Object: "chat.completion.chunk", Created: time.Now().Unix(), Model: model,
-		Choices: []chunkChoice{{Delta: chunkDelta{Role: "assistant", Content: &out.Result}, FinishReason: &stop}}})
-	if err == nil {
-		_ = sendDone(sse)
-	}
-	return nil
 }
 
 type completionJSON struct {
@@ -339,57 +327,33 @@ func openAIUsage(u *store.Usage) usageJSON {
 	return usageJSON{u.PromptTokens, u.CompletionTokens, u.PromptTokens + u.CompletionTokens}
 }
 
-// chatStream runs a streaming completion: a chunk with the role once a node
-// has the task, a chunk per delta, an empty chunk that says "stop", then
-// [DONE]. Like /api/v1/request, "no node" is still a plain HTTP error.
-func (a *App) chatStream(c echo.Context, req tasks.Request, model string) error {
-	sse := newSSE(c.Response())
-	created := time.Now().Unix()
-	chunk := func(d chunkDelta, finish *string) error {
-		return sse.send(chunkJSON{ID: "chatcmpl-" + req.TaskID, Object: "chat.completion.chunk", Created: created, Model: model,
-			Choices: []chunkChoice{{Delta: d, FinishReason: finish}}})
-	}
-	out, err := a.disp.Run(c.Request().Context(), req, tasks.Hooks{
-		// A failed write here means the client is gone; the next chunk's
-		// write fails too and cancels the task.
-		Assigned: func() { _ = chunk(chunkDelta{Role: "assistant"}, nil) },
-		Chunk:    func(delta string) error { return chunk(chunkDelta{Content: &delta}, nil) },
-	})
-	if err != nil {
-		if !sse.started {
-			return openAITaskError(err)
-		}
-		e := tasks.AsError(err)
-		if e.Code == tasks.CodeCanceled {
-			return nil // nobody is listening
-		}
-		return streamError(sse, e.Code, e.Message)
-	}
-	if !sse.started { // Assigned always comes first; this is a safety net
-		if err := chunk(chunkDelta{Role: "assistant"}, nil); err != nil {
-			return nil
-		}
-	}
-	if out.Status != store.StatusCompleted {
-		msg := out.Result
-		if msg == "" {
-			msg = "Task failed"
-		}
-		// GemmaNet's code for a failure in a stream, as on /api/v1/request.
-		return streamError(sse, tasks.CodeTaskFailed, msg)
-	}
-	if !out.Streamed && out.Result != "" {
-		// The handler returned its whole answer at once.
-		if err := chunk(chunkDelta{Content: &out.Result}, nil); err != nil {
-			return nil
-		}
-	}
+// chatStream writes a streaming completion: a chunk with the role once a
+// node has the task, a chunk per delta, an empty chunk that says "stop",
+// then [DONE]. Like /api/v1/request, "no node" is still a plain HTTP error.
+type chatStream struct {
+	sse     *sseWriter
+	id      string
+	created int64
+	model   string
+}
+
+func (s *chatStream) chunk(d chunkDelta, finish *string) error {
+	return s.sse.send(chunkJSON{ID: s.id, Object: "chat.completion.chunk", Created: s.created, Model: s.model,
+		Choices: []chunkChoice{{Delta: d, FinishReason: finish}}})
+}
+
+func (s *chatStream) begin() error              { return s.chunk(chunkDelta{Role: "assistant"}, nil) }
+func (s *chatStream) delta(d string) error      { return s.chunk(chunkDelta{Content: &d}, nil) }
+func (s *chatStream) httpError(err error) error { return openAITaskError(err) }
+func (s *chatStream) fail(code tasks.Code, message string) {
+	_ = streamError(s.sse, string(code), message)
+}
+
+func (s *chatStream) done(tasks.Outcome) {
 	stop := "stop"
-	if err := chunk(chunkDelta{}, &stop); err != nil {
-		return nil
+	if s.chunk(chunkDelta{}, &stop) == nil {
+		_ = sendDone(s.sse)
 	}
-	_ = sendDone(sse)
-	return nil
 }
 
 // streamError ends a started stream with an error event and [DONE].
@@ -447,7 +411,7 @@ func (a *App) models(c echo.Context) error {
 // "no node" is 503 (GemmaNet's choice) rather than /api/v1's 404.
 func openAITaskError(err error) *apiError {
 	ae := taskError(err)
-	if ae.Code == tasks.CodeNoNode {
+	if ae.Code == string(tasks.CodeNoNode) {
 		ae.Status = http.StatusServiceUnavailable
 	}
 	return ae

@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
-	"switchyard/store"
 	"switchyard/tasks"
 )
 
@@ -55,7 +54,10 @@ type usageJSON struct {
 }
 
 func resultJSON(out tasks.Outcome) taskResult {
-	r := taskResult{TaskID: out.TaskID, Status: out.Status, Result: out.Result, NodeID: &out.NodeID, ProcessingTimeMs: out.ProcessingMs}
+	r := taskResult{TaskID: out.TaskID, Status: string(out.Status), Result: out.Result, ProcessingTimeMs: out.ProcessingMs}
+	if out.NodeID != "" { // a split task has none: several nodes served it
+		r.NodeID = &out.NodeID
+	}
 	if out.Usage != nil {
 		r.Usage = &usageJSON{out.Usage.PromptTokens, out.Usage.CompletionTokens, out.Usage.PromptTokens + out.Usage.CompletionTokens}
 	}
@@ -76,13 +78,11 @@ func (a *App) request(c echo.Context) error {
 		TaskID: uuid.NewString(), AccountID: accountOf(c).ID, TaskType: body.TaskType,
 		Content: body.Content, Params: body.Params, Stream: body.Stream, Trust: trust,
 	}
-	if a.shouldSplit(req.TaskType, req.Content) {
-		return a.split(c, req)
-	}
 	if body.Stream {
-		return a.stream(c, req)
+		sse := newSSE(c.Response())
+		return a.streamTask(c, req, sse, gemmaStream{sse: sse, taskID: req.TaskID})
 	}
-	out, err := a.disp.Run(c.Request().Context(), req, tasks.Hooks{})
+	out, err := a.runTask(c, req, tasks.Hooks{})
 	if err != nil {
 		return taskError(err)
 	}
@@ -93,84 +93,28 @@ func (a *App) request(c echo.Context) error {
 // split type is split (GemmaNet's).
 const splitThreshold = 1000
 
-// shouldSplit reports whether a task is split across nodes.
+// shouldSplit reports whether a task is split across nodes. A streaming
+// client of a split task gets the joined result as one delta, then done (as
+// GemmaNet does): the parts are not streamed chunk by chunk.
 func (a *App) shouldSplit(taskType, content string) bool {
 	return slices.Contains(a.cfg.SplitTaskTypes, taskType) && utf8.RuneCountInString(content) > splitThreshold
 }
 
-// split runs a task in parts on several nodes. A streaming client gets the
-// joined result as one delta, then done (as GemmaNet does): the parts are
-// not streamed chunk by chunk.
-func (a *App) split(c echo.Context, req tasks.Request) error {
-	sse := newSSE(c.Response())
-	var hooks tasks.Hooks
-	if req.Stream {
-		hooks.Assigned = sse.start
-	}
-	out, err := a.disp.RunSplit(c.Request().Context(), req, hooks)
-	if !req.Stream {
-		if err != nil {
-			return taskError(err)
-		}
-		res := resultJSON(out)
-		res.NodeID = nil // several nodes served it
-		return c.JSON(http.StatusOK, res)
-	}
-	switch {
-	case err != nil && !sse.started:
-		return taskError(err)
-	case err != nil:
-		if e := tasks.AsError(err); e.Code != tasks.CodeCanceled {
-			_ = sse.send(errorEvent{Error: errorDetail{Code: e.Code, Message: e.Message}, TaskID: req.TaskID})
-		}
-	case out.Status != store.StatusCompleted:
-		_ = sse.send(errorEvent{Error: errorDetail{Code: tasks.CodeTaskFailed, Message: out.Result}, TaskID: req.TaskID})
-	default:
-		res := resultJSON(out)
-		res.NodeID = nil
-		if sse.send(deltaEvent{Delta: out.Result}) == nil {
-			_ = sse.send(doneEvent{Done: true, Result: res})
-		}
-	}
-	return nil
+// gemmaStream writes GemmaNet's events: headers when a node has the task,
+// {"delta"} per chunk, then {"done","result"} or {"error","task_id"}.
+type gemmaStream struct {
+	sse    *sseWriter
+	taskID string
 }
 
-// stream runs a streaming task as server-sent events. The response starts
-// when a node has the task; "no node" is still a plain HTTP error.
-func (a *App) stream(c echo.Context, req tasks.Request) error {
-	sse := newSSE(c.Response())
-	out, err := a.disp.Run(c.Request().Context(), req, tasks.Hooks{
-		Assigned: sse.start,
-		Chunk:    func(delta string) error { return sse.send(deltaEvent{Delta: delta}) },
-	})
-	if err != nil {
-		if !sse.started {
-			return taskError(err)
-		}
-		e := tasks.AsError(err)
-		if e.Code == tasks.CodeCanceled {
-			return nil // nobody is listening
-		}
-		_ = sse.send(errorEvent{Error: errorDetail{Code: e.Code, Message: e.Message}, TaskID: req.TaskID})
-		return nil
-	}
-	sse.start()
-	if out.Status != store.StatusCompleted {
-		msg := out.Result
-		if msg == "" {
-			msg = "Task failed"
-		}
-		_ = sse.send(errorEvent{Error: errorDetail{Code: tasks.CodeTaskFailed, Message: msg}, TaskID: req.TaskID})
-		return nil
-	}
-	if !out.Streamed && out.Result != "" {
-		// The handler returned its whole answer at once.
-		if err := sse.send(deltaEvent{Delta: out.Result}); err != nil {
-			return nil
-		}
-	}
-	_ = sse.send(doneEvent{Done: true, Result: resultJSON(out)})
-	return nil
+func (g gemmaStream) begin() error              { g.sse.start(); return nil }
+func (g gemmaStream) delta(d string) error      { return g.sse.send(deltaEvent{Delta: d}) }
+func (g gemmaStream) httpError(err error) error { return taskError(err) }
+func (g gemmaStream) done(out tasks.Outcome) {
+	_ = g.sse.send(doneEvent{Done: true, Result: resultJSON(out)})
+}
+func (g gemmaStream) fail(code tasks.Code, message string) {
+	_ = g.sse.send(errorEvent{Error: errorDetail{Code: string(code), Message: message}, TaskID: g.taskID})
 }
 
 type deltaEvent struct {

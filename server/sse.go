@@ -6,6 +6,8 @@ import (
 	"net/http"
 
 	"github.com/labstack/echo/v4"
+
+	"switchyard/tasks"
 )
 
 // sseWriter writes GemmaNet's event stream: each event is one
@@ -47,5 +49,75 @@ func (s *sseWriter) send(v any) error {
 		return errClientGone
 	}
 	s.w.Flush()
+	return nil
+}
+
+// streamWriter is how one API writes a streaming task: GemmaNet's events on
+// /api/v1/request, OpenAI's chunks on /v1/chat/completions. streamTask is
+// the part they share.
+type streamWriter interface {
+	// begin starts the stream: a node has the task. An error means the
+	// client is gone.
+	begin() error
+	delta(d string) error
+	// fail ends a started stream with an error event.
+	fail(code tasks.Code, message string)
+	// done ends a stream that completed.
+	done(out tasks.Outcome)
+	// httpError is the plain error answer of a task that failed before the
+	// stream started ("no node" stays an HTTP status).
+	httpError(err error) error
+}
+
+// runTask runs req on one node, or split over several when it is long
+// enough and of a split type (see split.go in tasks). A split task does not
+// stream chunk by chunk: its hooks hear only that it was assigned.
+func (a *App) runTask(c echo.Context, req tasks.Request, h tasks.Hooks) (tasks.Outcome, error) {
+	if a.shouldSplit(req.TaskType, req.Content) {
+		return a.engine.RunSplit(c.Request().Context(), req, h)
+	}
+	return a.engine.Run(c.Request().Context(), req, h)
+}
+
+// streamTask runs a streaming task: the stream begins when a node has the
+// task, each delta follows, and it ends with done or an error event. A
+// handler that answered all at once (or a split task) sends its whole
+// result as one delta.
+func (a *App) streamTask(c echo.Context, req tasks.Request, sse *sseWriter, w streamWriter) error {
+	out, err := a.runTask(c, req, tasks.Hooks{
+		// A failed write here means the client is gone; the next delta's
+		// write fails too and cancels the task.
+		Assigned: func() { _ = w.begin() },
+		Chunk:    w.delta,
+	})
+	if err != nil {
+		if !sse.started {
+			return w.httpError(err)
+		}
+		if e := tasks.AsError(err); e.Code != tasks.CodeCanceled { // else nobody is listening
+			w.fail(e.Code, e.Message)
+		}
+		return nil
+	}
+	if !sse.started { // Assigned always comes first; this is a safety net
+		if err := w.begin(); err != nil {
+			return nil
+		}
+	}
+	if out.Status != tasks.StatusCompleted {
+		msg := out.Result
+		if msg == "" {
+			msg = "Task failed"
+		}
+		// GemmaNet's code for a failure in a stream, on both APIs.
+		w.fail(tasks.CodeTaskFailed, msg)
+		return nil
+	}
+	if !out.Streamed && out.Result != "" {
+		if err := w.delta(out.Result); err != nil {
+			return nil
+		}
+	}
+	w.done(out)
 	return nil
 }

@@ -29,15 +29,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // subscribed to a shared bus. Two of them on one bus.Memory are two
 // instances in one process.
 type instance struct {
-	id      string
-	tracker *tasks.Tracker
-	owner   *tasks.Owner
-	hub     *nodes.Hub
-	disp    *tasks.Dispatcher
-	watcher *tasks.Watcher
-	sub     bus.Subscription
-	wsURL   string
-	rec     *records
+	id    string
+	eng   *tasks.Engine
+	hub   *nodes.Hub
+	sub   bus.Subscription
+	wsURL string
+	rec   *records
 }
 
 type records struct {
@@ -61,24 +58,26 @@ func (keyAuth) AuthenticateNode(_ context.Context, key string) (nodes.Account, e
 	return nodes.Account{ID: "acct", Trust: "community"}, nil
 }
 
-// newInstance starts an instance on b. dir is where its dispatcher looks
-// for nodes; nil means its own hub.
-func newInstance(t *testing.T, id string, b bus.Bus, dir nodes.Directory, cfg tasks.DispatcherConfig) *instance {
+// newInstance starts an instance on b, built the way server.App builds
+// one. dir is where its dispatcher looks for nodes; nil means its own hub.
+func newInstance(t *testing.T, id string, b bus.Bus, dir tasks.Directory, cfg tasks.Config) *instance {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	m := tasks.NewMetrics(nil)
-	in := &instance{id: id, tracker: tasks.NewTracker(), rec: &records{}}
-	in.owner = tasks.NewOwner(ctx, tasks.OwnerConfig{Instance: id, Logger: log}, b, in.tracker.Deliver, m)
-	in.hub = nodes.NewHub(nodes.Config{Instance: id, Logger: log}, keyAuth{}, nodes.NewMemoryClaims(), in.owner)
-	in.owner.SetSessions(in.hub)
-	if dir == nil {
-		dir = in.hub
-	}
+	in := &instance{id: id, rec: &records{}}
 	cfg.Instance, cfg.Logger = id, log
-	in.disp = tasks.NewDispatcher(cfg, dir, func(string) nodes.Standing { return nodes.Standing{Score: 50} }, in.owner, b, in.tracker, in.rec, m)
-	in.watcher = tasks.NewWatcher(tasks.WatcherConfig{Instance: id, Interval: 20 * time.Millisecond, Logger: log}, b, in.tracker, in.owner, m)
-	sub, err := b.Subscribe(ctx, id, tasks.BusHandler(in.owner, in.tracker, m))
+	if cfg.WatchInterval == 0 {
+		cfg.WatchInterval = 20 * time.Millisecond
+	}
+	in.eng = tasks.New(cfg, tasks.Deps{Bus: b, Recorder: in.rec,
+		Nodes: func(ev nodes.Events) tasks.NodeSide {
+			in.hub = nodes.NewHub(nodes.Config{Instance: id, Logger: log}, keyAuth{}, nodes.NewMemoryClaims(), ev)
+			if dir == nil {
+				dir = in.hub
+			}
+			return tasks.NodeSide{Sessions: in.hub, Directory: dir}
+		}})
+	sub, err := b.Subscribe(ctx, id, in.eng.HandleEnvelope)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,23 +90,20 @@ func newInstance(t *testing.T, id string, b bus.Bus, dir nodes.Directory, cfg ta
 		_ = in.hub.Serve(ctx, c, r.RemoteAddr)
 	}))
 	in.wsURL = "ws" + strings.TrimPrefix(srv.URL, "http")
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); in.watcher.Run(ctx) }()
 	t.Cleanup(func() {
 		sctx, stop := context.WithTimeout(context.Background(), 5*time.Second)
 		defer stop()
 		_ = in.hub.Shutdown(sctx)
 		cancel()
 		srv.Close()
-		wg.Wait()
 		_ = in.sub.Close()
+		_ = in.eng.Close()
 	})
 	return in
 }
 
 // pair is a requester R whose dispatcher routes to the nodes of owner O.
-func pair(t *testing.T, cfg tasks.DispatcherConfig) (r, o *instance, b *bus.Memory) {
+func pair(t *testing.T, cfg tasks.Config) (r, o *instance, b *bus.Memory) {
 	b = bus.NewMemory()
 	t.Cleanup(func() { _ = b.Close() })
 	o = newInstance(t, "O", b, nil, cfg)
@@ -128,7 +124,7 @@ func run(t *testing.T, r *instance, ctx context.Context, req tasks.Request, h ta
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		out, err := r.disp.Run(ctx, req, h)
+		out, err := r.eng.Run(ctx, req, h)
 		ch <- outcome{out, err}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
@@ -146,7 +142,7 @@ func wait(t *testing.T, ch <-chan outcome) outcome {
 	return outcome{}
 }
 
-func code(err error) string {
+func code(err error) tasks.Code {
 	var e *tasks.Error
 	if errors.As(err, &e) {
 		return e.Code
@@ -157,7 +153,7 @@ func code(err error) string {
 // Requester and owner are separate components that talk through the bus:
 // a plain and a streaming task cross from R to O's node and back.
 func TestCrossInstancePlainAndStream(t *testing.T) {
-	r, o, _ := pair(t, tasks.DispatcherConfig{})
+	r, o, _ := pair(t, tasks.Config{})
 	n := nodetest.Connect(t, o.wsURL, nodetest.Reg("good", "w", "echo"))
 
 	ch := run(t, r, context.Background(), tasks.Request{TaskID: "t1", TaskType: "echo", Content: "hi", Params: []byte(`{"k":1}`)}, tasks.Hooks{})
@@ -181,8 +177,8 @@ func TestCrossInstancePlainAndStream(t *testing.T) {
 	if got := wait(t, ch); got.err != nil || strings.Join(deltas, "") != "abc" || !got.out.Streamed {
 		t.Fatalf("%+v deltas %v", got, deltas)
 	}
-	if r.tracker.Len() != 0 || o.owner.Len() != 0 {
-		t.Fatalf("entries outlive their tasks: tracker %d, forwarding %d", r.tracker.Len(), o.owner.Len())
+	if r.eng.Requesting() != 0 || o.eng.Forwarding() != 0 {
+		t.Fatalf("entries outlive their tasks: tracker %d, forwarding %d", r.eng.Requesting(), o.eng.Forwarding())
 	}
 	if len(r.rec.tasks) != 2 || r.rec.tasks[0].Owner != "O" || r.rec.tasks[0].Requester != "R" {
 		t.Fatalf("records %+v", r.rec.tasks)
@@ -194,7 +190,7 @@ func TestCrossInstancePlainAndStream(t *testing.T) {
 // nobody); a plain task through the watcher.
 func TestInvariant5RequesterGoneFreesTheNode(t *testing.T) {
 	t.Run("stream", func(t *testing.T) {
-		r, o, _ := pair(t, tasks.DispatcherConfig{})
+		r, o, _ := pair(t, tasks.Config{})
 		n := nodetest.Connect(t, o.wsURL, nodetest.Reg("good", "w", "echo"))
 		got := make(chan string, 16)
 		run(t, r, context.Background(), tasks.Request{TaskID: "s1", TaskType: "echo", Stream: true},
@@ -207,10 +203,10 @@ func TestInvariant5RequesterGoneFreesTheNode(t *testing.T) {
 		if m := n.Expect("task_cancel"); m.TaskID() != "s1" || m.Payload["reason"] != "requester gone" {
 			t.Fatalf("cancel %v", m.Payload)
 		}
-		waitUntil(t, func() bool { return o.owner.Len() == 0 })
+		waitUntil(t, func() bool { return o.eng.Forwarding() == 0 })
 	})
 	t.Run("plain", func(t *testing.T) {
-		r, o, _ := pair(t, tasks.DispatcherConfig{})
+		r, o, _ := pair(t, tasks.Config{})
 		n := nodetest.Connect(t, o.wsURL, nodetest.Reg("good", "w", "echo"))
 		run(t, r, context.Background(), tasks.Request{TaskID: "p1", TaskType: "echo"}, tasks.Hooks{})
 		n.Expect("task_assign")
@@ -220,14 +216,14 @@ func TestInvariant5RequesterGoneFreesTheNode(t *testing.T) {
 			t.Fatalf("cancel %v", m.Payload)
 		}
 		t.Logf("owner noticed the requester was gone after %s", time.Since(start))
-		waitUntil(t, func() bool { return o.owner.Len() == 0 })
+		waitUntil(t, func() bool { return o.eng.Forwarding() == 0 })
 	})
 }
 
 // Invariant 4: when the owner is gone, the requester fails its tasks with
 // node_disconnected at once, not at their deadline.
 func TestInvariant4OwnerGoneFailsTasksFast(t *testing.T) {
-	r, o, _ := pair(t, tasks.DispatcherConfig{TaskTimeout: time.Minute})
+	r, o, _ := pair(t, tasks.Config{TaskTimeout: time.Minute})
 	n := nodetest.Connect(t, o.wsURL, nodetest.Reg("good", "w", "echo"))
 	ch := run(t, r, context.Background(), tasks.Request{TaskID: "t", TaskType: "echo"}, tasks.Hooks{})
 	n.Expect("task_assign")
@@ -242,7 +238,7 @@ func TestInvariant4OwnerGoneFailsTasksFast(t *testing.T) {
 // Invariant 6 across instances: a client that goes away cancels the task
 // on the node, through the bus.
 func TestInvariant6CancelCrossesTheBus(t *testing.T) {
-	r, o, _ := pair(t, tasks.DispatcherConfig{})
+	r, o, _ := pair(t, tasks.Config{})
 	n := nodetest.Connect(t, o.wsURL, map[string]any{"api_key": "good", "name": "w", "capabilities": []string{"echo"}, "max_concurrency": 1})
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := run(t, r, ctx, tasks.Request{TaskID: "c1", TaskType: "echo"}, tasks.Hooks{})
@@ -265,7 +261,7 @@ func TestInvariant6CancelCrossesTheBus(t *testing.T) {
 // Invariant 7 across instances: the owner refuses an assign beyond the
 // node's max_concurrency; the requester waits for the slot and retries.
 func TestInvariant7OwnerRefusesOverCommit(t *testing.T) {
-	r, o, _ := pair(t, tasks.DispatcherConfig{})
+	r, o, _ := pair(t, tasks.Config{})
 	n := nodetest.Connect(t, o.wsURL, map[string]any{"api_key": "good", "name": "w", "capabilities": []string{"echo"}, "max_concurrency": 1})
 	first := run(t, r, context.Background(), tasks.Request{TaskID: "a", TaskType: "echo"}, tasks.Hooks{})
 	n.Expect("task_assign")

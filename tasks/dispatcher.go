@@ -27,11 +27,11 @@ type Request struct {
 }
 
 // Outcome is a task that reached its node and came back with a result. A
-// handler failure is an Outcome with Status "failed", not an error.
+// handler failure is an Outcome with Status StatusFailed, not an error.
 type Outcome struct {
 	TaskID       string
 	NodeID       string
-	Status       string // "completed" or "failed"
+	Status       Status // StatusCompleted or StatusFailed
 	Result       string
 	ProcessingMs int64
 	Usage        *store.Usage
@@ -48,83 +48,25 @@ type Hooks struct {
 	Chunk func(delta string) error
 }
 
-// Recorder keeps what is known of finished tasks (the store's batch writer
-// and the reputation cache). It must not block.
-type Recorder interface {
-	RecordTask(rec store.TaskRecord)
-	RecordOutcome(o store.Outcome)
-}
-
-// DispatcherConfig configures a Dispatcher. Zero values take the defaults shown.
-type DispatcherConfig struct {
-	Instance    string        // this instance's id (required)
-	MaxAttempts int           // default 3: nodes tried before "no node"
-	TaskTimeout time.Duration // default 60s: a plain task's deadline; a stream's limit between chunks
-	StreamMax   time.Duration // default 600s: a stream's total limit
-	// QueueTimeout (default 10s) is how long a request waits for a free
-	// slot when every capable node is full, before it fails with nodes_busy.
-	QueueTimeout time.Duration
-	// ClusterHealthy, if set, reports whether the rest of the cluster is
-	// reachable (Redis is up). When it is not, a task no local node can run
-	// fails with 503 unavailable rather than 404.
-	ClusterHealthy func() bool
-	Logger         *slog.Logger // default slog.Default()
-}
-
-func (c DispatcherConfig) withDefaults() DispatcherConfig {
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 3
-	}
-	if c.TaskTimeout == 0 {
-		c.TaskTimeout = 60 * time.Second
-	}
-	if c.StreamMax == 0 {
-		c.StreamMax = 600 * time.Second
-	}
-	if c.QueueTimeout == 0 {
-		c.QueueTimeout = 10 * time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	return c
-}
-
-// Dispatcher is the requester side: it runs a task from node selection to
+// dispatcher is the requester side: it runs a task from node selection to
 // outcome, retrying on another node while the task has not been handed
 // over, and records every task it finishes exactly once.
-type Dispatcher struct {
-	cfg      DispatcherConfig
-	dir      nodes.Directory
-	standing func(string) nodes.Standing
-	owner    *Owner  // this instance's owner side: the fast path
-	bus      bus.Bus // the way to every other owner
+type dispatcher struct {
+	cfg      Config
+	dir      Directory
+	standing func(string) nodes.Standing // Standings.Standing, bound once: no allocation per pick
+	health   Health                      // nil: the cluster is always reachable
+	owner    *owner                      // this instance's owner side: the fast path
+	bus      Bus                         // the way to every other owner
 	tracker  *Tracker
 	rec      Recorder
 	metrics  *Metrics
 	log      *slog.Logger
 }
 
-// NewDispatcher wires a dispatcher.
-func NewDispatcher(cfg DispatcherConfig, dir nodes.Directory, standing func(string) nodes.Standing,
-	owner *Owner, b bus.Bus, tracker *Tracker, rec Recorder, m *Metrics) *Dispatcher {
-	cfg = cfg.withDefaults()
-	return &Dispatcher{
-		cfg: cfg, dir: dir, standing: standing, owner: owner, bus: b,
-		tracker: tracker, rec: rec, metrics: m, log: cfg.Logger,
-	}
-}
-
-// Run runs one task to its end. ctx is the client's: when it ends first
-// (the client went away) the task is cancelled on its node. The error, if
-// any, is a *Error whose Status is the HTTP answer.
-func (d *Dispatcher) Run(ctx context.Context, req Request, h Hooks) (Outcome, error) {
-	return d.run(ctx, req, h, nil, nil)
-}
-
 // run is Run with two more hooks for RunSplit: onNode hears which node got
 // the task, and inspect sees the finished run.
-func (d *Dispatcher) run(ctx context.Context, req Request, h Hooks, onNode func(string), inspect func(*run)) (Outcome, error) {
+func (d *dispatcher) run(ctx context.Context, req Request, h Hooks, onNode func(string), inspect func(*run)) (Outcome, error) {
 	start := time.Now()
 	p := d.tracker.add(&req, start)
 	defer d.tracker.remove(p)
@@ -139,7 +81,7 @@ func (d *Dispatcher) run(ctx context.Context, req Request, h Hooks, onNode func(
 
 // run is the state of one Run.
 type run struct {
-	d        *Dispatcher
+	d        *dispatcher
 	p        *pending
 	req      *Request
 	hooks    Hooks
@@ -160,12 +102,11 @@ type run struct {
 // elsewhere a moment ago may not be in this instance's view yet
 // (invariant 11). It reports whether to pick again.
 func (r *run) lookAgain(ctx context.Context) bool {
-	rf, ok := r.d.dir.(interface{ Refresh(context.Context) error })
-	if !ok || r.looked {
+	if r.looked {
 		return false
 	}
 	r.looked = true
-	return rf.Refresh(ctx) == nil
+	return r.d.dir.Refresh(ctx) == nil
 }
 
 func (r *run) dispatch(ctx context.Context) (Outcome, error) {
@@ -233,11 +174,11 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 		}
 		return out, err
 	}
-	if h := d.cfg.ClusterHealthy; h != nil && !h() {
+	if d.health != nil && !d.health.Healthy() {
 		return Outcome{}, &Error{Code: CodeUnavailable,
 			Message: "no node on this instance can run this task type, and the rest of the cluster is unreachable (Redis is down)"}
 	}
-	if hd, ok := d.dir.(interface{ Hidden(capability string) bool }); r.sawGone || ok && hd.Hidden(r.req.TaskType) {
+	if r.sawGone || d.dir.Hidden(r.req.TaskType) {
 		// The nodes exist, on an instance that is gone or out of reach for
 		// now; they reconnect elsewhere within seconds.
 		return Outcome{}, &Error{Code: CodeUnavailable,
@@ -263,19 +204,17 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 //     not spend its attempts on them one by one).
 func (r *run) refused(c nodes.Candidate, err error, tried *[]string, queueDeadline *time.Time) error {
 	d := r.d
-	switch {
-	case isFull(err):
+	switch refusalOf(err) {
+	case refusedFull:
 		*tried, r.attempts = (*tried)[:len(*tried)-1], r.attempts-1
-		if m, ok := d.dir.(interface{ MarkFull(nodeID string) }); ok {
-			m.MarkFull(c.NodeID)
-		}
+		d.dir.MarkFull(c.NodeID)
 		if queueDeadline.IsZero() {
 			*queueDeadline = time.Now().Add(d.cfg.QueueTimeout)
 		}
 		if time.Now().After(*queueDeadline) {
 			return &Error{Code: CodeBusy, Message: "every node that can run this task type is busy; retry later"}
 		}
-	case isGone(err):
+	case refusedGone:
 		r.sawGone = true
 		d.ownerGone(c.Owner)
 	}
@@ -283,9 +222,9 @@ func (r *run) refused(c nodes.Candidate, err error, tried *[]string, queueDeadli
 }
 
 // ownerGone tells the directory that an instance cannot take tasks.
-func (d *Dispatcher) ownerGone(instance string) {
-	if m, ok := d.dir.(interface{ MarkGone(instance string) }); ok && instance != d.cfg.Instance {
-		m.MarkGone(instance)
+func (d *dispatcher) ownerGone(instance string) {
+	if instance != d.cfg.Instance {
+		d.dir.MarkGone(instance)
 	}
 }
 
@@ -325,8 +264,8 @@ func (r *run) waitForSlot(ctx context.Context, changed <-chan struct{}, deadline
 }
 
 // send hands the assign to the node's owner: directly when it is this
-// instance, else over the bus. A refusal is a *Error with code refused.
-func (d *Dispatcher) send(ctx context.Context, c nodes.Candidate, req *Request, p *pending) error {
+// instance, else over the bus. A refusal is a *refusal.
+func (d *dispatcher) send(ctx context.Context, c nodes.Candidate, req *Request, p *pending) error {
 	e := &bus.Envelope{
 		Kind: bus.KindAssign, From: d.cfg.Instance, ReplyTo: d.cfg.Instance,
 		TaskID: req.TaskID, NodeID: c.NodeID, Gen: c.Gen,
@@ -334,7 +273,7 @@ func (d *Dispatcher) send(ctx context.Context, c nodes.Candidate, req *Request, 
 		Deadline: p.created.Add(d.deadline(req)).UnixMilli(),
 	}
 	if c.Owner == d.cfg.Instance {
-		return d.owner.Assign(e)
+		return d.owner.assign(e)
 	}
 	d.metrics.hops.WithLabelValues(e.Kind.String()).Inc()
 	n, err := d.bus.Publish(ctx, c.Owner, e)
@@ -342,16 +281,14 @@ func (d *Dispatcher) send(ctx context.Context, c nodes.Candidate, req *Request, 
 	case err != nil:
 		return &Error{Code: CodeUnavailable, Message: "cannot reach the instance that holds the node: " + err.Error()}
 	case n == 0:
-		return &Error{Code: codeGone, Message: "the node's instance is gone"}
+		return &refusal{refusedGone, "the node's instance is gone"}
 	}
-	if t, ok := d.dir.(interface{ Assigned(nodeID string) }); ok {
-		t.Assigned(c.NodeID)
-	}
+	d.dir.Assigned(c.NodeID)
 	return nil
 }
 
 // deadline is the longest the owner keeps a task.
-func (d *Dispatcher) deadline(req *Request) time.Duration {
+func (d *dispatcher) deadline(req *Request) time.Duration {
 	if req.Stream {
 		return d.cfg.StreamMax
 	}
@@ -372,7 +309,11 @@ func (r *run) await(ctx context.Context) (Outcome, error) {
 			r.cancel("deadline passed")
 			return Outcome{}, &Error{Code: CodeTimeout, Message: "the task timed out"}
 		case <-ctx.Done():
-			r.cancel("client gone")
+			reason := "client gone"
+			if r.req.subtask && context.Cause(ctx) != ctx.Err() {
+				reason = "split part failed" // runSplit's errgroup ended the siblings
+			}
+			r.cancel(reason)
 			return Outcome{}, &Error{Code: CodeCanceled, Message: "the client went away"}
 		}
 		batch = r.p.take(batch)
@@ -404,17 +345,20 @@ func (r *run) await(ctx context.Context) (Outcome, error) {
 
 func (r *run) result(res *bus.Result) (Outcome, error) {
 	if res.Code != "" {
-		return Outcome{}, &Error{Code: res.Code, Message: res.Message}
+		if rf := asRefusal(res.Code, res.Message); rf != nil {
+			return Outcome{}, rf
+		}
+		return Outcome{}, &Error{Code: Code(res.Code), Message: res.Message}
 	}
 	if r.req.Stream && res.Chunks != r.lastSeq {
 		return Outcome{}, &Error{Code: CodeNodeDisconnected, Message: fmt.Sprintf("the stream lost chunks (%d sent, %d arrived)", res.Chunks, r.lastSeq)}
 	}
 	out := Outcome{
-		TaskID: r.req.TaskID, NodeID: r.nodeID, Status: "failed", Result: res.Text,
+		TaskID: r.req.TaskID, NodeID: r.nodeID, Status: StatusFailed, Result: res.Text,
 		ProcessingMs: res.ProcessingMs, Streamed: r.streamed,
 	}
-	if res.Status == store.StatusCompleted {
-		out.Status = store.StatusCompleted
+	if res.Status == string(StatusCompleted) {
+		out.Status = StatusCompleted
 	}
 	if out.ProcessingMs < 0 {
 		out.ProcessingMs = time.Since(r.assigned).Milliseconds()
@@ -434,7 +378,7 @@ func (r *run) cancel(reason string) {
 	e := &bus.Envelope{Kind: bus.KindCancel, From: r.d.cfg.Instance, ReplyTo: r.d.cfg.Instance,
 		TaskID: r.req.TaskID, NodeID: nodeID, Gen: gen, Reason: reason}
 	if owner == r.d.cfg.Instance {
-		r.d.owner.Cancel(e)
+		r.d.owner.cancel(e)
 		return
 	}
 	r.d.metrics.hops.WithLabelValues(e.Kind.String()).Inc()
@@ -446,43 +390,20 @@ func (r *run) cancel(reason string) {
 	}
 }
 
-// finish records the task once, and the node's part in its reputation.
-func (d *Dispatcher) finish(r *run, out Outcome, err error) {
+// finish records the task once (a split task's part: only the node's part
+// in its reputation), and logs a failure worth an operator's look.
+func (d *dispatcher) finish(r *run, out Outcome, err error) {
 	now := time.Now()
-	rec := store.TaskRecord{
-		ID: r.req.TaskID, AccountID: r.req.AccountID, TaskType: r.req.TaskType, Stream: r.req.Stream,
-		Requester: d.cfg.Instance, Owner: r.owner, Attempts: r.attempts,
-		CreatedAt: r.start.UTC(), FinishedAt: now.UTC(), ContentBytes: int64(len(r.req.Content)),
-	}
-	if !r.assigned.IsZero() {
-		rec.AssignedAt = r.assigned.UTC()
-	}
-	if r.nodeID != "" {
-		rec.NodeIDs = []string{r.nodeID}
-	}
-	outcome := out.Status
-	mode := "plain"
-	if r.req.Stream {
-		mode = "stream"
-	}
 	var nodeOutcome *store.Outcome
 	if err == nil {
-		rec.Status, rec.ProcessingMs, rec.ResultBytes = out.Status, out.ProcessingMs, int64(len(out.Result))
-		if out.Usage != nil {
-			rec.Usage = *out.Usage
-		}
-		nodeOutcome = &store.Outcome{NodeID: r.nodeID, Success: out.Status == store.StatusCompleted,
+		nodeOutcome = &store.Outcome{NodeID: r.nodeID, Success: out.Status == StatusCompleted,
 			ElapsedMs: now.Sub(r.assigned).Milliseconds(), At: now}
 		if !r.req.Stream && out.ProcessingMs >= 0 {
 			d.metrics.overhead.Observe(max(now.Sub(r.start).Seconds()-float64(out.ProcessingMs)/1000, 0))
 		}
 	} else {
 		e := AsError(err)
-		outcome = e.Code
-		rec.Status, rec.ErrorCode = store.StatusError, e.Code
 		switch e.Code {
-		case CodeCanceled:
-			rec.Status = store.StatusCanceled
 		case CodeTimeout:
 			// GemmaNet counts a timeout as a failure of the full timeout.
 			nodeOutcome = &store.Outcome{NodeID: r.nodeID, ElapsedMs: d.cfg.TaskTimeout.Milliseconds(), At: now}
@@ -496,9 +417,15 @@ func (d *Dispatcher) finish(r *run, out Outcome, err error) {
 	// A split task's parts count in their nodes' reputation, but the task is
 	// one request: RunSplit records and counts it once.
 	if !r.req.subtask {
-		d.metrics.outcomes.WithLabelValues(outcome).Inc()
-		d.metrics.latency.WithLabelValues(mode).Observe(now.Sub(r.start).Seconds())
-		d.rec.RecordTask(rec)
+		rec := d.newRecord(r.req, r.start)
+		rec.Owner, rec.Attempts = r.owner, r.attempts
+		if !r.assigned.IsZero() {
+			rec.AssignedAt = r.assigned.UTC()
+		}
+		if r.nodeID != "" {
+			rec.NodeIDs = []string{r.nodeID}
+		}
+		d.record(&rec, r.start, now, out, err)
 	}
 	if nodeOutcome != nil && nodeOutcome.NodeID != "" {
 		d.rec.RecordOutcome(*nodeOutcome)

@@ -3,31 +3,44 @@ package tasks
 import (
 	"errors"
 	"net/http"
+
+	"switchyard/store"
 )
 
-// Error codes of a task that did not end with a node's result. They are the
-// `code` of the error body and of an SSE error event.
+// Code is a public error code of a task that did not end with a node's
+// result: the `code` of the error body and of an SSE error event.
+type Code string
+
+// The public codes. Each maps to one HTTP status in Error.Status.
 const (
-	CodeNoNode           = "no_node_available" // no node online can take the task type
-	CodeBusy             = "nodes_busy"        // nodes can take it, but every one stayed full for the queue timeout
-	CodeNodeDisconnected = "node_disconnected" // the node (or its instance) went away mid-task
-	CodeResultTooLarge   = "result_too_large"  // the node's output went over the result cap
-	CodeTimeout          = "timeout"           // no result (or, streaming, no chunk) in time
-	CodeTaskFailed       = "task_failed"       // streaming only: the node reported a failure
-	CodeCanceled         = "canceled"          // the client went away; nobody sees this one
-	CodeUnavailable      = "unavailable"       // the instance cannot reach the bus or is draining
-	codeRefused          = "refused"           // owner side: not handed to the node; try another
-	codeFull             = "full"              // owner side: not handed over, the node had no free slot; wait and retry
-	codeGone             = "owner_gone"        // not handed over: the owner instance is gone or draining
+	CodeNoNode           Code = "no_node_available" // no node online can take the task type
+	CodeBusy             Code = "nodes_busy"        // nodes can take it, but every one stayed full for the queue timeout
+	CodeNodeDisconnected Code = "node_disconnected" // the node (or its instance) went away mid-task
+	CodeResultTooLarge   Code = "result_too_large"  // the node's output went over the result cap
+	CodeTimeout          Code = "timeout"           // no result (or, streaming, no chunk) in time
+	CodeTaskFailed       Code = "task_failed"       // streaming only: the node reported a failure
+	CodeCanceled         Code = "canceled"          // the client went away; nobody sees this one
+	CodeUnavailable      Code = "unavailable"       // the instance cannot reach the bus or is draining
+	CodeInternal         Code = "internal"          // a bug: an error that is not a task failure
+)
+
+// Status is the outcome of a task that reached its node and came back with
+// a result: store.StatusCompleted or store.StatusFailed.
+type Status string
+
+// The two statuses of an Outcome, spelled as the store spells them.
+const (
+	StatusCompleted Status = store.StatusCompleted
+	StatusFailed    Status = store.StatusFailed
 )
 
 // Error is a task failure with a code that maps to one HTTP status.
 type Error struct {
-	Code    string
+	Code    Code
 	Message string
 }
 
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
 
 // Status is the HTTP status of the error on /api/v1/request. The OpenAI
 // routes answer CodeNoNode with 503 instead (GemmaNet does).
@@ -53,22 +66,49 @@ func AsError(err error) *Error {
 	if errors.As(err, &e) {
 		return e
 	}
-	return &Error{Code: "internal", Message: err.Error()}
+	return &Error{Code: CodeInternal, Message: err.Error()}
 }
 
-func refused(msg string) *Error { return &Error{Code: codeRefused, Message: msg} }
+// refusalKind says why an owner did not hand a task to its node. It is an
+// internal signal between requester and owner, never a public code: the
+// requester retries on another node. Its values travel in a bus result's
+// code field, so they are part of the envelope protocol between instances.
+type refusalKind string
+
+const (
+	refusedNotHere refusalKind = "refused"    // not handed to the node; try another
+	refusedFull    refusalKind = "full"       // the node had no free slot; wait and retry
+	refusedGone    refusalKind = "owner_gone" // the owner instance is gone or draining
+)
+
+// refusal is an owner's refusal of an assign. It is not an *Error, so
+// AsError never turns one into an answer by mistake: the dispatcher
+// consumes every refusal.
+type refusal struct {
+	kind refusalKind
+	msg  string
+}
+
+func (r *refusal) Error() string { return string(r.kind) + ": " + r.msg }
+
+// asRefusal decodes a bus result's code: a refusal, or nil for a public code.
+func asRefusal(code, msg string) *refusal {
+	switch k := refusalKind(code); k {
+	case refusedNotHere, refusedFull, refusedGone:
+		return &refusal{kind: k, msg: msg}
+	}
+	return nil
+}
 
 func isRefused(err error) bool {
-	var e *Error
-	return errors.As(err, &e) && (e.Code == codeRefused || e.Code == codeFull || e.Code == codeGone)
+	var r *refusal
+	return errors.As(err, &r)
 }
 
-func isGone(err error) bool {
-	var e *Error
-	return errors.As(err, &e) && e.Code == codeGone
-}
-
-func isFull(err error) bool {
-	var e *Error
-	return errors.As(err, &e) && e.Code == codeFull
+func refusalOf(err error) refusalKind {
+	var r *refusal
+	if errors.As(err, &r) {
+		return r.kind
+	}
+	return ""
 }

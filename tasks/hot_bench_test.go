@@ -12,7 +12,7 @@ import (
 // BenchmarkTracker is one task's life on the requester side: add, deliver
 // its result from the owner, take it, remove.
 func BenchmarkTracker(b *testing.B) {
-	t := NewTracker()
+	t := newTracker()
 	env := &bus.Envelope{Kind: bus.KindResult, From: "o", NodeID: "n", Gen: 1, Result: &bus.Result{Status: "completed"}}
 	var buf []*bus.Envelope
 	b.ReportAllocs()
@@ -23,7 +23,7 @@ func BenchmarkTracker(b *testing.B) {
 		p.retarget("o", "n", 1, 1)
 		e := *env
 		e.TaskID = req.TaskID
-		if !t.Deliver(&e) {
+		if !t.deliver(&e) {
 			b.Fatal("not delivered")
 		}
 		buf = p.take(buf)
@@ -35,7 +35,7 @@ func BenchmarkTracker(b *testing.B) {
 // BenchmarkTrackerParallel is the same from every core at once, as the bus
 // loop and the HTTP handlers would.
 func BenchmarkTrackerParallel(b *testing.B) {
-	t := NewTracker()
+	t := newTracker()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		var buf []*bus.Envelope
@@ -45,7 +45,7 @@ func BenchmarkTrackerParallel(b *testing.B) {
 			req := Request{TaskID: id + "-" + strconv.Itoa(i)}
 			p := t.add(&req, time.Time{})
 			p.retarget("o", "n", 1, 1)
-			t.Deliver(&bus.Envelope{Kind: bus.KindResult, From: "o", TaskID: req.TaskID, NodeID: "n", Gen: 1, Result: &bus.Result{}})
+			t.deliver(&bus.Envelope{Kind: bus.KindResult, From: "o", TaskID: req.TaskID, NodeID: "n", Gen: 1, Result: &bus.Result{}})
 			buf = p.take(buf)
 			t.remove(p)
 			i++

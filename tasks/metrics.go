@@ -4,15 +4,15 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // Metrics are the task counters an operator graphs. One set per instance.
 type Metrics struct {
-	outcomes  *prometheus.CounterVec
-	latency   *prometheus.HistogramVec
-	overhead  prometheus.Histogram
-	refusals  *prometheus.CounterVec
-	dropped   *prometheus.CounterVec
-	cancels   *prometheus.CounterVec
-	hops      *prometheus.CounterVec
-	replaced  prometheus.Counter
-	ownerDied prometheus.Counter
+	outcomes   *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+	overhead   prometheus.Histogram
+	refusals   *prometheus.CounterVec
+	dropped    *prometheus.CounterVec
+	cancels    *prometheus.CounterVec
+	hops       *prometheus.CounterVec
+	ownerDied  prometheus.Counter
+	outDropped *prometheus.CounterVec
 }
 
 // NewMetrics creates the task metrics and registers them with reg (nil: not registered).
@@ -48,17 +48,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "switchyard", Subsystem: "tasks", Name: "cross_instance_envelopes_total",
 			Help: "Envelopes this instance published to another instance, by kind.",
 		}, []string{"kind"}),
-		replaced: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "switchyard", Subsystem: "tasks", Name: "replace_closes_total",
-			Help: "Local node sockets closed because another instance has a newer connection of the node.",
-		}),
 		ownerDied: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "switchyard", Subsystem: "tasks", Name: "owner_died_total",
 			Help: "Tasks failed because the instance holding their node stopped answering.",
 		}),
+		outDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "tasks", Name: "outbound_dropped_total",
+			Help: "Replies the bus handler queued for publishing that were lost, by reason: queue_full or publish_failed.",
+		}, []string{"reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.outcomes, m.latency, m.overhead, m.refusals, m.dropped, m.cancels, m.hops, m.replaced, m.ownerDied)
+		reg.MustRegister(m.outcomes, m.latency, m.overhead, m.refusals, m.dropped, m.cancels, m.hops, m.ownerDied, m.outDropped)
 	}
 	return m
 }

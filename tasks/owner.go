@@ -14,72 +14,48 @@ import (
 // Sessions finds this instance's session of a node (the nodes.Hub).
 type Sessions interface {
 	Session(nodeID string) *nodes.Session
-	CloseReplaced(nodeID string, gen uint64) bool
 }
 
-// OwnerConfig configures an Owner. Zero values take the defaults shown.
-type OwnerConfig struct {
-	Instance       string       // this instance's id (required)
-	ResultMaxBytes int64        // default 1 MiB: over all chunks together, and for the final result
-	Logger         *slog.Logger // default slog.Default()
+// owner is the owner side of the tasks whose nodes are connected here.
+type owner struct {
+	instance  string
+	resultMax int64
+	ctx       context.Context // bounds bus publishes; ends at the engine's Close
+	sessions  Sessions
+	bus       Bus
+	local     func(*bus.Envelope) bool // this instance's requester side (Tracker.deliver)
+	out       *outbound
+	fwd       *forwardTable
+	metrics   *Metrics
+	log       *slog.Logger
+	draining  atomic.Bool
 }
 
-// Owner is the owner side of the tasks whose nodes are connected here. It
-// implements nodes.Events for every session.
-type Owner struct {
-	cfg      OwnerConfig
-	ctx      context.Context // bounds bus publishes; the server's root context
-	sessions Sessions
-	bus      bus.Bus
-	local    func(*bus.Envelope) bool // this instance's requester side (Tracker.Deliver)
-	fwd      *forwardTable
-	metrics  *Metrics
-	log      *slog.Logger
-	draining atomic.Bool
-}
-
-// SetDraining makes the owner refuse new assigns (the instance is
-// draining; requesters retry on another node). Tasks already here finish.
-func (o *Owner) SetDraining() { o.draining.Store(true) }
-
-var _ nodes.Events = (*Owner)(nil)
-
-// NewOwner returns an owner. local delivers replies to requests that landed
-// on this instance without touching the bus.
-func NewOwner(ctx context.Context, cfg OwnerConfig, b bus.Bus, local func(*bus.Envelope) bool, m *Metrics) *Owner {
-	if cfg.ResultMaxBytes == 0 {
-		cfg.ResultMaxBytes = 1 << 20
+func newOwner(ctx context.Context, cfg Config, b Bus, local func(*bus.Envelope) bool, out *outbound, m *Metrics) *owner {
+	return &owner{
+		instance: cfg.Instance, resultMax: cfg.ResultMaxBytes, ctx: ctx,
+		bus: b, local: local, out: out, fwd: newForwardTable(), metrics: m, log: cfg.Logger,
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	return &Owner{cfg: cfg, ctx: ctx, bus: b, local: local, fwd: newForwardTable(), metrics: m, log: cfg.Logger}
 }
 
-// SetSessions wires the hub in (the hub needs the owner first, as its Events).
-func (o *Owner) SetSessions(s Sessions) { o.sessions = s }
-
-// Len is the number of tasks this instance's nodes hold now.
-func (o *Owner) Len() int { return o.fwd.len() }
-
-// Assign admits a task for one of this instance's nodes, or refuses it
-// (with a *Error of code refused) when the node is not connected here at
-// that generation or has no free slot (DESIGN §5, invariant 7). Once it
-// returns nil, the requester hears from this owner exactly once more: a
-// result or node_gone.
-func (o *Owner) Assign(e *bus.Envelope) error {
+// assign admits a task for one of this instance's nodes, or refuses it
+// (with a *refusal) when the node is not connected here at that generation
+// or has no free slot (DESIGN §5, invariant 7). Once it returns nil, the
+// requester hears from this owner exactly once more: a result or
+// node_gone. It never blocks: it runs on the bus's receive loop too.
+func (o *owner) assign(e *bus.Envelope) error {
 	if o.draining.Load() {
 		o.metrics.refusals.WithLabelValues("draining").Inc()
-		return &Error{Code: codeGone, Message: "the instance holding the node is draining"}
+		return &refusal{refusedGone, "the instance holding the node is draining"}
 	}
 	s := o.sessions.Session(e.NodeID)
 	if s == nil || (e.Gen != 0 && s.Gen != e.Gen) {
 		o.metrics.refusals.WithLabelValues("not_connected").Inc()
-		return refused("the node is not connected to this instance")
+		return &refusal{refusedNotHere, "the node is not connected to this instance"}
 	}
 	if !s.TryAcquire() {
 		o.metrics.refusals.WithLabelValues("no_free_slot").Inc()
-		return &Error{Code: codeFull, Message: "the node has no free slot"}
+		return &refusal{refusedFull, "the node has no free slot"}
 	}
 	ent := &fwdEntry{
 		taskID: e.TaskID, nodeID: e.NodeID, replyTo: e.ReplyTo, sess: s, gen: s.Gen,
@@ -88,7 +64,7 @@ func (o *Owner) Assign(e *bus.Envelope) error {
 	if !o.fwd.add(ent) {
 		s.Release()
 		o.metrics.refusals.WithLabelValues("duplicate").Inc()
-		return refused("the task is already assigned here")
+		return &refusal{refusedNotHere, "the task is already assigned here"}
 	}
 	params := e.Params
 	if len(params) == 0 {
@@ -102,17 +78,17 @@ func (o *Owner) Assign(e *bus.Envelope) error {
 	case refuse:
 		s.Release()
 		o.metrics.refusals.WithLabelValues("send_failed").Inc()
-		return refused("the node's connection is closing")
+		return &refusal{refusedNotHere, "the node's connection is closing"}
 	case gone:
 		s.Release()
-		o.reply(ent, &bus.Envelope{Kind: bus.KindNodeGone, Reason: "node disconnected"})
+		o.post(ent, &bus.Envelope{Kind: bus.KindNodeGone, Reason: "node disconnected"})
 	}
 	return nil
 }
 
-// Cancel stops a task at the requester's word: the node is told, and its
+// cancel stops a task at the requester's word: the node is told, and its
 // slot is free again (DESIGN §5, invariant 6).
-func (o *Owner) Cancel(e *bus.Envelope) {
+func (o *owner) cancel(e *bus.Envelope) {
 	ent := o.fwd.take(e.TaskID, nil)
 	if ent == nil {
 		return
@@ -120,22 +96,21 @@ func (o *Owner) Cancel(e *bus.Envelope) {
 	o.cancelOnNode(ent, e.Reason)
 }
 
-func (o *Owner) cancelOnNode(ent *fwdEntry, reason string) {
+func (o *owner) cancelOnNode(ent *fwdEntry, reason string) {
 	ent.sess.Release()
 	ent.sess.Send(nodes.Encode(nodes.MsgTaskCancel, nodes.CancelPayload{TaskID: ent.taskID, Reason: reason}))
 	o.metrics.cancels.WithLabelValues(reason).Inc()
 }
 
-// Chunk implements nodes.Events.
-func (o *Owner) Chunk(s *nodes.Session, c nodes.ChunkPayload) {
-	ent, res := o.fwd.chunk(c.TaskID, s, len(c.Delta), o.cfg.ResultMaxBytes)
+func (o *owner) chunk(s *nodes.Session, c nodes.ChunkPayload) {
+	ent, res := o.fwd.chunk(c.TaskID, s, len(c.Delta), o.resultMax)
 	switch res {
 	case chunkDrop:
 		o.metrics.dropped.WithLabelValues("chunk").Inc()
 	case chunkTooLarge:
-		o.cancelOnNode(&ent, CodeResultTooLarge)
+		o.cancelOnNode(&ent, string(CodeResultTooLarge))
 		o.reply(&ent, &bus.Envelope{Kind: bus.KindResult, Result: &bus.Result{
-			Code: CodeResultTooLarge, Message: o.tooLarge(),
+			Code: string(CodeResultTooLarge), Message: o.tooLarge(),
 		}})
 	case chunkForward:
 		if !ent.stream {
@@ -151,8 +126,7 @@ func (o *Owner) Chunk(s *nodes.Session, c nodes.ChunkPayload) {
 	}
 }
 
-// Result implements nodes.Events.
-func (o *Owner) Result(s *nodes.Session, r nodes.ResultPayload) {
+func (o *owner) result(s *nodes.Session, r nodes.ResultPayload) {
 	ent := o.fwd.take(r.TaskID, s)
 	if ent == nil {
 		o.metrics.dropped.WithLabelValues("result").Inc()
@@ -163,39 +137,43 @@ func (o *Owner) Result(s *nodes.Session, r nodes.ResultPayload) {
 		Status: r.Status, Text: r.Result, ProcessingMs: r.ProcessingMs, Chunks: ent.seq,
 		HasUsage: r.HasUsage, PromptTokens: r.PromptTokens, OutputTokens: r.OutputTokens,
 	}
-	if int64(len(r.Result)) > o.cfg.ResultMaxBytes {
-		res = &bus.Result{Code: CodeResultTooLarge, Message: o.tooLarge()}
+	if int64(len(r.Result)) > o.resultMax {
+		res = &bus.Result{Code: string(CodeResultTooLarge), Message: o.tooLarge()}
 	}
 	o.reply(ent, &bus.Envelope{Kind: bus.KindResult, Result: res})
 }
 
-// BadResult implements nodes.Events: an unreadable task_result fails its
-// task now, as a handler failure, rather than leaving the client to time out.
-func (o *Owner) BadResult(s *nodes.Session, taskID string, err error) {
+func (o *owner) badResult(s *nodes.Session, taskID string, err error) {
 	ent := o.fwd.take(taskID, s)
 	if ent == nil {
 		return
 	}
 	s.Release()
 	o.reply(ent, &bus.Envelope{Kind: bus.KindResult, Result: &bus.Result{
-		Status: "failed", Text: "the node sent an invalid task_result: " + err.Error(), Chunks: ent.seq,
+		Status: string(StatusFailed), Text: "the node sent an invalid task_result: " + err.Error(), Chunks: ent.seq,
 		ProcessingMs: -1,
 	}})
 }
 
-// Closed implements nodes.Events: every task the node held fails now.
-func (o *Owner) Closed(s *nodes.Session) {
+func (o *owner) closed(s *nodes.Session) {
 	for _, ent := range o.fwd.takeSession(s) {
 		s.Release()
 		o.reply(ent, &bus.Envelope{Kind: bus.KindNodeGone, Reason: "node disconnected"})
 	}
 }
 
+// address fills in who the envelope is from and which task it is about.
+func (o *owner) address(ent *fwdEntry, e *bus.Envelope) {
+	e.From, e.TaskID, e.NodeID, e.Gen = o.instance, ent.taskID, ent.nodeID, ent.gen
+}
+
 // reply sends an envelope about ent's task to its requester and returns how
-// many received it (-1: unknown, the bus failed).
-func (o *Owner) reply(ent *fwdEntry, e *bus.Envelope) int {
-	e.From, e.TaskID, e.NodeID, e.Gen = o.cfg.Instance, ent.taskID, ent.nodeID, ent.gen
-	if ent.replyTo == o.cfg.Instance {
+// many received it (-1: unknown, the bus failed). It publishes in the
+// caller's goroutine (a node session's reader or writer), because a chunk
+// needs the answer (invariant 5) and a node's chunks must stay in order.
+func (o *owner) reply(ent *fwdEntry, e *bus.Envelope) int {
+	o.address(ent, e)
+	if ent.replyTo == o.instance {
 		if o.local(e) {
 			return 1
 		}
@@ -210,32 +188,38 @@ func (o *Owner) reply(ent *fwdEntry, e *bus.Envelope) int {
 	return n
 }
 
-func (o *Owner) tooLarge() string {
-	return fmt.Sprintf("the node's result is larger than %d bytes", o.cfg.ResultMaxBytes)
+// post is reply for the bus's receive loop: a remote requester's envelope
+// goes through the outbound queue, so the loop never waits on Redis.
+func (o *owner) post(ent *fwdEntry, e *bus.Envelope) {
+	o.address(ent, e)
+	if ent.replyTo == o.instance {
+		o.local(e)
+		return
+	}
+	o.out.post(ent.replyTo, e)
 }
 
-// HandleEnvelope acts on an envelope addressed to the owner side: assign,
-// cancel or replace. It never blocks.
-func (o *Owner) HandleEnvelope(e *bus.Envelope) {
+func (o *owner) tooLarge() string {
+	return fmt.Sprintf("the node's result is larger than %d bytes", o.resultMax)
+}
+
+// handleEnvelope acts on an assign or cancel from the bus. It never blocks.
+func (o *owner) handleEnvelope(e *bus.Envelope) {
 	switch e.Kind {
 	case bus.KindAssign:
-		if err := o.Assign(e); err != nil {
-			ae := AsError(err)
-			o.reply(&fwdEntry{taskID: e.TaskID, nodeID: e.NodeID, gen: e.Gen, replyTo: e.ReplyTo},
-				&bus.Envelope{Kind: bus.KindResult, Result: &bus.Result{Code: ae.Code, Message: ae.Message}})
+		if err := o.assign(e); err != nil {
+			r := err.(*refusal)
+			o.post(&fwdEntry{taskID: e.TaskID, nodeID: e.NodeID, gen: e.Gen, replyTo: e.ReplyTo},
+				&bus.Envelope{Kind: bus.KindResult, Result: &bus.Result{Code: string(r.kind), Message: r.msg}})
 		}
 	case bus.KindCancel:
-		o.Cancel(e)
-	case bus.KindReplace:
-		if o.sessions.CloseReplaced(e.NodeID, e.Gen) {
-			o.metrics.replaced.Inc()
-		}
+		o.cancel(e)
 	}
 }
 
 // sweep cancels tasks past their deadline whose requester never said so
 // (it died, or its cancel was lost), so no entry outlives its task.
-func (o *Owner) sweep(now time.Time) {
+func (o *owner) sweep(now time.Time) {
 	for _, ent := range o.fwd.expired(now) {
 		o.cancelOnNode(ent, "deadline passed")
 	}
@@ -243,7 +227,7 @@ func (o *Owner) sweep(now time.Time) {
 
 // requesterGone cancels every task of a requester instance that is gone
 // (DESIGN §5, invariant 5).
-func (o *Owner) requesterGone(instance string) int {
+func (o *owner) requesterGone(instance string) int {
 	ents := o.fwd.takeRequester(instance)
 	for _, ent := range ents {
 		o.cancelOnNode(ent, "requester gone")

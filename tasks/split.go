@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"switchyard/store"
 )
 
@@ -59,27 +61,31 @@ func MergeResults(parts []string) string {
 	return strings.Join(trimmed, "\n\n")
 }
 
-// RunSplit runs a long task as SplitParts sub-tasks on up to SplitParts
+// runSplit runs a long task as SplitParts sub-tasks on up to SplitParts
 // different nodes, in parallel, and joins their results in order. The task
 // is recorded once, with every node that served a part; each node's part
-// counts in its reputation. The first error of any part is the task's.
-func (d *Dispatcher) RunSplit(ctx context.Context, req Request, h Hooks) (Outcome, error) {
+// counts in its reputation. The first part to fail fails the task, and its
+// siblings are cancelled on their nodes at once (their results could no
+// longer be used).
+func (d *dispatcher) runSplit(ctx context.Context, req Request, h Hooks) (Outcome, error) {
 	start := time.Now()
 	parts := SplitContent(req.Content, SplitParts)
 	type partResult struct {
-		out   Outcome
-		err   error
-		nodes []string
-		att   int
+		out  Outcome
+		node string
+		att  int
 	}
 	results := make([]partResult, len(parts))
 	var (
 		mu       sync.Mutex
 		chosen   []string
 		assigned sync.Once
-		wg       sync.WaitGroup
 	)
+	g, gctx := errgroup.WithContext(ctx)
 	for i, part := range parts {
+		if gctx.Err() != nil {
+			break // a part failed (or the client left) before this one started
+		}
 		sub := req
 		sub.TaskID = req.TaskID + "-" + string(rune('0'+i))
 		sub.Content = part
@@ -91,13 +97,11 @@ func (d *Dispatcher) RunSplit(ctx context.Context, req Request, h Hooks) (Outcom
 		mu.Lock()
 		sub.Avoid = append([]string(nil), chosen...)
 		mu.Unlock()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		g.Go(func() error {
 			var once sync.Once
 			release := func() { once.Do(func() { close(picked) }) }
 			defer release()
-			out, err := d.run(ctx, sub, Hooks{}, func(nodeID string) {
+			out, err := d.run(gctx, sub, Hooks{}, func(nodeID string) {
 				mu.Lock()
 				chosen = append(chosen, nodeID)
 				mu.Unlock()
@@ -106,36 +110,30 @@ func (d *Dispatcher) RunSplit(ctx context.Context, req Request, h Hooks) (Outcom
 				}
 				release()
 			}, func(r *run) {
-				results[i].att = r.attempts
-				if r.nodeID != "" {
-					results[i].nodes = []string{r.nodeID}
-				}
+				results[i].att, results[i].node = r.attempts, r.nodeID
 			})
-			results[i].out, results[i].err = out, err
-		}()
+			results[i].out = out
+			return err
+		})
 		<-picked
 	}
-	wg.Wait()
-
-	out := Outcome{TaskID: req.TaskID, Status: store.StatusCompleted, ProcessingMs: time.Since(start).Milliseconds()}
-	rec := store.TaskRecord{
-		ID: req.TaskID, AccountID: req.AccountID, TaskType: req.TaskType, Stream: req.Stream,
-		Requester: d.cfg.Instance, CreatedAt: start.UTC(), ContentBytes: int64(len(req.Content)), NodeIDs: []string{},
+	firstErr := g.Wait()
+	if firstErr == nil && ctx.Err() != nil {
+		firstErr = &Error{Code: CodeCanceled, Message: "the client went away"} // no part was started
 	}
+
+	rec := d.newRecord(&req, start)
+	rec.NodeIDs = []string{}
+	out := Outcome{TaskID: req.TaskID, Status: StatusCompleted, ProcessingMs: time.Since(start).Milliseconds()}
 	texts := make([]string, len(parts))
-	var firstErr error
 	for i, r := range results {
-		rec.NodeIDs = append(rec.NodeIDs, r.nodes...)
-		rec.Attempts += r.att
-		if r.err != nil {
-			if firstErr == nil {
-				firstErr = r.err
-			}
-			continue
+		if r.node != "" {
+			rec.NodeIDs = append(rec.NodeIDs, r.node)
 		}
+		rec.Attempts += r.att
 		texts[i] = r.out.Result
-		if r.out.Status != store.StatusCompleted {
-			out.Status = "failed"
+		if r.out.Status != StatusCompleted {
+			out.Status = StatusFailed
 		}
 		if r.out.Usage != nil {
 			if out.Usage == nil {
@@ -145,28 +143,11 @@ func (d *Dispatcher) RunSplit(ctx context.Context, req Request, h Hooks) (Outcom
 			out.Usage.CompletionTokens += r.out.Usage.CompletionTokens
 		}
 	}
-	rec.FinishedAt = time.Now().UTC()
-	mode := "plain"
-	if req.Stream {
-		mode = "stream"
-	}
-	d.metrics.latency.WithLabelValues(mode).Observe(time.Since(start).Seconds())
 	if firstErr != nil {
-		e := AsError(firstErr)
-		rec.Status, rec.ErrorCode = store.StatusError, e.Code
-		if e.Code == CodeCanceled {
-			rec.Status = store.StatusCanceled
-		}
-		d.metrics.outcomes.WithLabelValues(e.Code).Inc()
-		d.rec.RecordTask(rec)
+		d.record(&rec, start, time.Now(), Outcome{}, firstErr)
 		return Outcome{}, firstErr
 	}
-	d.metrics.outcomes.WithLabelValues(out.Status).Inc()
 	out.Result = MergeResults(texts)
-	rec.Status, rec.ProcessingMs, rec.ResultBytes = out.Status, out.ProcessingMs, int64(len(out.Result))
-	if out.Usage != nil {
-		rec.Usage = *out.Usage
-	}
-	d.rec.RecordTask(rec)
+	d.record(&rec, start, time.Now(), out, nil)
 	return out, nil
 }

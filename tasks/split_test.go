@@ -35,7 +35,7 @@ func TestSplitContent(t *testing.T) {
 // A split task's parts go to different nodes, in parallel, and the joined
 // result keeps their order whatever order they finish in.
 func TestRunSplitSpreadsAndJoinsInOrder(t *testing.T) {
-	r, o, _ := pair(t, tasks.DispatcherConfig{})
+	r, o, _ := pair(t, tasks.Config{})
 	var ns []*nodetest.Node
 	for _, name := range []string{"a", "b", "c"} {
 		ns = append(ns, nodetest.Connect(t, o.wsURL, nodetest.Reg("good", name, "translate")))
@@ -43,7 +43,7 @@ func TestRunSplitSpreadsAndJoinsInOrder(t *testing.T) {
 	content := "first paragraph\n\nsecond paragraph\n\nthird paragraph"
 	ch := make(chan outcome, 1)
 	go func() {
-		out, err := r.disp.RunSplit(context.Background(), tasks.Request{TaskID: "big", AccountID: "acct", TaskType: "translate", Content: content}, tasks.Hooks{})
+		out, err := r.eng.RunSplit(context.Background(), tasks.Request{TaskID: "big", AccountID: "acct", TaskType: "translate", Content: content}, tasks.Hooks{})
 		ch <- outcome{out, err}
 	}()
 	// Each node gets exactly one part; answer them last first.
@@ -79,11 +79,11 @@ func TestRunSplitSpreadsAndJoinsInOrder(t *testing.T) {
 
 // With one node, all parts go to it; a failed part makes the task failed.
 func TestRunSplitOneNodeAndFailure(t *testing.T) {
-	r, o, _ := pair(t, tasks.DispatcherConfig{})
+	r, o, _ := pair(t, tasks.Config{})
 	n := nodetest.Connect(t, o.wsURL, map[string]any{"api_key": "good", "name": "solo", "capabilities": []string{"translate"}, "max_concurrency": 3})
 	ch := make(chan outcome, 1)
 	go func() {
-		out, err := r.disp.RunSplit(context.Background(), tasks.Request{TaskID: "x", TaskType: "translate", Content: "a. b. c."}, tasks.Hooks{})
+		out, err := r.eng.RunSplit(context.Background(), tasks.Request{TaskID: "x", TaskType: "translate", Content: "a. b. c."}, tasks.Hooks{})
 		ch <- outcome{out, err}
 	}()
 	for i := 0; i < 3; i++ {

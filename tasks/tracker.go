@@ -8,15 +8,15 @@ import (
 )
 
 // Tracker holds the requester side of every task in flight here: what
-// each waits for and from whom. Deliver never blocks, so the bus's receive
+// each waits for and from whom. deliver never blocks, so the bus's receive
 // loop is never held up by a slow client.
 type Tracker struct {
 	mu    sync.RWMutex
 	tasks map[string]*pending
 }
 
-// NewTracker returns an empty tracker.
-func NewTracker() *Tracker {
+// newTracker returns an empty tracker.
+func newTracker() *Tracker {
 	return &Tracker{tasks: make(map[string]*pending)}
 }
 
@@ -65,11 +65,11 @@ func (t *Tracker) Len() int {
 	return len(t.tasks)
 }
 
-// Deliver hands an owner's envelope (chunk, result, node_gone) to the task
+// deliver hands an owner's envelope (chunk, result, node_gone) to the task
 // waiting for it. It reports false, and the envelope is dropped, when no
 // task here waits for it from that owner, node and connection (DESIGN §5,
 // invariant 2, on the requester side).
-func (t *Tracker) Deliver(e *bus.Envelope) bool {
+func (t *Tracker) deliver(e *bus.Envelope) bool {
 	t.mu.RLock()
 	p := t.tasks[e.TaskID]
 	t.mu.RUnlock()
@@ -120,6 +120,14 @@ func (p *pending) target() (owner, nodeID string, gen uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.owner, p.nodeID, p.gen
+}
+
+// current returns the current attempt's owner and node, and when it was
+// handed over (zero: not yet).
+func (p *pending) current() (owner, nodeID string, gen uint64, assigned time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.owner, p.nodeID, p.gen, p.assigned
 }
 
 // InFlight describes a task still waiting here, for GET /api/v1/tasks/{id}.

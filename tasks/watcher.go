@@ -9,18 +9,7 @@ import (
 	"switchyard/bus"
 )
 
-// WatcherConfig configures a Watcher. Zero values take the defaults shown.
-type WatcherConfig struct {
-	Instance string        // this instance's id (required)
-	Interval time.Duration // default 250ms between checks
-	// Alive, if set, is the backstop for a host that vanished without
-	// closing its sockets (Redis still counts its subscription): an
-	// instance whose alive key has expired is gone.
-	Alive  func(ctx context.Context, ids []string) (map[string]bool, error)
-	Logger *slog.Logger // default slog.Default()
-}
-
-// Watcher notices when the instance on the other side of a task is gone,
+// watcher notices when the instance on the other side of a task is gone,
 // using what the bus already knows (its subscriber counts) rather than
 // waiting for a liveness key to expire:
 //
@@ -32,16 +21,18 @@ type WatcherConfig struct {
 //
 // Two checks, because a subscriber that is reconnecting is briefly absent.
 // It also sweeps forwarding entries past their deadline.
-type Watcher struct {
-	cfg     WatcherConfig
-	bus     bus.Bus
-	tracker *Tracker
-	owner   *Owner
-	metrics *Metrics
-	log     *slog.Logger
-	suspect map[string]bool // instances seen with no subscriber on the last check
-	grace   atomic.Int64    // unix nanos before which nobody is judged gone
-	onGone  func(instance string)
+type watcher struct {
+	instance string
+	interval time.Duration
+	bus      Bus
+	alive    Liveness  // nil: no backstop
+	dir      Directory // told about each owner instance found gone
+	tracker  *Tracker
+	owner    *owner
+	metrics  *Metrics
+	log      *slog.Logger
+	suspect  map[string]bool // instances seen with no subscriber on the last check
+	graceTo  atomic.Int64    // unix nanos before which nobody is judged gone
 	// unreachableSince is when the bus stopped answering (zero: it answers).
 	unreachableSince time.Time
 }
@@ -50,51 +41,37 @@ type Watcher struct {
 // waiting on another instance fail: no result can reach them meanwhile.
 const unreachableAfter = time.Second
 
-// Grace suspends judgements for d: after this instance's own subscription
+func newWatcher(cfg Config, b Bus, alive Liveness, dir Directory, tracker *Tracker, o *owner, m *Metrics) *watcher {
+	return &watcher{
+		instance: cfg.Instance, interval: cfg.WatchInterval, bus: b, alive: alive, dir: dir,
+		tracker: tracker, owner: o, metrics: m, log: cfg.Logger, suspect: map[string]bool{},
+	}
+}
+
+// grace suspends judgements for d: after this instance's own subscription
 // was restored (Redis restarted), the others may still be reconnecting,
 // and their registry entries may still be coming back.
-func (w *Watcher) Grace(d time.Duration) { w.grace.Store(time.Now().Add(d).UnixNano()) }
+func (w *watcher) grace(d time.Duration) { w.graceTo.Store(time.Now().Add(d).UnixNano()) }
 
-// NewWatcher returns a watcher; Run starts it.
-func NewWatcher(cfg WatcherConfig, b bus.Bus, tracker *Tracker, owner *Owner, m *Metrics) *Watcher {
-	if cfg.Interval == 0 {
-		cfg.Interval = 250 * time.Millisecond
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	return &Watcher{cfg: cfg, bus: b, tracker: tracker, owner: owner, metrics: m, log: cfg.Logger, suspect: map[string]bool{}}
-}
-
-// OnGone, if set, is told about each instance the watcher found gone
-// (the dispatcher's directory stops offering its nodes). Set before Run.
-func (w *Watcher) OnGone(f func(instance string)) { w.onGone = f }
-
-func (w *Watcher) markGone(id string) {
-	if w.onGone != nil {
-		w.onGone(id)
-	}
-}
-
-// Run checks every Interval until ctx ends.
-func (w *Watcher) Run(ctx context.Context) {
-	t := time.NewTicker(w.cfg.Interval)
+// run checks every interval until ctx ends.
+func (w *watcher) run(ctx context.Context) {
+	t := time.NewTicker(w.interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			w.Check(ctx, now)
+			w.check(ctx, now)
 		}
 	}
 }
 
-// Check runs one round. It is exported so tests can step the watcher.
-func (w *Watcher) Check(ctx context.Context, now time.Time) {
+// check runs one round; tests step the watcher with it.
+func (w *watcher) check(ctx context.Context, now time.Time) {
 	w.owner.sweep(now)
-	owners := w.tracker.owners(w.cfg.Instance)
-	requesters := w.owner.fwd.requesters(w.cfg.Instance)
+	owners := w.tracker.owners(w.instance)
+	requesters := w.owner.fwd.requesters(w.instance)
 	if len(owners) == 0 && len(requesters) == 0 {
 		clear(w.suspect)
 		w.unreachableSince = time.Time{}
@@ -103,7 +80,7 @@ func (w *Watcher) Check(ctx context.Context, now time.Time) {
 	// This instance's own channel is asked too: if Redis does not count it,
 	// Redis restarted or dropped us, and nobody else can be judged by it yet.
 	ids := make([]string, 0, len(owners)+len(requesters)+1)
-	ids = append(ids, w.cfg.Instance)
+	ids = append(ids, w.instance)
 	for id := range owners {
 		ids = append(ids, id)
 	}
@@ -112,15 +89,15 @@ func (w *Watcher) Check(ctx context.Context, now time.Time) {
 			ids = append(ids, id)
 		}
 	}
-	if now.UnixNano() < w.grace.Load() {
+	if now.UnixNano() < w.graceTo.Load() {
 		clear(w.suspect)
 		return
 	}
-	cctx, cancel := context.WithTimeout(ctx, w.cfg.Interval*4)
+	cctx, cancel := context.WithTimeout(ctx, w.interval*4)
 	receivers, err := w.bus.Receivers(cctx, ids)
 	var registered map[string]bool
-	if err == nil && w.cfg.Alive != nil {
-		registered, err = w.cfg.Alive(cctx, ids)
+	if err == nil && w.alive != nil {
+		registered, err = w.alive.Alive(cctx, ids)
 	}
 	cancel()
 	if err != nil {
@@ -131,13 +108,13 @@ func (w *Watcher) Check(ctx context.Context, now time.Time) {
 		if w.unreachableSince.IsZero() {
 			w.unreachableSince = now
 		} else if now.Sub(w.unreachableSince) >= unreachableAfter {
-			w.failRemote(owners, "Redis is unreachable, so the instance holding the node cannot answer")
+			w.failRemote(owners, now, "Redis is unreachable, so the instance holding the node cannot answer")
 		}
 		return
 	}
 	w.unreachableSince = time.Time{}
-	if receivers[w.cfg.Instance] == 0 {
-		w.Grace(3 * time.Second)
+	if receivers[w.instance] == 0 {
+		w.grace(3 * time.Second)
 		clear(w.suspect)
 		return
 	}
@@ -152,14 +129,14 @@ func (w *Watcher) Check(ctx context.Context, now time.Time) {
 			continue
 		}
 		if len(owners[id]) > 0 {
-			w.markGone(id)
+			w.dir.MarkGone(id)
 		}
 		for _, p := range owners[id] {
 			owner, nodeID, gen := p.target()
 			if owner != id {
 				continue
 			}
-			if w.tracker.Deliver(&bus.Envelope{Kind: bus.KindNodeGone, From: owner, TaskID: p.id, NodeID: nodeID, Gen: gen, Reason: "owner instance gone"}) {
+			if w.tracker.deliver(&bus.Envelope{Kind: bus.KindNodeGone, From: owner, TaskID: p.id, NodeID: nodeID, Gen: gen, Reason: "owner instance gone"}) {
 				w.metrics.ownerDied.Inc()
 			}
 		}
@@ -172,18 +149,20 @@ func (w *Watcher) Check(ctx context.Context, now time.Time) {
 	w.suspect = next
 }
 
-// failRemote fails every task waiting on another instance with 503
-// unavailable.
-func (w *Watcher) failRemote(owners map[string][]*pending, why string) {
+// failRemote fails with 503 unavailable every task waiting on another
+// instance, except those whose current attempt was handed over at or
+// after cutoff. It touches
+// only the tracker, so it may run outside the watcher's goroutine.
+func (w *watcher) failRemote(owners map[string][]*pending, cutoff time.Time, why string) {
 	n := 0
 	for owner, ps := range owners {
 		for _, p := range ps {
-			o, nodeID, gen := p.target()
-			if o != owner {
+			o, nodeID, gen, assigned := p.current()
+			if o != owner || !assigned.IsZero() && !assigned.Before(cutoff) {
 				continue
 			}
-			if w.tracker.Deliver(&bus.Envelope{Kind: bus.KindResult, From: owner, TaskID: p.id, NodeID: nodeID, Gen: gen,
-				Result: &bus.Result{Code: CodeUnavailable, Message: why}}) {
+			if w.tracker.deliver(&bus.Envelope{Kind: bus.KindResult, From: owner, TaskID: p.id, NodeID: nodeID, Gen: gen,
+				Result: &bus.Result{Code: string(CodeUnavailable), Message: why}}) {
 				n++
 			}
 		}

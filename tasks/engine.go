@@ -1,0 +1,294 @@
+package tasks
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"switchyard/bus"
+	"switchyard/nodes"
+	"switchyard/store"
+)
+
+// Config configures an Engine. Zero values take the defaults shown.
+type Config struct {
+	Instance    string        // this instance's id (required)
+	MaxAttempts int           // default 3: nodes tried before "no node"
+	TaskTimeout time.Duration // default 60s: a plain task's deadline; a stream's limit between chunks
+	StreamMax   time.Duration // default 600s: a stream's total limit
+	// QueueTimeout (default 10s) is how long a request waits for a free
+	// slot when every capable node is full, before it fails with nodes_busy.
+	QueueTimeout   time.Duration
+	ResultMaxBytes int64         // default 1 MiB: over all chunks together, and for the final result
+	WatchInterval  time.Duration // default 250ms between the watcher's checks
+	// NoWatcher turns the owner-liveness watcher off (--unsafe-no-watcher):
+	// tasks of a dead instance then wait for their deadline.
+	NoWatcher bool
+	// OutboundQueue (default 1024 envelopes) bounds the replies the bus
+	// handler hands to the publisher instead of publishing them itself
+	// (DESIGN §5, invariant 13). Overflow drops the reply and counts it.
+	OutboundQueue int
+	Logger        *slog.Logger          // default slog.Default()
+	Registerer    prometheus.Registerer // where the metrics go; nil: not registered
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 3
+	}
+	if c.TaskTimeout == 0 {
+		c.TaskTimeout = 60 * time.Second
+	}
+	if c.StreamMax == 0 {
+		c.StreamMax = 600 * time.Second
+	}
+	if c.QueueTimeout == 0 {
+		c.QueueTimeout = 10 * time.Second
+	}
+	if c.ResultMaxBytes == 0 {
+		c.ResultMaxBytes = 1 << 20
+	}
+	if c.WatchInterval == 0 {
+		c.WatchInterval = 250 * time.Millisecond
+	}
+	if c.OutboundQueue == 0 {
+		c.OutboundQueue = 1024
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Bus is the part of bus.Bus the engine uses: it publishes envelopes and
+// asks how many subscribers an instance has. The subscription itself is
+// the caller's, which hands what arrives to HandleEnvelope.
+type Bus interface {
+	Publish(ctx context.Context, to string, e *bus.Envelope) (int, error)
+	Receivers(ctx context.Context, ids []string) (map[string]int, error)
+}
+
+// Directory is routing's view of the nodes (the Hub, or a cluster
+// directory in front of it), with the hints the dispatcher gives it.
+type Directory interface {
+	// Candidates appends the online nodes with capability to dst.
+	Candidates(dst []nodes.Candidate, capability string) []nodes.Candidate
+	// Changed returns a channel closed when capacity may have appeared,
+	// and a func to call when done waiting.
+	Changed() (<-chan struct{}, func())
+	// Hidden reports that nodes with capability exist, on an instance that
+	// is gone or out of reach for now (they reconnect elsewhere soon).
+	Hidden(capability string) bool
+	// MarkFull says the owner refused an assign for want of a free slot: a
+	// remote view may be a second old, so the next pick goes elsewhere.
+	MarkFull(nodeID string)
+	// MarkGone says an instance cannot take tasks (gone or draining).
+	MarkGone(instance string)
+	// Assigned says a task went to a remote node, one slot fewer there.
+	Assigned(nodeID string)
+	// Refresh re-reads the cluster's nodes before a request is refused for
+	// want of one (invariant 11); an error means there was nothing new to
+	// read (one instance) or the read failed.
+	Refresh(ctx context.Context) error
+}
+
+// Recorder keeps what is known of finished tasks (the store's batch writer
+// and the reputation cache). It must not block.
+type Recorder interface {
+	RecordTask(rec store.TaskRecord)
+	RecordOutcome(o store.Outcome)
+}
+
+// Standings is routing's view of each node's reputation.
+type Standings interface {
+	Standing(nodeID string) nodes.Standing
+}
+
+// Liveness tells which instances still hold their alive key: the backstop
+// for a host that vanished without closing its sockets (bus.Registry).
+type Liveness interface {
+	Alive(ctx context.Context, ids []string) (map[string]bool, error)
+}
+
+// Health reports whether the rest of the cluster is reachable (Redis is
+// up). When it is not, a task no local node can run fails with 503
+// unavailable rather than 404.
+type Health interface {
+	Healthy() bool
+}
+
+// NodeSide is what the engine needs of this instance's node connections.
+type NodeSide struct {
+	Sessions  Sessions  // this instance's sessions by node id: the Hub
+	Directory Directory // routing's view: the Hub, or a cluster directory in front of it
+}
+
+// Deps are the engine's collaborators, passed once at construction. Bus and
+// Nodes are required; the rest default to doing nothing (no records, a
+// neutral standing, no alive-key backstop, the cluster always healthy).
+type Deps struct {
+	Bus Bus
+	// Nodes builds the node side (the nodes.Hub, and the directory in front
+	// of it) with the engine as its nodes.Events. New calls it once, before
+	// it returns. The Hub takes its Events at construction and the engine
+	// needs the Hub's sessions and directory, so one of the two must build
+	// the other: the engine asks for its node side to be built around it,
+	// rather than being handed a Hub and told its Events later (no setter,
+	// and nothing to forget before the first node connects).
+	Nodes     func(events nodes.Events) NodeSide
+	Recorder  Recorder
+	Standings Standings
+	Liveness  Liveness
+	Health    Health
+}
+
+// Engine is the task side of one instance, whole: the requester side
+// (dispatcher and tracker), the owner side (forwarding table and this
+// instance's node sessions), the watcher and the outbound publisher. New
+// starts its loops; Close stops them and waits.
+//
+// The Engine is the nodes.Events of this instance's Hub (see Deps.Nodes).
+// Closing the socket of a node replaced elsewhere (a replace envelope) is
+// node ownership, the Hub's business (DESIGN §2): HandleEnvelope does not
+// take it.
+type Engine struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *Metrics
+	tracker *Tracker
+	owner   *owner
+	disp    *dispatcher
+	watcher *watcher
+	out     *outbound
+
+	ctx       context.Context // ends at Close; bounds bus publishes
+	stop      context.CancelFunc
+	g         *errgroup.Group
+	closeOnce sync.Once
+}
+
+var _ nodes.Events = (*Engine)(nil)
+
+// New builds the engine and starts its loops (the watcher, the outbound
+// publisher). Close stops them.
+func New(cfg Config, deps Deps) *Engine {
+	cfg = cfg.withDefaults()
+	if deps.Recorder == nil {
+		deps.Recorder = noRecorder{}
+	}
+	if deps.Standings == nil {
+		deps.Standings = neutralStanding{}
+	}
+	e := &Engine{cfg: cfg, log: cfg.Logger, metrics: NewMetrics(cfg.Registerer), tracker: newTracker()}
+	e.ctx, e.stop = context.WithCancel(context.Background())
+	e.out = newOutbound(deps.Bus, cfg.OutboundQueue, e.metrics, e.log)
+	e.owner = newOwner(e.ctx, cfg, deps.Bus, e.tracker.deliver, e.out, e.metrics)
+	ns := deps.Nodes(e)
+	e.owner.sessions = ns.Sessions
+	e.disp = &dispatcher{
+		cfg: cfg, dir: ns.Directory, standing: deps.Standings.Standing, health: deps.Health,
+		owner: e.owner, bus: deps.Bus, tracker: e.tracker, rec: deps.Recorder, metrics: e.metrics, log: e.log,
+	}
+	e.watcher = newWatcher(cfg, deps.Bus, deps.Liveness, ns.Directory, e.tracker, e.owner, e.metrics)
+	g, gctx := errgroup.WithContext(e.ctx)
+	e.g = g
+	e.out.start(gctx, g)
+	if cfg.NoWatcher {
+		e.log.Warn("the owner-liveness watcher is off (--unsafe-no-watcher): tasks of a dead instance will wait for their deadline")
+	} else {
+		g.Go(func() error { e.watcher.run(gctx); return nil })
+	}
+	return e
+}
+
+// Close stops the engine's loops and waits for them. Tasks still in flight
+// are not failed here: the App drains first. Close is idempotent.
+func (e *Engine) Close() error {
+	e.closeOnce.Do(func() {
+		e.stop()
+		_ = e.g.Wait()
+	})
+	return nil
+}
+
+// Run runs one task to its end. ctx is the client's: when it ends first
+// (the client went away) the task is cancelled on its node. The error, if
+// any, is a *Error whose Status is the HTTP answer.
+func (e *Engine) Run(ctx context.Context, req Request, h Hooks) (Outcome, error) {
+	return e.disp.run(ctx, req, h, nil, nil)
+}
+
+// RunSplit runs a long task in parts on several nodes (see split.go).
+func (e *Engine) RunSplit(ctx context.Context, req Request, h Hooks) (Outcome, error) {
+	return e.disp.runSplit(ctx, req, h)
+}
+
+// HandleEnvelope routes an envelope addressed to this instance: the owner
+// side takes assign and cancel, the requester side chunk, result and
+// node_gone. It never blocks (bus.Handler's contract): what it must
+// publish in return goes through the bounded outbound queue.
+func (e *Engine) HandleEnvelope(env *bus.Envelope) {
+	switch env.Kind {
+	case bus.KindAssign, bus.KindCancel:
+		e.owner.handleEnvelope(env)
+	default:
+		if !e.tracker.deliver(env) {
+			e.metrics.dropped.WithLabelValues(env.Kind.String()).Inc()
+		}
+	}
+}
+
+// Drain makes the owner side refuse new assigns (the instance is draining;
+// requesters retry on another node). Tasks already here finish.
+func (e *Engine) Drain() { e.owner.draining.Store(true) }
+
+// Requesting is the number of tasks waiting for their outcome here.
+func (e *Engine) Requesting() int { return e.tracker.Len() }
+
+// Forwarding is the number of tasks this instance's nodes hold now.
+func (e *Engine) Forwarding() int { return e.owner.fwd.len() }
+
+// Tracker is the requester side's read-only view (status, task lookup).
+func (e *Engine) Tracker() *Tracker { return e.tracker }
+
+// Resubscribed tells the engine that this instance's bus subscription was
+// lost and is back (Redis restarted or dropped us). Whatever other
+// instances published to it meanwhile is lost, answers included, so every
+// task already waiting on another instance fails now with 503 unavailable
+// rather than at its deadline (DESIGN §5, invariant 10): a Redis restart
+// too short for the watcher to see Redis unreachable for a second would
+// otherwise leave such a task waiting for its timeout. The watcher then
+// judges nobody gone for grace: the others may still be reconnecting.
+func (e *Engine) Resubscribed(grace time.Duration) {
+	e.watcher.grace(grace)
+	e.watcher.failRemote(e.tracker.owners(e.cfg.Instance), time.Now(),
+		"the connection to Redis was lost while the task ran on another instance, so its answer may be lost")
+}
+
+// Chunk implements nodes.Events.
+func (e *Engine) Chunk(s *nodes.Session, c nodes.ChunkPayload) { e.owner.chunk(s, c) }
+
+// Result implements nodes.Events.
+func (e *Engine) Result(s *nodes.Session, r nodes.ResultPayload) { e.owner.result(s, r) }
+
+// BadResult implements nodes.Events: an unreadable task_result fails its
+// task now, as a handler failure, rather than leaving the client to time out.
+func (e *Engine) BadResult(s *nodes.Session, taskID string, err error) {
+	e.owner.badResult(s, taskID, err)
+}
+
+// Closed implements nodes.Events: every task the node held fails now.
+func (e *Engine) Closed(s *nodes.Session) { e.owner.closed(s) }
+
+type noRecorder struct{}
+
+func (noRecorder) RecordTask(store.TaskRecord) {}
+func (noRecorder) RecordOutcome(store.Outcome) {}
+
+type neutralStanding struct{}
+
+func (neutralStanding) Standing(string) nodes.Standing { return nodes.Standing{Score: 50} }

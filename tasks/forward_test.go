@@ -1,0 +1,158 @@
+package tasks
+
+import (
+	"testing"
+	"time"
+
+	"switchyard/bus"
+	"switchyard/nodes"
+)
+
+// The forwarding table's transitions: whoever takes an entry has the last
+// word (DESIGN §5, invariant 3), only the assigned connection answers
+// (invariant 2), and no entry outlives its task.
+func TestForwardTableTransitions(t *testing.T) {
+	s1, s2 := &nodes.Session{}, &nodes.Session{}
+	t0 := time.Unix(1000, 0)
+	type step struct {
+		op      string // add, sent, unsent, take, takeOther, takeAny, takeSession, expired, takeRequester
+		want    bool   // add: added; take*: got it; sent/unsent: refuse; takeSession/expired/takeRequester: got it
+		gone    bool   // sent/unsent: tell the requester node_gone
+		wantLen int
+	}
+	cases := []struct {
+		name  string
+		steps []step
+	}{
+		{"sent then result", []step{{op: "add", want: true, wantLen: 1}, {op: "sent", wantLen: 1}, {op: "take", want: true, wantLen: 0}, {op: "take", want: false, wantLen: 0}}},
+		{"duplicate task id refused", []step{{op: "add", want: true, wantLen: 1}, {op: "add", want: false, wantLen: 1}}},
+		{"another connection cannot answer (inv 2)", []step{{op: "add", want: true, wantLen: 1}, {op: "sent", wantLen: 1}, {op: "takeOther", want: false, wantLen: 1}}},
+		{"a cancel takes it from any connection", []step{{op: "add", want: true, wantLen: 1}, {op: "sent", wantLen: 1}, {op: "takeAny", want: true, wantLen: 0}}},
+		{"send failed: refused, entry gone", []step{{op: "add", want: true, wantLen: 1}, {op: "unsent", want: true, wantLen: 0}}},
+		{"session closed after send: the node had it", []step{{op: "add", want: true, wantLen: 1}, {op: "sent", wantLen: 1}, {op: "takeSession", want: true, wantLen: 0}}},
+		{"session closed while sending, send ok: assigner says node_gone", []step{{op: "add", want: true, wantLen: 1}, {op: "takeSession", want: false, wantLen: 0}, {op: "sent", gone: true, wantLen: 0}}},
+		{"session closed while sending, send failed: assigner refuses", []step{{op: "add", want: true, wantLen: 1}, {op: "takeSession", want: false, wantLen: 0}, {op: "unsent", want: true, wantLen: 0}}},
+		{"node answered before Send returned: the taker has the last word", []step{{op: "add", want: true, wantLen: 1}, {op: "take", want: true, wantLen: 0}, {op: "sent", wantLen: 0}}},
+		{"deadline sweep takes only sent entries", []step{{op: "add", want: true, wantLen: 1}, {op: "expired", want: false, wantLen: 1}, {op: "sent", wantLen: 1}, {op: "expired", want: true, wantLen: 0}}},
+		{"requester gone takes only sent entries", []step{{op: "add", want: true, wantLen: 1}, {op: "takeRequester", want: false, wantLen: 1}, {op: "sent", wantLen: 1}, {op: "takeRequester", want: true, wantLen: 0}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ft := newForwardTable()
+			e := &fwdEntry{taskID: "t", nodeID: "n", replyTo: "R", sess: s1, gen: 1, deadline: t0}
+			for i, st := range c.steps {
+				var got, gone bool
+				switch st.op {
+				case "add":
+					got = ft.add(&fwdEntry{taskID: e.taskID, nodeID: e.nodeID, replyTo: e.replyTo, sess: e.sess, gen: e.gen, deadline: e.deadline})
+					if got {
+						e = ft.tasks["t"]
+					}
+				case "sent":
+					got, gone = ft.sent(e, true)
+				case "unsent":
+					got, gone = ft.sent(e, false)
+				case "take":
+					got = ft.take("t", s1) != nil
+				case "takeOther":
+					got = ft.take("t", s2) != nil
+				case "takeAny":
+					got = ft.take("t", nil) != nil
+				case "takeSession":
+					got = len(ft.takeSession(s1)) == 1
+				case "expired":
+					got = len(ft.expired(t0.Add(time.Second))) == 1
+				case "takeRequester":
+					got = len(ft.takeRequester("R")) == 1
+				}
+				if got != st.want || gone != st.gone || ft.len() != st.wantLen {
+					t.Fatalf("step %d %s: got %v gone %v len %d; want %v gone %v len %d", i, st.op, got, gone, ft.len(), st.want, st.gone, st.wantLen)
+				}
+				if len(ft.bySession) > 0 && ft.len() == 0 {
+					t.Fatalf("step %d %s: the session index outlives the entries", i, st.op)
+				}
+			}
+		})
+	}
+}
+
+// Chunks: only the assigned connection's count, in sequence, against the
+// result cap; going over fails the task and removes the entry.
+func TestForwardTableChunks(t *testing.T) {
+	s1, s2 := &nodes.Session{}, &nodes.Session{}
+	ft := newForwardTable()
+	e := &fwdEntry{taskID: "t", sess: s1, stream: true}
+	ft.add(e)
+	ft.sent(e, true)
+	cases := []struct {
+		sess    *nodes.Session
+		n       int
+		want    chunkResult
+		wantSeq uint32
+	}{
+		{s2, 1, chunkDrop, 0},
+		{s1, 4, chunkForward, 1},
+		{s1, 4, chunkForward, 2},
+		{s1, 3, chunkTooLarge, 2}, // 11 bytes > 10
+		{s1, 1, chunkDrop, 0},     // the entry is gone
+	}
+	for i, c := range cases {
+		got, res := ft.chunk("t", c.sess, c.n, 10)
+		if res != c.want || got.seq != c.wantSeq {
+			t.Fatalf("chunk %d: %v seq %d, want %v seq %d", i, res, got.seq, c.want, c.wantSeq)
+		}
+	}
+	if ft.len() != 0 {
+		t.Fatalf("entry outlives its task: %d", ft.len())
+	}
+}
+
+// The tracker's transitions: a task hears only from its current attempt's
+// owner, node and connection (invariant 2 on the requester side); a new
+// attempt forgets what the old one queued; nothing is kept after remove.
+func TestTrackerTransitions(t *testing.T) {
+	type step struct {
+		op     string // retarget, deliver, take, remove
+		from   string
+		node   string
+		gen    uint64
+		want   bool // deliver: accepted
+		queued int  // take: envelopes taken
+	}
+	cases := []struct {
+		name  string
+		steps []step
+	}{
+		{"delivered from the current attempt", []step{{op: "retarget", from: "O", node: "n", gen: 1}, {op: "deliver", from: "O", node: "n", gen: 1, want: true}, {op: "take", queued: 1}, {op: "take", queued: 0}}},
+		{"another owner, node or generation is dropped", []step{{op: "retarget", from: "O", node: "n", gen: 2}, {op: "deliver", from: "X", node: "n", gen: 2}, {op: "deliver", from: "O", node: "m", gen: 2}, {op: "deliver", from: "O", node: "n", gen: 1}, {op: "take", queued: 0}}},
+		{"not yet assigned: nothing from an owner is accepted", []step{{op: "deliver", from: "O", node: "n", gen: 1}, {op: "take", queued: 0}}},
+		{"a retry forgets the old attempt's queue", []step{{op: "retarget", from: "O", node: "n", gen: 1}, {op: "deliver", from: "O", node: "n", gen: 1, want: true}, {op: "retarget", from: "P", node: "m", gen: 1}, {op: "take", queued: 0}, {op: "deliver", from: "O", node: "n", gen: 1}}},
+		{"removed: nothing more is accepted", []step{{op: "retarget", from: "O", node: "n", gen: 1}, {op: "remove"}, {op: "deliver", from: "O", node: "n", gen: 1}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tr := newTracker()
+			p := tr.add(&Request{TaskID: "t"}, time.Now())
+			var buf []*bus.Envelope
+			for i, st := range c.steps {
+				switch st.op {
+				case "retarget":
+					p.retarget(st.from, st.node, st.gen, i)
+				case "deliver":
+					if got := tr.deliver(newEnv(st.from, st.node, st.gen)); got != st.want {
+						t.Fatalf("step %d: deliver from %s/%s/%d = %v, want %v", i, st.from, st.node, st.gen, got, st.want)
+					}
+				case "take":
+					if buf = p.take(buf); len(buf) != st.queued {
+						t.Fatalf("step %d: took %d, want %d", i, len(buf), st.queued)
+					}
+				case "remove":
+					tr.remove(p)
+					if tr.Len() != 0 {
+						t.Fatalf("tracker keeps a removed task")
+					}
+				}
+			}
+		})
+	}
+}

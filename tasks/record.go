@@ -1,0 +1,43 @@
+package tasks
+
+import (
+	"time"
+
+	"switchyard/store"
+)
+
+// newRecord starts the record of a task as the client asked for it.
+func (d *dispatcher) newRecord(req *Request, start time.Time) store.TaskRecord {
+	return store.TaskRecord{
+		ID: req.TaskID, AccountID: req.AccountID, TaskType: req.TaskType, Stream: req.Stream,
+		Requester: d.cfg.Instance, CreatedAt: start.UTC(), ContentBytes: int64(len(req.Content)),
+	}
+}
+
+// record completes rec with the task's end (its outcome, or its error),
+// counts it, and hands it to the recorder: once per request, for a plain
+// task (finish) and a split one (runSplit) alike (DESIGN §5, invariant 3).
+func (d *dispatcher) record(rec *store.TaskRecord, start, now time.Time, out Outcome, err error) {
+	rec.FinishedAt = now.UTC()
+	outcome := string(out.Status)
+	if err == nil {
+		rec.Status, rec.ProcessingMs, rec.ResultBytes = string(out.Status), out.ProcessingMs, int64(len(out.Result))
+		if out.Usage != nil {
+			rec.Usage = *out.Usage
+		}
+	} else {
+		e := AsError(err)
+		outcome = string(e.Code)
+		rec.Status, rec.ErrorCode = store.StatusError, string(e.Code)
+		if e.Code == CodeCanceled {
+			rec.Status = store.StatusCanceled
+		}
+	}
+	mode := "plain"
+	if rec.Stream {
+		mode = "stream"
+	}
+	d.metrics.outcomes.WithLabelValues(outcome).Inc()
+	d.metrics.latency.WithLabelValues(mode).Observe(now.Sub(start).Seconds())
+	d.rec.RecordTask(*rec)
+}
