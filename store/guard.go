@@ -141,10 +141,24 @@ func guardedErr(g *Guard, ctx context.Context, timeout time.Duration, fn func(co
 }
 
 // answered reports whether err is an answer of the store rather than a sign
-// that it could not be reached.
+// that it could not be reached. PostgreSQL's own errors are answers, except
+// those saying it cannot serve: connection exceptions (class 08), shutdown
+// and startup (57: "terminating connection due to administrator command",
+// "the database system is starting up"), exhausted resources (53) and
+// system errors (58).
 func answered(err error) bool {
+	if isKind(err) {
+		return true
+	}
 	var pe *pgconn.PgError
-	return isKind(err) || errors.As(err, &pe)
+	if !errors.As(err, &pe) {
+		return false
+	}
+	switch class := pe.Code[:min(2, len(pe.Code))]; class {
+	case "08", "57", "53", "58":
+		return false
+	}
+	return true
 }
 
 func (g *Guard) success() {

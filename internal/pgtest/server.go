@@ -111,7 +111,7 @@ func StartServer(t testing.TB) *Server {
 		_ = s.cmd.Wait()
 		close(s.done)
 	}()
-	t.Cleanup(s.shutdown)
+	t.Cleanup(s.Close)
 
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -190,9 +190,15 @@ func (s *Server) children() []int {
 	return out
 }
 
-// shutdown stops the server fast (SIGINT after SIGCONT), and kills it if it
-// does not exit in time.
-func (s *Server) shutdown() {
+// Close stops the server fast (SIGINT after SIGCONT), and kills it if it
+// does not exit in time: from then on connections are refused. The test's
+// cleanup calls it; calling it again does nothing.
+func (s *Server) Close() {
+	select {
+	case <-s.done:
+		return
+	default:
+	}
 	for _, pid := range s.children() {
 		_ = syscall.Kill(pid, syscall.SIGCONT)
 	}
