@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"switchyard/store"
 )
 
@@ -139,5 +141,44 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 10s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// pgErrStore fails Authenticate with a given PostgreSQL error.
+type pgErrStore struct {
+	store.Store
+	err error
+}
+
+func (s *pgErrStore) Authenticate(context.Context, string) (store.Account, error) {
+	return store.Account{}, s.err
+}
+func (s *pgErrStore) Close() error { return nil }
+
+// PostgreSQL's own errors are answers, except those saying it cannot serve
+// (shutting down, out of connections, ...): only those open the breaker.
+func TestGuardClassifiesPostgresErrors(t *testing.T) {
+	for _, tc := range []struct {
+		code        string
+		unavailable bool
+	}{
+		{"23505", false}, // unique violation
+		{"22021", false}, // invalid byte sequence (a NUL)
+		{"57P01", true},  // terminating connection due to administrator command
+		{"57P03", true},  // the database system is starting up
+		{"53300", true},  // too many connections
+		{"08006", true},  // connection failure
+	} {
+		inner := &pgErrStore{err: &pgconn.PgError{Code: tc.code}}
+		g := store.NewGuard(inner, store.GuardConfig{Failures: 2, Logger: quiet})
+		_, err := g.Authenticate(context.Background(), "k")
+		_, _ = g.Authenticate(context.Background(), "k")
+		if got := errors.Is(err, store.ErrUnavailable); got != tc.unavailable {
+			t.Errorf("SQLSTATE %s: unavailable %v, want %v", tc.code, got, tc.unavailable)
+		}
+		if open := g.State() == store.BreakerOpen; open != tc.unavailable {
+			t.Errorf("SQLSTATE %s: breaker open %v after two, want %v", tc.code, open, tc.unavailable)
+		}
+		_ = g.Close()
 	}
 }
