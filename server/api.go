@@ -6,7 +6,9 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -43,7 +45,7 @@ func (a *App) rate(c echo.Context) error {
 	case errors.Is(err, store.ErrInvalid):
 		return newError(http.StatusBadRequest, "invalid_rating", "Rating must be 1-5")
 	case err != nil:
-		return err
+		return a.storeErr("cannot rate a task", err)
 	}
 	return c.JSON(http.StatusOK, map[string]any{"status": "rated", "node_ids": nodeIDs, "rating": *body.Rating})
 }
@@ -80,7 +82,7 @@ func (a *App) task(c echo.Context) error {
 		return notFound
 	}
 	if err != nil {
-		return err
+		return a.storeErr("cannot read a task", err)
 	}
 	if rec.AccountID != acct.ID {
 		return notFound
@@ -111,7 +113,7 @@ func (a *App) account(c echo.Context) error {
 func (a *App) deleteAccount(c echo.Context) error {
 	acct := accountOf(c)
 	if err := a.store.DeleteAccount(c.Request().Context(), acct.ID); err != nil {
-		return err
+		return a.storeErr("cannot delete an account", err)
 	}
 	a.auth.forgetAccount(acct.ID)
 	closed := a.hub.CloseAccount(acct.ID)
@@ -156,7 +158,9 @@ func (a *App) tasksToday(ctx context.Context) int64 {
 	midnight := time.Now().UTC().Truncate(24 * time.Hour)
 	n, err := a.store.CountCompletedSince(ctx, midnight)
 	if err != nil {
-		a.log.Warn("cannot count today's tasks", "err", err)
+		// Tried again in a second, not at every call while the store is out.
+		a.statusAt = time.Now()
+		a.log.Debug("cannot count today's tasks", "err", err)
 		return a.statusToday
 	}
 	a.statusAt, a.statusToday = time.Now(), n
@@ -172,7 +176,7 @@ func (a *App) nodes(c echo.Context) error {
 func (a *App) reputation(c echo.Context) error {
 	r, err := a.rep.Report(c.Request().Context(), c.Param("node_id"))
 	if err != nil {
-		return err
+		return a.storeErr("cannot read a node's reputation", err)
 	}
 	return c.JSON(http.StatusOK, r)
 }
@@ -189,7 +193,7 @@ func (a *App) leaderboard(c echo.Context) error {
 	}
 	entries, err := a.rep.Leaderboard(c.Request().Context(), limit)
 	if err != nil {
-		return err
+		return a.storeErr("cannot read the leaderboard", err)
 	}
 	return c.JSON(http.StatusOK, entries)
 }
@@ -214,11 +218,19 @@ func (a *App) register(c echo.Context) error {
 			return newError(http.StatusUnprocessableEntity, "invalid_request", "email must be at most 256 characters")
 		}
 		email = *body.Email
+		if strings.ContainsRune(email, 0) || !utf8.ValidString(email) {
+			// PostgreSQL cannot store a NUL byte in text; refuse it here
+			// rather than fail in the database.
+			return newError(http.StatusBadRequest, "invalid_request", "email must be valid UTF-8 without NUL characters")
+		}
 	}
 	name := "acct-" + randomHex(6)
 	acct, key, err := a.store.CreateAccount(c.Request().Context(), name, email, store.TrustCommunity)
-	if err != nil {
-		return err
+	switch {
+	case errors.Is(err, store.ErrInvalid):
+		return newError(http.StatusBadRequest, "invalid_request", "email must be valid UTF-8 without NUL characters")
+	case err != nil:
+		return a.storeErr("cannot register an account", err)
 	}
 	a.log.Info("account registered", "account_id", acct.ID)
 	return c.JSON(http.StatusOK, map[string]string{"api_key": key, "account_id": acct.ID})
@@ -233,7 +245,17 @@ func (a *App) benchmark(c echo.Context) error {
 	case errors.Is(err, store.ErrNotFound):
 		return c.JSON(http.StatusOK, map[string]any{"node_id": id, "benchmark": nil})
 	case err != nil:
-		return err
+		return a.storeErr("cannot read a benchmark", err)
 	}
 	return c.JSON(http.StatusOK, map[string]any{"node_id": id, "benchmark": json.RawMessage(raw)})
+}
+
+// storeErr turns a store failure into its answer: 503 store_unavailable
+// when the store could not answer (details logged, never shown), else the
+// error as it is (a 500, logged by the error handler).
+func (a *App) storeErr(what string, err error) error {
+	if errors.Is(err, store.ErrUnavailable) {
+		return a.storeUnavailable(what, err)
+	}
+	return err
 }

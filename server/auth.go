@@ -6,39 +6,68 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"switchyard/ratelimit"
 	"switchyard/store"
 )
 
-// Cache lifetimes. A revoked key or deleted account stops working here at
-// once, and on other instances within authTTL.
+// Cache lifetimes and bounds. A revoked key or deleted account stops working
+// here at once, and on other instances within authTTL (while the store
+// answers: see authStaleMax).
 const (
 	authTTL         = 30 * time.Second
 	authNegativeTTL = 5 * time.Second
-	authMaxEntries  = 50_000
+	// authStaleMax is how long past its expiry a valid key keeps working
+	// while the store cannot answer (invariant 14: serve stale rather than
+	// fail everyone). A key revoked during an outage works here until the
+	// store answers again, at most this long.
+	authStaleMax = time.Hour
+	// authMaxEntries bounds the positive cache. Only valid keys enter it,
+	// so a flood of made-up keys cannot evict them.
+	authMaxEntries = 50_000
+	// authMaxNegative bounds the cache of unknown keys, kept apart from the
+	// valid ones; when full it is cleared, which costs only re-lookups that
+	// the per-IP failure limit bounds.
+	authMaxNegative = 10_000
+	// authMaxBlocked bounds the IPs remembered as over their failure limit.
+	authMaxBlocked = 10_000
 )
+
+// authFailureLimit is how many failed authentications one client IP may make
+// per minute, cluster-wide (the App's limiter), before its requests with
+// keys the cache does not know get 429 without a store lookup. It protects
+// the store from floods of made-up keys and slows key guessing.
+// TODO(config): a flag (--auth-failure-rate) once server/config.go has one.
+var authFailureLimit = ratelimit.PerMinute(20)
 
 // authCache keeps recent key → account answers so that a request does not
 // cost a database read. Keys are held by their SHA-256, never in clear.
 type authCache struct {
 	st store.Store
-	mu sync.Mutex
-	m  map[string]authEntry
+
+	mu      sync.Mutex
+	pos     map[string]authEntry // valid keys
+	neg     map[string]time.Time // unknown keys → until when that is believed
+	blocked map[string]time.Time // client IP → until when it gets 429
+
+	lookups atomic.Int64 // Authenticate calls that reached the store
 }
 
 type authEntry struct {
 	acct    store.Account
-	err     error // store.ErrNotFound for a cached miss
 	expires time.Time
 }
 
 func newAuthCache(st store.Store) *authCache {
-	return &authCache{st: st, m: make(map[string]authEntry)}
+	return &authCache{st: st, pos: make(map[string]authEntry), neg: make(map[string]time.Time),
+		blocked: make(map[string]time.Time)}
 }
 
 func keyHash(key string) string {
@@ -46,53 +75,141 @@ func keyHash(key string) string {
 	return hex.EncodeToString(h[:])
 }
 
+// errAuthLimited: the client IP made too many failed attempts; no lookup was
+// made.
+type errAuthLimited struct{ retryAfter time.Duration }
+
+func (e *errAuthLimited) Error() string { return "too many failed authentications from this address" }
+
 // authenticate returns the account of a live key, or store.ErrNotFound.
-// Other errors mean the store could not answer.
+// Other errors mean the store could not answer (nodes map them to 1013).
 func (c *authCache) authenticate(ctx context.Context, key string) (store.Account, error) {
-	acct, _, err := c.authenticateHash(ctx, key)
+	acct, _, err := c.authenticateFrom(ctx, key, "", nil)
 	return acct, err
 }
 
-// authenticateHash is authenticate that also returns the key's hash (the
-// rate limiter's key), so a request hashes its key once.
-func (c *authCache) authenticateHash(ctx context.Context, key string) (store.Account, string, error) {
+// authenticateFrom is authenticate for a client at ip, whose failures are
+// counted by lim (nil: not counted). It also returns the key's hash (the
+// rate limiter's key), so a request hashes its key once. A valid key
+// fresh in the cache never waits for anything; an unknown key from an IP
+// over its failure limit gets *errAuthLimited before any store lookup.
+func (c *authCache) authenticateFrom(ctx context.Context, key, ip string, lim ratelimit.Limiter) (store.Account, string, error) {
 	if key == "" {
 		return store.Account{}, "", store.ErrNotFound
 	}
 	h := keyHash(key)
 	now := time.Now()
 	c.mu.Lock()
-	e, ok := c.m[h]
+	e, known := c.pos[h]
+	negUntil, isNeg := c.neg[h]
+	blockedUntil := c.blocked[ip]
 	c.mu.Unlock()
-	if ok && now.Before(e.expires) {
-		return e.acct, h, e.err
+	if known && now.Before(e.expires) {
+		return e.acct, h, nil
 	}
+	stale := known && now.Sub(e.expires) < authStaleMax
+	if isNeg && now.Before(negUntil) {
+		return store.Account{}, h, c.failed(ctx, ip, lim, now)
+	}
+	if lim != nil && now.Before(blockedUntil) {
+		if stale {
+			return e.acct, h, nil // no lookup, and no reason to refuse a key that was valid
+		}
+		return store.Account{}, h, &errAuthLimited{retryAfter: blockedUntil.Sub(now)}
+	}
+	c.lookups.Add(1)
 	acct, err := c.st.Authenticate(ctx, key)
 	switch {
 	case err == nil:
-		c.put(h, authEntry{acct: acct, expires: now.Add(authTTL)})
+		c.putValid(h, authEntry{acct: acct, expires: now.Add(authTTL)})
+		return acct, h, nil
 	case errors.Is(err, store.ErrNotFound):
-		c.put(h, authEntry{err: store.ErrNotFound, expires: now.Add(authNegativeTTL)})
+		c.putUnknown(h, now.Add(authNegativeTTL))
+		return store.Account{}, h, c.failed(ctx, ip, lim, now)
+	case stale && ctx.Err() == nil:
+		// The store cannot answer; a key valid within authStaleMax keeps
+		// working rather than failing every client of this instance.
+		return e.acct, h, nil
 	}
-	return acct, h, err
+	return store.Account{}, h, err
 }
 
-func (c *authCache) put(h string, e authEntry) {
+// failed counts a failed authentication from ip and returns
+// store.ErrNotFound, or *errAuthLimited once ip is over authFailureLimit
+// (and remembers that, so that its next unknown keys cost no lookup).
+func (c *authCache) failed(ctx context.Context, ip string, lim ratelimit.Limiter, now time.Time) error {
+	if lim == nil || ip == "" {
+		return store.ErrNotFound
+	}
+	res, err := lim.Allow(ctx, "auth_failures:"+ip, authFailureLimit)
+	if err != nil || res.Allowed {
+		// A limiter that cannot answer (Redis down) does not turn a 401
+		// into anything else; the store's breaker still bounds lookups.
+		return store.ErrNotFound
+	}
+	c.mu.Lock()
+	if len(c.blocked) >= authMaxBlocked {
+		for k, until := range c.blocked {
+			if !now.Before(until) {
+				delete(c.blocked, k)
+			}
+		}
+	}
+	if len(c.blocked) < authMaxBlocked {
+		c.blocked[ip] = now.Add(res.RetryAfter)
+	}
+	c.mu.Unlock()
+	return &errAuthLimited{retryAfter: res.RetryAfter}
+}
+
+func (c *authCache) putValid(h string, e authEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.m) >= authMaxEntries {
-		clear(c.m) // crude, and rare: only a flood of distinct keys gets here
+	delete(c.neg, h)
+	if _, ok := c.pos[h]; !ok && len(c.pos) >= authMaxEntries {
+		// Only valid keys get here, so this is rare: drop entries no longer
+		// usable even stale, then expired ones, then any one.
+		now := time.Now()
+		for k, old := range c.pos {
+			if now.Sub(old.expires) >= authStaleMax {
+				delete(c.pos, k)
+			}
+		}
+		for k, old := range c.pos {
+			if len(c.pos) < authMaxEntries {
+				break
+			}
+			if now.After(old.expires) {
+				delete(c.pos, k)
+			}
+		}
+		for k := range c.pos {
+			if len(c.pos) < authMaxEntries {
+				break
+			}
+			delete(c.pos, k)
+		}
 	}
-	c.m[h] = e
+	c.pos[h] = e
+}
+
+func (c *authCache) putUnknown(h string, until time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.pos, h) // revoked, or its account deleted
+	if len(c.neg) >= authMaxNegative {
+		clear(c.neg)
+	}
+	c.neg[h] = until
 }
 
 // forgetAccount drops an account's cached keys (it was deleted here).
 func (c *authCache) forgetAccount(accountID string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for h, e := range c.m {
+	for h, e := range c.pos {
 		if e.acct.ID == accountID {
-			delete(c.m, h)
+			delete(c.pos, h)
 		}
 	}
 }
@@ -122,19 +239,37 @@ func (a *App) requireAccount(next echo.HandlerFunc) echo.HandlerFunc {
 				key = b.APIKey
 			}
 		}
-		acct, hash, err := a.auth.authenticateHash(c.Request().Context(), key)
+		acct, hash, err := a.auth.authenticateFrom(c.Request().Context(), key, c.RealIP(), a.limiter)
+		var limited *errAuthLimited
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			return newError(http.StatusUnauthorized, "invalid_api_key", "Invalid or missing API key")
+		case errors.As(err, &limited):
+			return &apiError{Status: http.StatusTooManyRequests, Code: "rate_limited",
+				Message:    "too many failed authentications from this address; retry later",
+				RetryAfter: strconv.FormatInt(max(int64((limited.retryAfter+time.Second-1)/time.Second), 1), 10)}
 		case err != nil:
-			a.log.Warn("cannot check API key", "err", err)
-			return &apiError{Status: http.StatusServiceUnavailable, Code: "store_unavailable",
-				Message: "cannot check API keys right now; retry shortly", RetryAfter: "1"}
+			return a.storeUnavailable("cannot check an API key", err)
 		}
 		c.Set(ctxAccount, acct)
 		c.Set(ctxKeyHash, hash)
 		return next(c)
 	}
+}
+
+// storeUnavailable logs why the store failed (the details are for
+// operators: they may name hosts, databases and users) and returns the
+// public answer, which names only what failed.
+func (a *App) storeUnavailable(what string, err error) *apiError {
+	if errors.Is(err, store.ErrUnavailable) {
+		// The Guard logged the episode when its breaker opened; one line
+		// per request would flood the log at request rate.
+		a.log.Debug(what+": the store is unavailable", "err", err)
+	} else {
+		a.log.Warn(what+": the store is unavailable", "err", err)
+	}
+	return &apiError{Status: http.StatusServiceUnavailable, Code: "store_unavailable",
+		Message: "the store is unavailable; retry shortly", RetryAfter: "1"}
 }
 
 func accountOf(c echo.Context) store.Account {

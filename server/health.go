@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -24,9 +25,11 @@ func (a *App) health(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
 	if err := a.store.Ping(ctx); err != nil {
-		checks["store"] = "unreachable: " + err.Error()
+		// The error names hosts, databases and users: logs only.
+		a.log.Debug("readiness: the store does not answer", "err", err)
+		checks["store"] = "unavailable"
 		if reason == "" {
-			reason = "the database is unreachable"
+			reason = "the store is unavailable"
 		}
 	}
 	body := map[string]any{
@@ -40,15 +43,27 @@ func (a *App) health(c echo.Context) error {
 	return c.JSON(http.StatusOK, body)
 }
 
-// notReady returns why this instance should not get traffic now, or "".
+// notReady returns why this instance should not get traffic now, or "",
+// in words fit for anyone: what failed, never an address or a user (the
+// cluster logs the details when it notices).
 func (a *App) notReady() string {
 	if a.draining.Load() {
 		return "draining"
 	}
 	if a.cluster != nil {
-		return a.cluster.notReady()
+		return publicReason(a.cluster.notReady())
 	}
 	return ""
+}
+
+// publicReason keeps what failed of a reason and drops its details:
+// cluster.notReady appends Redis's dial error ("Redis is unreachable: dial
+// tcp 10.0.0.5:6379: ...").
+func publicReason(r string) string {
+	if what, _, ok := strings.Cut(r, ":"); ok {
+		return what
+	}
+	return r
 }
 
 func randomHex(n int) string {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Options select and configure the database. Zero values mean the defaults
@@ -21,6 +22,11 @@ type Options struct {
 	// Logger receives the few events worth an operator's attention (opened,
 	// migrations applied). Default slog.Default().
 	Logger *slog.Logger
+	// Guard configures the deadlines and breaker every opened store is
+	// wrapped in (see Guard). Its zero value means GuardConfig's defaults,
+	// except that SQLite's per-call Timeout defaults to 5s: a local file
+	// does not stall like a server, but its writers queue on one lock.
+	Guard GuardConfig
 }
 
 // sqliteFile is the database's name inside DataDir.
@@ -34,6 +40,9 @@ func (o Options) withDefaults() Options {
 		o.Logger = slog.Default()
 	}
 	o.Logger = o.Logger.With("component", "store")
+	if o.Guard.Logger == nil {
+		o.Guard.Logger = o.Logger
+	}
 	return o
 }
 
@@ -55,8 +64,10 @@ func isPostgres(url string) (bool, error) {
 }
 
 // Open opens the configured database, applies any pending migrations and
-// returns it ready for use. Several instances may Open one PostgreSQL
-// database at the same time: migrations run under a session lock.
+// returns it ready for use, wrapped in a Guard (every call has a deadline;
+// a breaker turns a stalled database into fast ErrUnavailable). Several
+// instances may Open one PostgreSQL database at the same time: migrations
+// run under a session lock.
 func Open(ctx context.Context, opts Options) (Store, error) {
 	opts = opts.withDefaults()
 	pg, err := isPostgres(opts.DatabaseURL)
@@ -64,9 +75,20 @@ func Open(ctx context.Context, opts Options) (Store, error) {
 		return nil, err
 	}
 	if pg {
-		return openPostgres(ctx, opts)
+		st, err := openPostgres(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		return NewGuard(st, opts.Guard), nil
 	}
-	return openSQLite(ctx, opts)
+	st, err := openSQLite(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Guard.Timeout <= 0 {
+		opts.Guard.Timeout = 5 * time.Second
+	}
+	return NewGuard(st, opts.Guard), nil
 }
 
 // sqlitePath creates the data directory when needed and returns the file path.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -65,10 +66,79 @@ func (r *Reputation) cached(nodeID string) (NodeStats, bool) {
 	return NodeStats{}, false
 }
 
+// leaderboardCache holds the last full ranking for LeaderboardTTL, and
+// makes concurrent callers share one read of the node table.
+type leaderboardCache struct {
+	mu      sync.Mutex
+	at      time.Time
+	ranked  []LeaderboardEntry // nil until the first successful read
+	pending *leaderboardFlight
+}
+
+type leaderboardFlight struct {
+	done   chan struct{}
+	ranked []LeaderboardEntry
+	err    error
+}
+
 // Leaderboard ranks the nodes the store knows by score, highest first (ties:
 // more tasks first, then node id), with this instance's fresher counters
-// where it has them. limit <= 0 means all.
+// where it has them. limit <= 0 means all. The ranking is computed at most
+// once per LeaderboardTTL: the endpoint is public, and each computation
+// reads the whole node table.
 func (r *Reputation) Leaderboard(ctx context.Context, limit int) ([]LeaderboardEntry, error) {
+	c := &r.lb
+	c.mu.Lock()
+	if c.ranked != nil && r.cfg.Now().Sub(c.at) < r.cfg.LeaderboardTTL {
+		ranked := c.ranked
+		c.mu.Unlock()
+		return top(ranked, limit), nil
+	}
+	f := c.pending
+	if f == nil {
+		f = &leaderboardFlight{done: make(chan struct{})}
+		c.pending = f
+		c.mu.Unlock()
+		// The first caller reads for everyone, so it finishes the read even
+		// if its own client leaves; the store's deadline (Guard) bounds it.
+		r.rankFor(context.WithoutCancel(ctx), f)
+	} else {
+		c.mu.Unlock()
+	}
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if f.err != nil {
+		return nil, f.err
+	}
+	return top(f.ranked, limit), nil
+}
+
+// rankFor computes the ranking for a flight and caches it.
+func (r *Reputation) rankFor(ctx context.Context, f *leaderboardFlight) {
+	f.ranked, f.err = r.rank(ctx)
+	c := &r.lb
+	c.mu.Lock()
+	if f.err == nil {
+		c.ranked, c.at = f.ranked, r.cfg.Now()
+	}
+	c.pending = nil
+	c.mu.Unlock()
+	close(f.done)
+}
+
+// top returns the first limit entries (all for limit <= 0) in a slice of its
+// own, as the cached ranking is shared.
+func top(ranked []LeaderboardEntry, limit int) []LeaderboardEntry {
+	if limit > 0 && len(ranked) > limit {
+		ranked = ranked[:limit]
+	}
+	return slices.Clone(ranked)
+}
+
+func (r *Reputation) rank(ctx context.Context) ([]LeaderboardEntry, error) {
 	all, err := r.st.AllNodeStats(ctx)
 	if err != nil {
 		return nil, err
@@ -97,8 +167,5 @@ func (r *Reputation) Leaderboard(ctx context.Context, limit int) ([]LeaderboardE
 		}
 		return strings.Compare(a.NodeID, b.NodeID)
 	})
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
-	}
 	return out, nil
 }

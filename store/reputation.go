@@ -55,6 +55,19 @@ type ReputationConfig struct {
 	SuspendAfterTasks int64
 	// SuspendFor is how long a suspension lasts. Default 24h.
 	SuspendFor time.Duration
+	// SuspendMinAccounts is how many distinct requesting accounts must have
+	// seen the node fail within FailureWindow before it can be suspended:
+	// failures caused by one account (say, requests built so that the node
+	// cannot run them) lower the node's score but can never take it out of
+	// routing (DESIGN §5, invariant 15). Default 3.
+	SuspendMinAccounts int
+	// FailureWindow is how long a failure keeps counting toward
+	// SuspendMinAccounts. Default 1h.
+	FailureWindow time.Duration
+	// LeaderboardTTL is how long a computed leaderboard is served before the
+	// node table is read again, so that a public endpoint does not cost a
+	// full table read per call. Default 5s.
+	LeaderboardTTL time.Duration
 	// Now is the clock; default time.Now. Tests set it.
 	Now func() time.Time
 }
@@ -72,6 +85,15 @@ func (c ReputationConfig) withDefaults() ReputationConfig {
 	}
 	if c.SuspendFor <= 0 {
 		c.SuspendFor = 24 * time.Hour
+	}
+	if c.SuspendMinAccounts <= 0 {
+		c.SuspendMinAccounts = 3
+	}
+	if c.FailureWindow <= 0 {
+		c.FailureWindow = time.Hour
+	}
+	if c.LeaderboardTTL <= 0 {
+		c.LeaderboardTTL = 5 * time.Second
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -102,16 +124,23 @@ type Reputation struct {
 	cfg ReputationConfig
 	log *slog.Logger
 
-	// mu guards nodes. Lock order: Writer.applyMu, then mu, then Writer.mu.
+	// mu guards nodes and failers. Lock order: Writer.applyMu, then mu,
+	// then Writer.mu.
 	mu    sync.RWMutex
 	nodes map[string]*NodeStats
+	// failers holds, per node, the accounts whose requests it failed
+	// recently and when each last did (at most maxFailers per node).
+	failers map[string]map[string]time.Time
+
+	lb leaderboardCache
 }
 
 // NewReputation returns an empty cache over st, sending outcomes and
 // suspensions through w (which must not be nil).
 func NewReputation(st Store, w *Writer, cfg ReputationConfig) *Reputation {
 	cfg = cfg.withDefaults()
-	return &Reputation{st: st, w: w, cfg: cfg, log: cfg.Logger, nodes: make(map[string]*NodeStats)}
+	return &Reputation{st: st, w: w, cfg: cfg, log: cfg.Logger, nodes: make(map[string]*NodeStats),
+		failers: make(map[string]map[string]time.Time)}
 }
 
 // Get returns a node's current view: fast, no I/O. An unknown node has the
@@ -141,7 +170,9 @@ func suspended(s NodeStats, now time.Time) bool {
 
 // Observe counts a node's outcome at once, hands it to the Writer, and
 // suspends the node when its score falls below SuspendBelow after more than
-// SuspendAfterTasks tasks. A zero At is taken as now.
+// SuspendAfterTasks tasks, and failures from at least SuspendMinAccounts
+// distinct requesting accounts within FailureWindow (see failedForLocked).
+// A zero At is taken as now.
 func (r *Reputation) Observe(o Outcome) {
 	if o.NodeID == "" {
 		return
@@ -158,7 +189,11 @@ func (r *Reputation) Observe(o Outcome) {
 	// Queued under mu so that reload sees the outcome either in memory and
 	// in the queue, or in neither (it will arrive after reload).
 	r.w.AddOutcome(o)
-	if s.TotalTasks > r.cfg.SuspendAfterTasks && !suspended(*s, now) {
+	accounts := 0
+	if !o.Success {
+		accounts = r.failedForLocked(o.NodeID, o.Account, now)
+	}
+	if accounts >= r.cfg.SuspendMinAccounts && s.TotalTasks > r.cfg.SuspendAfterTasks && !suspended(*s, now) {
 		if score = Score(*s, now); score < r.cfg.SuspendBelow {
 			until = now.Add(r.cfg.SuspendFor)
 			s.SuspendedUntil = timePtr(dbTime(until))
@@ -169,8 +204,44 @@ func (r *Reputation) Observe(o Outcome) {
 	if !until.IsZero() {
 		r.w.addSuspension(o.NodeID, until)
 		r.log.Warn("node suspended for a low reputation", "node_id", o.NodeID, "score", score,
-			"total_tasks", total, "until", until)
+			"total_tasks", total, "failing_accounts", accounts, "until", until)
 	}
+}
+
+// maxFailers bounds the accounts remembered per node; more than
+// SuspendMinAccounts are never needed, a few spare ones keep an old entry
+// from pushing out a recent one.
+const maxFailers = 16
+
+// failedForLocked records that account saw node fail at now and returns how
+// many distinct accounts saw it fail within FailureWindow. The record is
+// in memory only, per instance: a suspension needs the distinct accounts on
+// one instance, which only makes it rarer.
+func (r *Reputation) failedForLocked(node, account string, now time.Time) int {
+	m := r.failers[node]
+	if m == nil {
+		m = make(map[string]time.Time)
+		r.failers[node] = m
+	}
+	m[account] = now
+	n := 0
+	var oldest string
+	var oldestAt time.Time
+	for acct, at := range m {
+		if now.Sub(at) > r.cfg.FailureWindow {
+			delete(m, acct)
+			continue
+		}
+		n++
+		if n == 1 || at.Before(oldestAt) {
+			oldest, oldestAt = acct, at
+		}
+	}
+	if len(m) > max(maxFailers, r.cfg.SuspendMinAccounts) && oldest != account {
+		delete(m, oldest)
+		n--
+	}
+	return n
 }
 
 func (r *Reputation) nodeLocked(id string) *NodeStats {

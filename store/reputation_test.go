@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,16 +133,21 @@ func TestReputationObserve(t *testing.T) {
 func TestReputationSuspends(t *testing.T) {
 	ctx := testCtx(t)
 	f := newRep(t, store.WriterConfig{})
-	timeout := store.Outcome{NodeID: "bad", Success: false, ElapsedMs: 60000}
+	accounts := []string{"acct-1", "acct-2", "acct-3"}
+	n := 0
+	timeout := func() store.Outcome {
+		n++ // failures seen by three accounts in turn
+		return store.Outcome{NodeID: "bad", Success: false, ElapsedMs: 60000, Account: accounts[n%3]}
+	}
 	for range 10 {
-		f.rp.Observe(timeout)
+		f.rp.Observe(timeout())
 		f.rp.Observe(store.Outcome{NodeID: "good", Success: true, ElapsedMs: 100})
 	}
 	// Score 30 (< 35), but 10 tasks is not more than 10.
 	if v := f.rp.Get("bad"); v.Suspended || v.Score != 30 {
 		t.Fatalf("after 10 timeouts: %+v, want score 30 and not yet suspended", v)
 	}
-	f.rp.Observe(timeout)
+	f.rp.Observe(timeout())
 	f.rp.Observe(store.Outcome{NodeID: "good", Success: true, ElapsedMs: 100})
 	if v := f.rp.Get("bad"); !v.Suspended {
 		t.Fatalf("after 11 timeouts: %+v, want suspended", v)
@@ -179,6 +185,59 @@ func TestReputationSuspends(t *testing.T) {
 	f.clk.Add(2 * time.Second)
 	if f.rp.Get("bad").Suspended {
 		t.Error("suspension did not end after 24 h")
+	}
+}
+
+// No single account can get a node suspended (DESIGN §5, invariant 15):
+// however many of its requests fail, and however low the score falls,
+// suspension needs failures seen by SuspendMinAccounts distinct accounts
+// within FailureWindow.
+func TestReputationOneAccountCannotSuspend(t *testing.T) {
+	f := newRep(t, store.WriterConfig{})
+	fail := func(acct string) {
+		f.rp.Observe(store.Outcome{NodeID: "victim", Success: false, ElapsedMs: 60000, Account: acct})
+	}
+	for range 50 {
+		fail("attacker")
+	}
+	if v := f.rp.Get("victim"); v.Suspended || v.Score >= 35 {
+		t.Fatalf("after 50 failures from one account: %+v, want a low score but not suspended", v)
+	}
+	// A second account is not enough either.
+	for range 5 {
+		fail("attacker-2")
+	}
+	if v := f.rp.Get("victim"); v.Suspended {
+		t.Fatalf("two accounts got the node suspended: %+v", v)
+	}
+	// Failures older than the window no longer count: a third account an
+	// hour later does not complete the set.
+	f.clk.Add(time.Hour + time.Minute)
+	fail("third")
+	if v := f.rp.Get("victim"); v.Suspended {
+		t.Fatalf("failures outside the window counted: %+v", v)
+	}
+	// Three accounts within the window: the node really fails for everyone.
+	fail("attacker")
+	fail("attacker-2")
+	if v := f.rp.Get("victim"); !v.Suspended {
+		t.Fatalf("failures from three accounts within the window: %+v, want suspended", v)
+	}
+}
+
+// Successes do not count as failing accounts, and anonymous outcomes (no
+// Account) are one requester.
+func TestReputationFailingAccountsIgnoreSuccess(t *testing.T) {
+	f := newRep(t, store.WriterConfig{})
+	for i := range 5 {
+		f.rp.Observe(store.Outcome{NodeID: "n", Success: true, ElapsedMs: 60000, Account: fmt.Sprint("ok-", i)})
+	}
+	// 5 of 105 completed, slow: 1.9+0+20+10 = 31.9.
+	for range 100 {
+		f.rp.Observe(store.Outcome{NodeID: "n", Success: false, ElapsedMs: 60000})
+	}
+	if v := f.rp.Get("n"); v.Suspended || v.Score >= 35 {
+		t.Fatalf("anonymous failures and other accounts' successes: %+v, want low score, not suspended", v)
 	}
 }
 
@@ -467,11 +526,16 @@ func TestReputationLeaderboard(t *testing.T) {
 	if got := order(2); !slices.Equal(got, []string{"node-a", "node-b"}) {
 		t.Errorf("Leaderboard(2) = %v, want a, b", got)
 	}
-	// This instance's unwritten outcomes count: a fails a lot, here only.
+	// This instance's unwritten outcomes count: a fails a lot, here only,
+	// once the cached ranking has expired.
 	must(t, f.rp.Load(ctx, []string{"node-a"}))
 	for range 5 {
 		f.rp.Observe(store.Outcome{NodeID: "node-a", Success: false, ElapsedMs: 60000})
 	}
+	if got := order(0); !slices.Equal(got, []string{"node-a", "node-b", "node-c"}) {
+		t.Errorf("Leaderboard within its TTL = %v, want the cached a, b, c", got)
+	}
+	f.clk.Add(5 * time.Second)
 	if got := order(0); !slices.Equal(got, []string{"node-b", "node-a", "node-c"}) {
 		t.Errorf("Leaderboard with local outcomes = %v, want b, a, c", got)
 	}
@@ -539,4 +603,57 @@ func BenchmarkReputationGet(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// countingStore counts reads of the whole node table, and can fail them.
+type countingStore struct {
+	store.Store
+	all  atomic.Int64
+	fail atomic.Bool
+}
+
+func (c *countingStore) AllNodeStats(ctx context.Context) ([]store.NodeStats, error) {
+	c.all.Add(1)
+	if c.fail.Load() {
+		return nil, fmt.Errorf("%w: stalled", store.ErrUnavailable)
+	}
+	return c.Store.AllNodeStats(ctx)
+}
+
+// The public leaderboard reads the node table at most once per TTL, however
+// many callers ask, and a failed read is an error (503 upstream), not a
+// stale or empty ranking cached for later.
+func TestReputationLeaderboardCached(t *testing.T) {
+	ctx := testCtx(t)
+	cs := &countingStore{Store: openSQLite(t)}
+	w := store.NewWriter(cs, store.WriterConfig{FlushInterval: time.Hour, Logger: quiet})
+	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	clk := &clock{now: time.Now().UTC()}
+	rp := store.NewReputation(cs, w, store.ReputationConfig{Logger: quiet, Now: clk.Now})
+	must(t, cs.RecordNode(ctx, "n1", "acct", "one"))
+
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lb, err := rp.Leaderboard(ctx, 10)
+			if err != nil || len(lb) != 1 {
+				t.Errorf("Leaderboard: %v, %v", lb, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := cs.all.Load(); n != 1 {
+		t.Errorf("50 calls within the TTL read the node table %d times, want 1", n)
+	}
+	clk.Add(5 * time.Second)
+	cs.fail.Store(true)
+	if _, err := rp.Leaderboard(ctx, 10); !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("Leaderboard with the store failing: %v, want ErrUnavailable", err)
+	}
+	cs.fail.Store(false)
+	if _, err := rp.Leaderboard(ctx, 10); err != nil || cs.all.Load() != 3 {
+		t.Errorf("Leaderboard after a failed read: %v (reads %d, want 3)", err, cs.all.Load())
+	}
 }

@@ -85,6 +85,12 @@ type Outcome struct {
 	Success   bool
 	ElapsedMs int64 // a timeout counts as a failure of 60,000 ms
 	At        time.Time
+	// Account is the requesting account. A failure counts toward the
+	// node's suspension only together with failures from other accounts
+	// (ReputationConfig.SuspendMinAccounts), so that no single account can
+	// get another's node suspended. "" is one anonymous requester. Not
+	// stored: the database keeps counters, not who caused them.
+	Account string
 }
 
 // NodeStats are the counters reputation is computed from.
