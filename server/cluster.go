@@ -289,8 +289,8 @@ func (c *cluster) healthy() bool {
 // notReady returns why the cluster makes this instance not ready, or "".
 func (c *cluster) notReady() string {
 	if !c.redisOK.Load() {
-		msg, _ := c.redisErr.Load().(string)
-		return "Redis is unreachable: " + msg
+		// The dial error (addresses) is logged by watchRedis, not shown.
+		return "Redis is unreachable"
 	}
 	if msg, _ := c.lockLost.Load().(string); msg != "" {
 		return msg

@@ -279,7 +279,10 @@ func (d *dispatcher) send(ctx context.Context, c nodes.Candidate, req *Request, 
 	n, err := d.bus.Publish(ctx, c.Owner, e)
 	switch {
 	case err != nil:
-		return &Error{Code: CodeUnavailable, Message: "cannot reach the instance that holds the node: " + err.Error()}
+		// The bus error names Redis's address and the instance id: logged,
+		// never shown to a client.
+		d.log.Warn("cannot publish an assign", "task_id", req.TaskID, "owner", c.Owner, "err", err)
+		return &Error{Code: CodeUnavailable, Message: "cannot reach the instance that holds the node (Redis is unreachable); retry shortly"}
 	case n == 0:
 		return &refusal{refusedGone, "the node's instance is gone"}
 	}
@@ -396,7 +399,7 @@ func (d *dispatcher) finish(r *run, out Outcome, err error) {
 	now := time.Now()
 	var nodeOutcome *store.Outcome
 	if err == nil {
-		nodeOutcome = &store.Outcome{NodeID: r.nodeID, Success: out.Status == StatusCompleted,
+		nodeOutcome = &store.Outcome{NodeID: r.nodeID, Account: r.req.AccountID, Success: out.Status == StatusCompleted,
 			ElapsedMs: now.Sub(r.assigned).Milliseconds(), At: now}
 		if !r.req.Stream && out.ProcessingMs >= 0 {
 			d.metrics.overhead.Observe(max(now.Sub(r.start).Seconds()-float64(out.ProcessingMs)/1000, 0))
@@ -406,9 +409,9 @@ func (d *dispatcher) finish(r *run, out Outcome, err error) {
 		switch e.Code {
 		case CodeTimeout:
 			// GemmaNet counts a timeout as a failure of the full timeout.
-			nodeOutcome = &store.Outcome{NodeID: r.nodeID, ElapsedMs: d.cfg.TaskTimeout.Milliseconds(), At: now}
+			nodeOutcome = &store.Outcome{NodeID: r.nodeID, Account: r.req.AccountID, ElapsedMs: d.cfg.TaskTimeout.Milliseconds(), At: now}
 		case CodeNodeDisconnected, CodeResultTooLarge:
-			nodeOutcome = &store.Outcome{NodeID: r.nodeID, ElapsedMs: now.Sub(r.assigned).Milliseconds(), At: now}
+			nodeOutcome = &store.Outcome{NodeID: r.nodeID, Account: r.req.AccountID, ElapsedMs: now.Sub(r.assigned).Milliseconds(), At: now}
 		}
 		if e.Code != CodeCanceled && e.Code != CodeNoNode {
 			d.log.Info("task failed", "task_id", r.req.TaskID, "node_id", r.nodeID, "code", e.Code, "message", e.Message)
