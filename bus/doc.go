@@ -6,3 +6,8 @@
 // instance they are addressed to and reports how many subscribers received
 // them. It must not import echo, pgx or any other switchyard package.
 package bus
+
+// DefaultNamespace prefixes every Redis key and channel when a config leaves
+// its Namespace empty. It is the one place the default is written: bus is
+// the lowest package, so every other one (nodes, server, cmd) can use it.
+const DefaultNamespace = "sy"
