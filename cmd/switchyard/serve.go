@@ -59,6 +59,20 @@ func localURL(scheme, path string) string {
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := serveConfig(args, stderr)
+	if err != nil {
+		return err
+	}
+	app, err := server.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return app.Run(ctx)
+}
+
+// serveConfig turns serve's flags (and their environment variables) into a
+// server.Config. It opens nothing; server.New validates the result.
+func serveConfig(args []string, stderr io.Writer) (server.Config, error) {
 	// Every flag's default is the field's value in server.DefaultConfig, the
 	// one place defaults are written: the flag writes over it when given.
 	cfg := server.DefaultConfig()
@@ -101,14 +115,14 @@ ws://HOST:PORT/ws/node; clients call http://HOST:PORT/api/v1/…`, cfg.Listen, c
 	fs.StringVar(&cfg.PprofListen, "pprof-listen", cfg.PprofListen, "serve net/http/pprof (/debug/pprof/) on this address, apart from the API; empty: off. Loopback only (127.0.0.1:6060) unless --pprof-allow-remote")
 	fs.BoolVar(&cfg.PprofAllowRemote, "pprof-allow-remote", cfg.PprofAllowRemote, "let --pprof-listen bind a non-loopback address (the endpoint has no authentication: only on a network you trust)")
 	if err := fs.parse(args); err != nil {
-		return err
+		return server.Config{}, err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("serve takes no arguments, got %q (see switchyard serve --help)", fs.Args())
+		return server.Config{}, fmt.Errorf("serve takes no arguments, got %q (see switchyard serve --help)", fs.Args())
 	}
 	log, err := lf.logger(stderr)
 	if err != nil {
-		return err
+		return server.Config{}, err
 	}
 	cfg.DataDir, cfg.DatabaseURL, cfg.Logger, cfg.Version = sf.dataDir, sf.databaseURL, log, version
 	// Validate (in server.New) refuses --multi-instance=false without Redis.
@@ -120,9 +134,5 @@ ws://HOST:PORT/ws/node; clients call http://HOST:PORT/api/v1/…`, cfg.Listen, c
 		_ = l.Set(*split)
 		cfg.SplitTaskTypes = append(cfg.SplitTaskTypes, l...)
 	}
-	app, err := server.New(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	return app.Run(ctx)
+	return cfg, nil
 }
