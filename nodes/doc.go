@@ -1,11 +1,22 @@
-// Package nodes owns the node side of an instance: one Session per node
-// WebSocket (a reader loop and one writer goroutine behind a bounded queue),
-// the set of local sessions (Hub), the node's handshake and its limits,
-// cluster ownership of node identities (Claims: fenced, newest wins), the
-// directory routing reads, and node selection.
+// Package nodes owns the node side of an instance (DESIGN §2):
+//   - one Session per node WebSocket: a reader loop and one writer goroutine
+//     behind a bounded send queue that drops a node too slow to keep up
+//     (invariant 13), the node wire protocol it speaks (wire.go, JSON; see
+//     docs/PROTOCOL.md) and the validation of node_register (register.go);
+//   - the Hub, the set of this instance's sessions: the handshake, the
+//     per-account node cap, the benchmark probe (bench.go), drain;
+//   - cluster ownership of node identities (Claims: MemoryClaims, and
+//     RedisClaims with fenced generations, newest wins; invariant 1);
+//   - the directory routing reads (Directory: the Hub for one instance,
+//     ClusterDirectory for a cluster) and node selection (select.go).
 //
-// It speaks the node wire protocol (JSON envelopes, see docs/PROTOCOL.md)
-// but knows nothing of HTTP routes, tasks or Redis key names: a session
-// hands task events to the Events it was given, and ownership and the
-// directory are interfaces with in-memory implementations here.
+// It knows the Redis keys of what it owns and no others: the claim keys
+// {ns}:node:{<id>}:gen, {ns}:node:{<id>}:owner, {ns}:acct:{<id>}:nodes and
+// {ns}:inst:{<iid>}:claims (claims_redis.go), and the directory hash
+// {ns}:dir:{<iid>} (cluster.go).
+//
+// It must not know HTTP (server accepts the WebSocket and hands the Hub a
+// connection), tasks (a session hands task traffic to the Events it was
+// given, which tasks implements) or the bus: nodes imports no other
+// switchyard package.
 package nodes

@@ -1,15 +1,22 @@
-// Package sdk is switchyard's Go client library: the node agent that serves
-// tasks over the node WebSocket (Node, Handler) and the HTTP API client
-// (Client).
+// Package sdk is switchyard's Go client library.
 //
-// It speaks GemmaNet's wire protocol plus switchyard's extensions
-// (max_concurrency in node_register, task_cancel), as documented in the
-// project's PROTOCOL.md, and behaves like GemmaNet's Python SDK: the same
-// registration, heartbeat, reconnect backoff and stop rules.
+// It owns:
+//   - the node agent (Node, NodeConfig, Handler): it dials the node
+//     WebSocket, registers, runs each assigned task under a context that a
+//     task_cancel ends, sends chunks and results, heartbeats with the host's
+//     load (cpu.go), and reconnects with backoff (1 s to 60 s) until the
+//     server refuses its key or another connection of the same identity
+//     replaces it — GemmaNet's Python SDK's rules;
+//   - the HTTP API client (Client): plain and streaming (SSE) requests,
+//     ratings, status, nodes and task lookups, with the server's error body
+//     decoded into an error that carries its code (apierror.go);
+//   - its own copy of the wire shapes (wire.go): GemmaNet's wire protocol plus
+//     switchyard's extensions (max_concurrency in node_register,
+//     task_cancel), as docs/PROTOCOL.md documents them.
 //
-// The package owns its own copy of the wire shapes (wire.go) and must not
-// import any other switchyard package: it is what third parties link against,
-// and the load test uses it as an outside client would.
-// Ready-made handlers live in sdk/handlers; the examples show a node and a
-// streaming request.
+// It must not import any other switchyard package: it is what third parties
+// link against, and the CLI's `switchyard node` and the load test use it as
+// an outside client would, so the tests built on it exercise the public
+// protocol rather than the server's internals. Ready-made handlers live in sdk/handlers;
+// the examples show a node and a streaming request.
 package sdk

@@ -186,6 +186,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, fmt.Errorf("cannot listen on %s: %w (choose another with --listen)", cfg.Listen, err)
 	}
 	a.listener = ln
+	if _, err := startPprof(a.root, &a.bg, cfg.PprofListen, a.log); err != nil {
+		return nil, err
+	}
 	// Announced last: with its subscription confirmed and its address bound.
 	if a.cluster != nil {
 		if err := a.cluster.start(ctx, a); err != nil {

@@ -5,17 +5,21 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
+
+	"switchyard/bus"
 )
 
-// Config is everything an instance is started with. Zero values take the
-// defaults shown; Validate refuses combinations that cannot work.
+// Config is everything an instance is started with. DefaultConfig holds
+// every default, and the CLI's flags are bound to it; a zero field takes
+// DefaultConfig's value. Validate refuses combinations that cannot work.
 type Config struct {
-	Listen       string // default ":8800"
-	DataDir      string // default "./data"; where the SQLite store lives
+	Listen       string // address of the API and the node sockets
+	DataDir      string // where the SQLite store lives (when DatabaseURL is empty)
 	DatabaseURL  string // postgres://… selects PostgreSQL instead of SQLite
-	InstanceName string // default the host name; shown in logs and status
+	InstanceName string // shown in logs and status; empty: the host name
 	Version      string // reported by /api/v1/status
 
 	// RedisURL (redis://host:6379/0) turns on shared state: a Redis bus,
@@ -29,89 +33,138 @@ type Config struct {
 	// process, takes the Redis lock and refuses to start while another
 	// instance holds it (the rollback switch of multi-instance mode).
 	SingleInstance    bool
-	Namespace         string        // default "sy": the prefix of every Redis key and channel
-	HeartbeatInterval time.Duration // default 5s: registry, claims and directory refresh
-	LivenessTTL       time.Duration // default 15s: an instance (or claim) not refreshed for this long is gone
-	WatchInterval     time.Duration // default 250ms: how often the other side of each task is checked
+	Namespace         string        // the prefix of every Redis key and channel (bus.DefaultNamespace)
+	HeartbeatInterval time.Duration // registry, claims and directory refresh
+	LivenessTTL       time.Duration // an instance (or claim) not refreshed for this long is gone
+	WatchInterval     time.Duration // how often the other side of each task is checked
 	// UnsafeNoWatcher turns the owner-liveness watcher off, so tasks of a dead
 	// instance wait for their deadline. Only for proving that the load test
 	// catches it; never in production.
 	UnsafeNoWatcher bool
 
 	OpenRegistration   bool          // POST /api/v1/register creates accounts for anyone
-	MaxNodesPerAccount int           // default 5
-	DefaultConcurrency int           // default 4: max_concurrency of a node that does not declare one
-	TaskTimeout        time.Duration // default 60s (a stream: between chunks)
-	StreamMax          time.Duration // default 600s: a stream's total limit
-	QueueTimeout       time.Duration // default 10s: how long a request waits for a free node slot
-	ResultMaxBytes     int64         // default 1 MiB
-	MaxMessageBytes    int64         // default 4 MiB: the largest node message
-	MaxBodyBytes       int64         // default 2,000,000: the largest request body
+	MaxNodesPerAccount int           // nodes one account may have online at once
+	DefaultConcurrency int           // max_concurrency of a node that does not declare one
+	TaskTimeout        time.Duration // a plain task's deadline; a stream's longest wait between chunks
+	StreamMax          time.Duration // a stream's total limit
+	QueueTimeout       time.Duration // how long a request waits for a free node slot
+	ResultMaxBytes     int64         // bytes: the largest result (all chunks together)
+	MaxMessageBytes    int64         // bytes: the largest node message
+	MaxBodyBytes       int64         // bytes: the largest request body
 
-	RequestRate   int // default 60 per minute per API key, for /api/v1/request and /api/v1/rate; -1 disables
-	PublicRate    int // default 120 per minute per client IP, for the public GET endpoints; -1 disables
-	RegisterRate  int // default 5 per hour per client IP; -1 disables
-	HandshakeRate int // default 30 per minute per client IP, for node connections; -1 disables
+	// Rates; -1 disables each.
+	RequestRate   int // per minute per API key, for /api/v1/request and /api/v1/rate
+	PublicRate    int // per minute per client IP, for the public GET endpoints
+	RegisterRate  int // per hour per client IP, for POST /api/v1/register
+	HandshakeRate int // per minute per client IP, for node connections
 
-	PingInterval    time.Duration // default 20s: server pings to notice dead node sockets
-	RegisterTimeout time.Duration // default 10s: a node's first message must arrive within it
-	DrainTimeout    time.Duration // default 30s: how long SIGTERM waits for tasks in flight
+	PingInterval time.Duration // server pings to notice dead node sockets
+	// RegisterTimeout bounds the wait for a node's first message. Zero is
+	// passed through: package nodes fills its own default (10s).
+	RegisterTimeout time.Duration
+	DrainTimeout    time.Duration // how long SIGTERM waits for tasks in flight
 	TrustProxy      bool          // take client IPs from X-Forwarded-For (behind a load balancer)
 
-	StoreFlushInterval time.Duration // default 200ms: how often task records are written
+	StoreFlushInterval time.Duration // how often task records are written, in batches
 
 	// NoNodeBenchmarks stops sending nodes the benchmark probe after they
 	// register (and every 6 h); routing then has no benchmark to go by.
 	NoNodeBenchmarks bool
 	// SplitTaskTypes are the task types whose long content (over 1,000
 	// characters) is cut into 3 parts run on up to 3 nodes and joined.
-	// nil means ["translate"]; an empty, non-nil slice turns splitting off.
-	SplitTaskTypes  []string
-	BenchmarkMaxAge time.Duration // default 6h: a node's benchmark older than this is redone
+	// nil takes the default; an empty, non-nil slice turns splitting off.
+	SplitTaskTypes []string
+	// BenchmarkMaxAge: a node's benchmark older than this is redone. Zero is
+	// passed through: package nodes fills its own default (6h).
+	BenchmarkMaxAge time.Duration
 
-	Logger *slog.Logger // default slog.Default()
+	// PprofListen, when set, serves net/http/pprof on its own listener at
+	// this address (see pprof.go); empty: no profiling endpoint. It must be
+	// a loopback address unless PprofAllowRemote is set.
+	PprofListen string
+	// PprofAllowRemote lets PprofListen bind a non-loopback address. The
+	// endpoint has no authentication: only for a network you trust.
+	PprofAllowRemote bool
+
+	Logger *slog.Logger // nil: slog.Default()
 }
 
+// DefaultConfig is the one place every default of an instance is written.
+// The CLI binds its flags to these values (so --help shows them), and
+// withDefaults fills a caller's zero fields from them.
+//
+// Fields left zero here are passed through to the component that owns them,
+// which fills its own default (RegisterTimeout, BenchmarkMaxAge), or are
+// resolved when the instance starts (InstanceName: the host name).
+func DefaultConfig() Config {
+	return Config{
+		Listen:    ":8800",
+		DataDir:   "./data",
+		Version:   "dev",
+		Namespace: bus.DefaultNamespace,
+
+		HeartbeatInterval: 5 * time.Second,
+		LivenessTTL:       15 * time.Second,
+		WatchInterval:     250 * time.Millisecond,
+
+		MaxNodesPerAccount: 5,
+		DefaultConcurrency: 4,
+		TaskTimeout:        60 * time.Second,
+		StreamMax:          600 * time.Second,
+		QueueTimeout:       10 * time.Second,
+		ResultMaxBytes:     1 << 20,
+		MaxMessageBytes:    4 << 20,
+		MaxBodyBytes:       2_000_000,
+
+		RequestRate:   60,
+		PublicRate:    120,
+		RegisterRate:  5,
+		HandshakeRate: 30,
+
+		PingInterval:       20 * time.Second,
+		DrainTimeout:       30 * time.Second,
+		StoreFlushInterval: 200 * time.Millisecond,
+		SplitTaskTypes:     []string{"translate"},
+	}
+}
+
+// withDefaults returns c with every zero field taken from DefaultConfig. The
+// caller's struct is not changed (c is a copy; SplitTaskTypes is not shared).
 func (c Config) withDefaults() Config {
-	if c.Listen == "" {
-		c.Listen = ":8800"
-	}
-	if c.DataDir == "" {
-		c.DataDir = "./data"
-	}
+	d := DefaultConfig()
+	setDefault(&c.Listen, d.Listen)
+	setDefault(&c.DataDir, d.DataDir)
 	if c.InstanceName == "" {
 		c.InstanceName, _ = os.Hostname()
 		if c.InstanceName == "" {
 			c.InstanceName = "switchyard"
 		}
 	}
-	if c.Version == "" {
-		c.Version = "dev"
-	}
-	if c.Namespace == "" {
-		c.Namespace = "sy"
-	}
+	setDefault(&c.Version, d.Version)
+	setDefault(&c.Namespace, d.Namespace)
+	setDefault(&c.HeartbeatInterval, d.HeartbeatInterval)
+	setDefault(&c.LivenessTTL, d.LivenessTTL)
+	setDefault(&c.WatchInterval, d.WatchInterval)
+	setDefault(&c.MaxNodesPerAccount, d.MaxNodesPerAccount)
+	setDefault(&c.DefaultConcurrency, d.DefaultConcurrency)
+	setDefault(&c.TaskTimeout, d.TaskTimeout)
+	setDefault(&c.StreamMax, d.StreamMax)
+	setDefault(&c.QueueTimeout, d.QueueTimeout)
+	setDefault(&c.ResultMaxBytes, d.ResultMaxBytes)
+	setDefault(&c.MaxMessageBytes, d.MaxMessageBytes)
+	setDefault(&c.MaxBodyBytes, d.MaxBodyBytes)
+	setDefault(&c.RequestRate, d.RequestRate)
+	setDefault(&c.PublicRate, d.PublicRate)
+	setDefault(&c.RegisterRate, d.RegisterRate)
+	setDefault(&c.HandshakeRate, d.HandshakeRate)
+	setDefault(&c.PingInterval, d.PingInterval)
+	setDefault(&c.DrainTimeout, d.DrainTimeout)
+	setDefault(&c.StoreFlushInterval, d.StoreFlushInterval)
 	if c.SplitTaskTypes == nil {
-		c.SplitTaskTypes = []string{"translate"}
+		c.SplitTaskTypes = d.SplitTaskTypes
+	} else {
+		c.SplitTaskTypes = slices.Clone(c.SplitTaskTypes)
 	}
-	setDefault(&c.HeartbeatInterval, 5*time.Second)
-	setDefault(&c.LivenessTTL, 15*time.Second)
-	setDefault(&c.WatchInterval, 250*time.Millisecond)
-	setDefault(&c.MaxNodesPerAccount, 5)
-	setDefault(&c.DefaultConcurrency, 4)
-	setDefault(&c.TaskTimeout, 60*time.Second)
-	setDefault(&c.StreamMax, 600*time.Second)
-	setDefault(&c.QueueTimeout, 10*time.Second)
-	setDefault(&c.ResultMaxBytes, 1<<20)
-	setDefault(&c.MaxMessageBytes, 4<<20)
-	setDefault(&c.MaxBodyBytes, 2_000_000)
-	setDefault(&c.RequestRate, 60)
-	setDefault(&c.PublicRate, 120)
-	setDefault(&c.RegisterRate, 5)
-	setDefault(&c.HandshakeRate, 30)
-	setDefault(&c.PingInterval, 20*time.Second)
-	setDefault(&c.DrainTimeout, 30*time.Second)
-	setDefault(&c.StoreFlushInterval, 200*time.Millisecond)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -152,8 +205,10 @@ func (c Config) Validate() error {
 	if strings.ContainsAny(c.Namespace, " {}:") {
 		bad("--namespace %q must not contain spaces, braces or ':'", c.Namespace)
 	}
-	if c.HeartbeatInterval <= 0 || 2*c.HeartbeatInterval > c.LivenessTTL {
-		bad("--heartbeat-interval (%s) must be positive and at most half of --liveness-ttl (%s), or a live instance could be taken for dead", c.HeartbeatInterval, c.LivenessTTL)
+	// DESIGN §3 refuses a heartbeat not less than half the TTL: at exactly
+	// half, one late refresh already lets the alive key expire.
+	if c.HeartbeatInterval <= 0 || 2*c.HeartbeatInterval >= c.LivenessTTL {
+		bad("--heartbeat-interval (%s) must be positive and less than half of --liveness-ttl (%s): lower the interval or raise the TTL, or one late refresh lets a live instance be taken for dead", c.HeartbeatInterval, c.LivenessTTL)
 	}
 	if c.WatchInterval <= 0 {
 		bad("--watch-interval must be positive")
@@ -195,6 +250,13 @@ func (c Config) Validate() error {
 	}
 	if c.StoreFlushInterval <= 0 {
 		bad("--store-flush-interval must be positive")
+	}
+	if c.PprofListen != "" {
+		if p := pprofAddrProblem(c.PprofListen, c.PprofAllowRemote); p != "" {
+			bad("%s", p)
+		}
+	} else if c.PprofAllowRemote {
+		bad("--pprof-allow-remote only matters with --pprof-listen")
 	}
 	return errors.Join(errs...)
 }

@@ -1,8 +1,28 @@
 // Package server is the HTTP face of an instance and the owner of every
-// component's lifecycle: the App builds the store, bus, limiter, node hub
-// and task components from a Config, serves the echo routes (client API,
-// node WebSocket, health, metrics), and drains on shutdown.
+// component's lifecycle (DESIGN §2).
 //
-// It holds no task or node logic of its own, and knows no Redis key names:
-// those live in tasks, nodes and bus.
+// It owns:
+//   - Config: DefaultConfig (the one place defaults are written; the CLI's
+//     flags are bound to it) and Validate, which refuses an unusable
+//     configuration at boot with one sentence per problem (config.go);
+//   - the App (app.go): New builds the store, the task-record writer and
+//     reputation, the limiter, the bus, the node hub and the task components
+//     from the mode (DESIGN §3) and binds the listeners; Run serves until its
+//     context ends, then drains (invariant 9) and closes everything;
+//   - the cluster wiring (cluster.go): the Redis client, the registry
+//     heartbeat, the single-instance lock, and the Redis watch behind
+//     readiness (invariant 10);
+//   - the echo routes (routes.go): the client API and its one JSON error
+//     shape (errors.go; a task error's status is the one tasks gives it), SSE
+//     streams, the OpenAI-compatible endpoints, the node WebSocket accept,
+//     API-key authentication with a short cache, rate-limit middleware,
+//     /api/health, /livez and /metrics;
+//   - the operator-only profiling endpoint on its own listener (pprof.go).
+//
+// It must not hold task or node logic (tasks and nodes do), nor do work
+// for a node on a request's context: long-lived work runs under the App's
+// root context and wait group. Of Redis it knows only what it must wire:
+// the Namespace it passes down, and the prefix {ns}:rl: it gives the rate
+// limiter (cluster.go); every other key and channel name lives in bus and
+// nodes.
 package server

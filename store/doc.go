@@ -1,19 +1,24 @@
-// Package store is switchyard's persistence: accounts and their API keys,
-// records of finished tasks, ratings, and the per-node counters that
-// reputation is computed from. Two implementations sit behind the Store
-// interface — the embedded SQLite default (a file in the data directory, no
-// configuration) and PostgreSQL for a cluster — and one behavioural suite
-// (storetest) runs against both. Open picks one from Options and brings its
-// schema up to date with the embedded migrations.
+// Package store is switchyard's persistence (DESIGN §7).
 //
-// Around the Store it provides the two components the request path uses:
-// Writer, which batches task records and node outcomes off the hot path with
-// a bounded buffer, and Reputation, an in-memory cache of node scores that
-// routing reads thousands of times a second without touching the database.
+// It owns:
+//   - the Store interface — accounts and their API keys, records of finished
+//     tasks, ratings, the per-node counters reputation is computed from,
+//     suspensions, the nodes seen and their benchmark profiles — and its two
+//     implementations: the embedded SQLite default (a file in the data
+//     directory, no configuration) and PostgreSQL for a cluster, held to one
+//     behavioural suite (storetest) and to shared rules (rules.go);
+//   - Open, which picks the implementation from Options, and Migrate: the
+//     embedded migrations (package migrations) applied with goose, under a
+//     PostgreSQL session lock so that instances booting together do not race;
+//   - the two components the request path uses without waiting on a
+//     database: Writer, which batches task records and node outcomes off the
+//     hot path in a bounded buffer (what overflows is counted and dropped,
+//     never blocks a request; Close flushes what is pending), and Reputation,
+//     an in-memory cache of node scores that routing reads on every pick.
 //
-// It must not touch HTTP, sockets or Redis: callers translate its sentinel
-// errors (ErrNotFound, ErrForbidden, ...) into statuses, and cluster state
-// lives elsewhere. API keys exist in plain text only in the return value of
-// CreateAccount and CreateKey; the package stores and logs nothing but their
-// SHA-256 and prefix.
+// It must not touch HTTP, sockets or Redis: callers map its sentinel errors
+// (ErrNotFound, ErrConflict, ErrInvalid, ...) to statuses, and cluster state
+// lives in bus and nodes. API keys exist in plain text only in what
+// CreateAccount and CreateKey return; the package stores and logs nothing but
+// their SHA-256 and prefix.
 package store

@@ -188,7 +188,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("status", "Prints a running server's status (GET /api/v1/status) and readiness (GET /api/health).", stderr)
-	url := fs.String("url", "http://127.0.0.1:8800", "the server's base URL")
+	url := fs.String("url", localURL("http", ""), "the server's base URL")
 	asJSON := fs.Bool("json", false, "print the raw JSON of both endpoints")
 	if err := fs.parse(args); err != nil {
 		return err

@@ -1,6 +1,3 @@
-// Command switchyard is the task coordinator: `switchyard serve` runs an
-// instance, `switchyard node` a ready-made worker, and the other
-// subcommands manage accounts, keys and the database.
 package main
 
 import (

@@ -34,7 +34,7 @@ name, or when the server refuses the key.`
 // runNode is `switchyard node`.
 func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("node", nodeSummary, stderr)
-	rawURL := fs.String("url", "ws://127.0.0.1:8800/ws/node", "the server's node WebSocket (http://HOST:PORT is completed to ws://HOST:PORT/ws/node)")
+	rawURL := fs.String("url", localURL("ws", "/ws/node"), "the server's node WebSocket (http://HOST:PORT is completed to ws://HOST:PORT/ws/node)")
 	apiKey := fs.String("api-key", "", "the account's API key (required)")
 	name := fs.String("name", "", "the node's name; with the key it fixes the node id (required)")
 	var caps, langs stringList

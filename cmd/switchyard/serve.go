@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
-	"time"
 
 	"switchyard/server"
 )
@@ -44,73 +44,95 @@ type storeFlags struct {
 }
 
 func (s *storeFlags) register(fs *flagSet) {
-	fs.StringVar(&s.dataDir, "data-dir", "./data", "directory of the embedded SQLite store (used when --database-url is empty)")
+	fs.StringVar(&s.dataDir, "data-dir", server.DefaultConfig().DataDir, "directory of the embedded SQLite store (used when --database-url is empty)")
 	fs.StringVar(&s.databaseURL, "database-url", "", "PostgreSQL URL (postgres://user:pass@host:5432/db); empty keeps SQLite in --data-dir")
 }
 
+// localURL is scheme://127.0.0.1:PORT/path, PORT being the default --listen
+// port: what status and node reach when nothing else is said.
+func localURL(scheme, path string) string {
+	_, port, err := net.SplitHostPort(server.DefaultConfig().Listen)
+	if err != nil {
+		panic("server.DefaultConfig().Listen is not HOST:PORT: " + err.Error())
+	}
+	return scheme + "://" + net.JoinHostPort("127.0.0.1", port) + path
+}
+
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("serve", `Runs a switchyard instance. With nothing set it listens on :8800, keeps its
-data in SQLite under ./data, and needs nothing else. Nodes connect to
-ws://HOST:PORT/ws/node; clients call http://HOST:PORT/api/v1/…`, stderr)
-	var cfg server.Config
-	var lf logFlags
-	var sf storeFlags
-	sf.register(fs)
-	lf.register(fs)
-	fs.StringVar(&cfg.Listen, "listen", ":8800", "address to listen on for the API and node sockets")
-	fs.StringVar(&cfg.InstanceName, "instance-name", "", "human name of this instance in logs and status (default: the host name)")
-	fs.StringVar(&cfg.RedisURL, "redis-url", "", "Redis URL (redis://host:6379/0): share state with other instances (multi-instance mode, which needs --database-url)")
-	fs.BoolVar(&cfg.RedisCluster, "redis-cluster", false, "read --redis-url as a Redis Cluster URL (redis://h1:6379?addr=h2:6379&addr=h3:6379); the bus then uses sharded pub/sub (Redis 7)")
-	multi := fs.Bool("multi-instance", true, "with --redis-url, act as one service with the other instances; false runs this one alone, holding a Redis lock (the rollback switch)")
-	fs.StringVar(&cfg.Namespace, "namespace", "sy", "prefix of every Redis key and channel; instances with the same Redis and namespace form one cluster")
-	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", 5*time.Second, "how often an instance refreshes its registration, node claims and directory")
-	fs.DurationVar(&cfg.LivenessTTL, "liveness-ttl", 15*time.Second, "an instance or node claim not refreshed for this long is gone (at least twice --heartbeat-interval)")
-	fs.BoolVar(&cfg.UnsafeNoWatcher, "unsafe-no-watcher", false, "TESTING ONLY: turn off the owner-liveness watcher (tasks of a dead instance then wait for their deadline); the load test's self-check uses it")
-	fs.DurationVar(&cfg.WatchInterval, "watch-interval", 250*time.Millisecond, "how often the instance on the other side of each task is checked (a dead one fails its tasks after two checks)")
-	fs.BoolVar(&cfg.OpenRegistration, "open-registration", false, "let anyone create an account with POST /api/v1/register")
-	fs.IntVar(&cfg.MaxNodesPerAccount, "max-nodes-per-account", 5, "nodes one account may have online at once")
-	fs.IntVar(&cfg.DefaultConcurrency, "default-max-concurrency", 4, "tasks at once for a node that does not declare max_concurrency")
-	fs.DurationVar(&cfg.TaskTimeout, "task-timeout", 60*time.Second, "deadline of a plain task; for a stream, the longest wait between chunks")
-	fs.DurationVar(&cfg.StreamMax, "stream-max", 600*time.Second, "longest a streaming task may run in total")
-	fs.DurationVar(&cfg.QueueTimeout, "queue-timeout", 10*time.Second, "how long a request waits for a free slot when every capable node is busy (then 503 nodes_busy)")
-	fs.Int64Var(&cfg.ResultMaxBytes, "result-max-bytes", 1<<20, "largest result a node may return (over all chunks, and for the final result)")
-	fs.Int64Var(&cfg.MaxMessageBytes, "max-message-bytes", 4<<20, "largest message a node may send; a larger one closes its socket with 1009")
-	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", 2_000_000, "largest request body; a larger one is refused with 413")
-	fs.IntVar(&cfg.RequestRate, "request-rate", 60, "requests per minute per API key on /api/v1/request and /api/v1/rate (-1: no limit)")
-	fs.IntVar(&cfg.PublicRate, "public-rate", 120, "requests per minute per client IP on the public endpoints (-1: no limit)")
-	fs.IntVar(&cfg.RegisterRate, "register-rate", 5, "sign-ups per hour per client IP with --open-registration (-1: no limit)")
-	fs.IntVar(&cfg.HandshakeRate, "handshake-rate", 30, "node connections per minute per client IP (-1: no limit)")
-	fs.DurationVar(&cfg.PingInterval, "ping-interval", 20*time.Second, "how often to ping node sockets to notice dead ones")
-	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM, how long to let tasks in flight finish")
-	fs.BoolVar(&cfg.TrustProxy, "trust-proxy", false, "take client IPs from X-Forwarded-For (only behind a proxy you run)")
-	split := fs.String("split-task-types", "translate", "task types whose content over 1,000 characters is cut into 3 parts run on up to 3 nodes and joined (comma-separated; \"none\" turns it off)")
-	benchmarks := fs.Bool("node-benchmarks", true, "send nodes a short benchmark after they register (and every 6 h); routing prefers nodes that answer it fast")
-	fs.DurationVar(&cfg.StoreFlushInterval, "store-flush-interval", 200*time.Millisecond, "how often finished tasks are written to the database, in batches")
-	if err := fs.parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("serve takes no arguments, got %q (see switchyard serve --help)", fs.Args())
-	}
-	log, err := lf.logger(stderr)
+	cfg, err := serveConfig(args, stderr)
 	if err != nil {
 		return err
-	}
-	cfg.DataDir, cfg.DatabaseURL, cfg.Logger, cfg.Version = sf.dataDir, sf.databaseURL, log, version
-	cfg.SingleInstance = !*multi && cfg.RedisURL != ""
-	cfg.NoNodeBenchmarks = !*benchmarks
-	cfg.SplitTaskTypes = []string{}
-	if *split != "none" {
-		var l stringList
-		_ = l.Set(*split)
-		cfg.SplitTaskTypes = l
-	}
-	if !*multi && cfg.RedisURL == "" {
-		return fmt.Errorf("--multi-instance=false only matters with --redis-url (without Redis an instance is always single)")
 	}
 	app, err := server.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	return app.Run(ctx)
+}
+
+// serveConfig turns serve's flags (and their environment variables) into a
+// server.Config. It opens nothing; server.New validates the result.
+func serveConfig(args []string, stderr io.Writer) (server.Config, error) {
+	// Every flag's default is the field's value in server.DefaultConfig, the
+	// one place defaults are written: the flag writes over it when given.
+	cfg := server.DefaultConfig()
+	fs := newFlagSet("serve", fmt.Sprintf(`Runs a switchyard instance. With nothing set it listens on %s, keeps its
+data in SQLite under %s, and needs nothing else. Nodes connect to
+ws://HOST:PORT/ws/node; clients call http://HOST:PORT/api/v1/…`, cfg.Listen, cfg.DataDir), stderr)
+	var lf logFlags
+	var sf storeFlags
+	sf.register(fs)
+	lf.register(fs)
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to listen on for the API and node sockets")
+	fs.StringVar(&cfg.InstanceName, "instance-name", cfg.InstanceName, "human name of this instance in logs and status (default: the host name)")
+	fs.StringVar(&cfg.RedisURL, "redis-url", cfg.RedisURL, "Redis URL (redis://host:6379/0): share state with other instances (multi-instance mode, which needs --database-url)")
+	fs.BoolVar(&cfg.RedisCluster, "redis-cluster", cfg.RedisCluster, "read --redis-url as a Redis Cluster URL (redis://h1:6379?addr=h2:6379&addr=h3:6379); the bus then uses sharded pub/sub (Redis 7)")
+	multi := fs.Bool("multi-instance", !cfg.SingleInstance, "with --redis-url, act as one service with the other instances; false runs this one alone, holding a Redis lock (the rollback switch)")
+	fs.StringVar(&cfg.Namespace, "namespace", cfg.Namespace, "prefix of every Redis key and channel; instances with the same Redis and namespace form one cluster")
+	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "how often an instance refreshes its registration and directory, once per instance (less than half of --liveness-ttl)")
+	fs.DurationVar(&cfg.LivenessTTL, "liveness-ttl", cfg.LivenessTTL, "an instance not refreshed for this long is gone; its node claims and directory are then purged (more than twice --heartbeat-interval)")
+	fs.BoolVar(&cfg.UnsafeNoWatcher, "unsafe-no-watcher", cfg.UnsafeNoWatcher, "TESTING ONLY: turn off the owner-liveness watcher (tasks of a dead instance then wait for their deadline); the load test's self-check uses it")
+	fs.DurationVar(&cfg.WatchInterval, "watch-interval", cfg.WatchInterval, "how often the instance on the other side of each task is checked (a dead one fails its tasks after two checks)")
+	fs.BoolVar(&cfg.OpenRegistration, "open-registration", cfg.OpenRegistration, "let anyone create an account with POST /api/v1/register")
+	fs.IntVar(&cfg.MaxNodesPerAccount, "max-nodes-per-account", cfg.MaxNodesPerAccount, "nodes one account may have online at once")
+	fs.IntVar(&cfg.DefaultConcurrency, "default-max-concurrency", cfg.DefaultConcurrency, "tasks at once for a node that does not declare max_concurrency")
+	fs.DurationVar(&cfg.TaskTimeout, "task-timeout", cfg.TaskTimeout, "deadline of a plain task; for a stream, the longest wait between chunks")
+	fs.DurationVar(&cfg.StreamMax, "stream-max", cfg.StreamMax, "longest a streaming task may run in total")
+	fs.DurationVar(&cfg.QueueTimeout, "queue-timeout", cfg.QueueTimeout, "how long a request waits for a free slot when every capable node is busy (then 503 nodes_busy)")
+	fs.Int64Var(&cfg.ResultMaxBytes, "result-max-bytes", cfg.ResultMaxBytes, "largest result a node may return (over all chunks, and for the final result)")
+	fs.Int64Var(&cfg.MaxMessageBytes, "max-message-bytes", cfg.MaxMessageBytes, "largest message a node may send; a larger one closes its socket with 1009")
+	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", cfg.MaxBodyBytes, "largest request body; a larger one is refused with 413")
+	fs.IntVar(&cfg.RequestRate, "request-rate", cfg.RequestRate, "requests per minute per API key on /api/v1/request and /api/v1/rate (-1: no limit)")
+	fs.IntVar(&cfg.PublicRate, "public-rate", cfg.PublicRate, "requests per minute per client IP on the public endpoints (-1: no limit)")
+	fs.IntVar(&cfg.RegisterRate, "register-rate", cfg.RegisterRate, "sign-ups per hour per client IP with --open-registration (-1: no limit)")
+	fs.IntVar(&cfg.HandshakeRate, "handshake-rate", cfg.HandshakeRate, "node connections per minute per client IP (-1: no limit)")
+	fs.DurationVar(&cfg.PingInterval, "ping-interval", cfg.PingInterval, "how often to ping node sockets to notice dead ones")
+	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "on SIGTERM, how long to let tasks in flight finish")
+	fs.BoolVar(&cfg.TrustProxy, "trust-proxy", cfg.TrustProxy, "take client IPs from X-Forwarded-For (only behind a proxy you run)")
+	split := fs.String("split-task-types", strings.Join(cfg.SplitTaskTypes, ","), "task types whose content over 1,000 characters is cut into 3 parts run on up to 3 nodes and joined (comma-separated; \"none\" turns it off)")
+	benchmarks := fs.Bool("node-benchmarks", !cfg.NoNodeBenchmarks, "send nodes a short benchmark after they register (and every 6 h); routing prefers nodes that answer it fast")
+	fs.DurationVar(&cfg.StoreFlushInterval, "store-flush-interval", cfg.StoreFlushInterval, "how often finished tasks are written to the database, in batches")
+	fs.StringVar(&cfg.PprofListen, "pprof-listen", cfg.PprofListen, "serve net/http/pprof (/debug/pprof/) on this address, apart from the API; empty: off. Loopback only (127.0.0.1:6060) unless --pprof-allow-remote")
+	fs.BoolVar(&cfg.PprofAllowRemote, "pprof-allow-remote", cfg.PprofAllowRemote, "let --pprof-listen bind a non-loopback address (the endpoint has no authentication: only on a network you trust)")
+	if err := fs.parse(args); err != nil {
+		return server.Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return server.Config{}, fmt.Errorf("serve takes no arguments, got %q (see switchyard serve --help)", fs.Args())
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
+		return server.Config{}, err
+	}
+	cfg.DataDir, cfg.DatabaseURL, cfg.Logger, cfg.Version = sf.dataDir, sf.databaseURL, log, version
+	// Validate (in server.New) refuses --multi-instance=false without Redis.
+	cfg.SingleInstance = !*multi
+	cfg.NoNodeBenchmarks = !*benchmarks
+	cfg.SplitTaskTypes = []string{} // non-nil: empty turns splitting off
+	if *split != "none" {
+		var l stringList
+		_ = l.Set(*split)
+		cfg.SplitTaskTypes = append(cfg.SplitTaskTypes, l...)
+	}
+	return cfg, nil
 }

@@ -35,6 +35,11 @@ func TestServeRefusesBadConfiguration(t *testing.T) {
 		{[]string{"--task-timeout", "soon"}, []string{"task-timeout", "soon"}},
 		{[]string{"extra"}, []string{"serve takes no arguments", `"extra"`, "switchyard serve --help"}},
 		{[]string{"--listen", "127.0.0.1:99999"}, []string{"--listen"}},
+		{[]string{"--multi-instance=false"}, []string{"--multi-instance=false only matters with --redis-url"}},
+		{[]string{"--heartbeat-interval", "5s", "--liveness-ttl", "10s"}, []string{"--heartbeat-interval (5s) must be positive and less than half of --liveness-ttl (10s)"}},
+		{[]string{"--pprof-listen", ":6060"}, []string{`--pprof-listen ":6060" is not a loopback address`, "--pprof-allow-remote"}},
+		{[]string{"--pprof-listen", "0.0.0.0:6060"}, []string{"is not a loopback address"}},
+		{[]string{"--pprof-allow-remote"}, []string{"--pprof-allow-remote only matters with --pprof-listen"}},
 	} {
 		dir := filepath.Join(t.TempDir(), "data")
 		err := serveRefused(t, slices.Concat([]string{"--data-dir", dir}, tc.args)...)
@@ -291,5 +296,50 @@ func TestNodeRefusedKey(t *testing.T) {
 	wantErr(t, "a node with a revoked key", node.err, "--api-key")
 	if strings.Contains(node.stdout.String(), "node_id=") {
 		t.Errorf("a refused node printed an id: %q", node.stdout.String())
+	}
+}
+
+// --pprof-listen serves profiles on its own loopback port, never on the API's.
+func TestServePprof(t *testing.T) {
+	s := startServe(t, "--pprof-listen", "127.0.0.1:0")
+	line := s.waitLine(t, true, `"profiling endpoint is serving"`)
+	var rec struct {
+		PprofAddr string `json:"pprof_addr"`
+	}
+	if err := json.Unmarshal([]byte(line), &rec); err != nil || rec.PprofAddr == "" {
+		t.Fatalf("the profiling log line has no pprof_addr: %q (%v)", line, err)
+	}
+	resp, err := s.client.Get("http://" + rec.PprofAddr + "/debug/pprof/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "goroutine") {
+		t.Errorf("GET /debug/pprof/ on --pprof-listen = %d %.200q, want the profile index", resp.StatusCode, body)
+	}
+	if code, _ := s.do(t, http.MethodGet, "/debug/pprof/", "", ""); code == http.StatusOK {
+		t.Error("the API listener serves /debug/pprof/ too")
+	}
+	if err := s.stop(t); err != nil {
+		t.Errorf("serve: %v", err)
+	}
+	if resp, err := s.client.Get("http://" + rec.PprofAddr + "/debug/pprof/"); err == nil {
+		resp.Body.Close()
+		t.Error("the profiling endpoint still answers after serve returned")
+	}
+}
+
+// Without --pprof-listen there is no profiling endpoint anywhere.
+func TestServePprofOffByDefault(t *testing.T) {
+	s := startServe(t)
+	if code, _ := s.do(t, http.MethodGet, "/debug/pprof/", "", ""); code == http.StatusOK {
+		t.Error("GET /debug/pprof/ on the API = 200 without --pprof-listen")
+	}
+	if err := s.stop(t); err != nil {
+		t.Errorf("serve: %v", err)
+	}
+	if strings.Contains(s.stderr.String(), "profiling endpoint") {
+		t.Errorf("serve started a profiling endpoint without --pprof-listen:\n%s", s.stderr.String())
 	}
 }
