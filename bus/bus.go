@@ -39,3 +39,8 @@ type Subscription interface {
 
 // ErrClosed is returned by a Bus that has been closed.
 var ErrClosed = errors.New("bus: closed")
+
+// DefaultNamespace prefixes every Redis key and channel when a config leaves
+// its Namespace empty. It is the one place the default is written: bus is
+// the lowest package, so every other one (nodes, server, cmd) can use it.
+const DefaultNamespace = "sy"

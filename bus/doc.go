@@ -19,7 +19,3 @@
 // dependency order), and a Handler it calls must not block its receive loop.
 package bus
 
-// DefaultNamespace prefixes every Redis key and channel when a config leaves
-// its Namespace empty. It is the one place the default is written: bus is
-// the lowest package, so every other one (nodes, server, cmd) can use it.
-const DefaultNamespace = "sy"

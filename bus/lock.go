@@ -26,7 +26,7 @@ type Lock struct {
 // NewLock returns the lock of namespace ns for instance self.
 func NewLock(rdb redis.UniversalClient, ns string, ttl time.Duration, self InstanceInfo) *Lock {
 	if ns == "" {
-		ns = "sy"
+		ns = DefaultNamespace
 	}
 	if ttl == 0 {
 		ttl = 15 * time.Second

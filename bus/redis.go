@@ -15,7 +15,7 @@ import (
 
 // RedisConfig configures a Redis bus. Zero values take the defaults shown.
 type RedisConfig struct {
-	Namespace string        // default "sy": channels are "{ns}:inst:{instance id}"
+	Namespace string        // default DefaultNamespace ("sy"): channels are "{ns}:inst:{instance id}"
 	Idle      time.Duration // default 2s: with nothing received for this long, ping the subscription
 	Logger    *slog.Logger  // default slog.Default()
 	// Registerer receives the bus metrics (nil: not registered).
@@ -77,7 +77,7 @@ type redisMetrics struct {
 // NewRedis returns a bus on rdb. The caller owns rdb and closes it after Close.
 func NewRedis(rdb redis.UniversalClient, cfg RedisConfig) *Redis {
 	if cfg.Namespace == "" {
-		cfg.Namespace = "sy"
+		cfg.Namespace = DefaultNamespace
 	}
 	if cfg.Idle == 0 {
 		cfg.Idle = 2 * time.Second

@@ -26,7 +26,7 @@ type InstanceInfo struct {
 
 // RegistryConfig configures a Registry. Zero values take the defaults shown.
 type RegistryConfig struct {
-	Namespace string        // default "sy"
+	Namespace string        // default DefaultNamespace ("sy")
 	TTL       time.Duration // default 15s: an instance that stops refreshing is gone after it
 	Interval  time.Duration // default 5s between refreshes
 	Logger    *slog.Logger  // default slog.Default()
@@ -45,7 +45,7 @@ type Registry struct {
 // NewRegistry returns a registry on rdb.
 func NewRegistry(rdb redis.UniversalClient, cfg RegistryConfig) *Registry {
 	if cfg.Namespace == "" {
-		cfg.Namespace = "sy"
+		cfg.Namespace = DefaultNamespace
 	}
 	if cfg.TTL == 0 {
 		cfg.TTL = 15 * time.Second

@@ -11,11 +11,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+
+	"switchyard/bus"
 )
 
 // RedisClaimsConfig configures RedisClaims. Zero values take the defaults shown.
 type RedisClaimsConfig struct {
-	Namespace string // default "sy"
+	Namespace string // default bus.DefaultNamespace ("sy")
 	// TTL is unused: a claim lives as long as its instance (invariant 12),
 	// and the sweeper purges a dead instance's claims. Kept so callers that
 	// set it still compile.
@@ -57,7 +59,7 @@ var _ Claims = (*RedisClaims)(nil)
 // NewRedisClaims returns claims kept in rdb.
 func NewRedisClaims(rdb redis.UniversalClient, cfg RedisClaimsConfig) *RedisClaims {
 	if cfg.Namespace == "" {
-		cfg.Namespace = "sy"
+		cfg.Namespace = bus.DefaultNamespace
 	}
 	if cfg.TTL == 0 {
 		cfg.TTL = 15 * time.Second

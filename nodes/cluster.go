@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"switchyard/bus"
 )
 
 // ClusterConfig configures a ClusterDirectory. Zero values take the defaults shown.
 type ClusterConfig struct {
-	Namespace string // default "sy"
+	Namespace string // default bus.DefaultNamespace ("sy")
 	Instance  string // this instance's id (required)
 	// TTL is the lifetime of this instance's directory hash, refreshed once
 	// per heartbeat by KeepAlive (default 15s, the liveness TTL).
@@ -48,7 +50,7 @@ type ClusterConfig struct {
 
 func (c ClusterConfig) withDefaults() ClusterConfig {
 	if c.Namespace == "" {
-		c.Namespace = "sy"
+		c.Namespace = bus.DefaultNamespace
 	}
 	if c.TTL == 0 {
 		c.TTL = 15 * time.Second
