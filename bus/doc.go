@@ -18,4 +18,3 @@
 // echo, pgx or any other switchyard package (it is the bottom of the
 // dependency order), and a Handler it calls must not block its receive loop.
 package bus
-
