@@ -23,7 +23,6 @@ func TestMain(m *testing.M) {
 		// net/http keeps idle client connections' goroutines until they time out.
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
 	)
 }
 
