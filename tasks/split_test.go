@@ -99,3 +99,37 @@ func TestRunSplitOneNodeAndFailure(t *testing.T) {
 		t.Fatalf("%+v", got)
 	}
 }
+
+// When one part fails outright (its node went away), the task fails at once
+// and its sibling parts are cancelled on their nodes instead of running on.
+func TestRunSplitFailedPartCancelsSiblings(t *testing.T) {
+	r, o, _ := pair(t, tasks.Config{})
+	var ns []*nodetest.Node
+	for _, name := range []string{"a", "b", "c"} {
+		ns = append(ns, nodetest.Connect(t, o.wsURL, nodetest.Reg("good", name, "translate")))
+	}
+	ch := make(chan outcome, 1)
+	go func() {
+		out, err := r.eng.RunSplit(context.Background(), tasks.Request{TaskID: "big", AccountID: "acct", TaskType: "translate",
+			Content: "first paragraph\n\nsecond paragraph\n\nthird paragraph"}, tasks.Hooks{})
+		ch <- outcome{out, err}
+	}()
+	holder := map[string]*nodetest.Node{}
+	for _, n := range ns {
+		holder[n.Expect("task_assign").TaskID()] = n
+	}
+	lost := holder["big-1"]
+	if lost == nil {
+		t.Fatalf("no node got big-1 (got %v)", holder)
+	}
+	_ = lost.Conn.CloseNow()
+	got := wait(t, ch)
+	if e := tasks.AsError(got.err); got.err == nil || e.Code != tasks.CodeNodeDisconnected {
+		t.Fatalf("want node_disconnected, got %+v", got)
+	}
+	for _, id := range []string{"big-0", "big-2"} {
+		if m := holder[id].Expect("task_cancel"); m.TaskID() != id {
+			t.Fatalf("%s's node got a cancel for %q", id, m.TaskID())
+		}
+	}
+}
