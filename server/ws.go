@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
@@ -61,6 +62,9 @@ func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// The socket outlives the request: no deadline of the HTTP server's
+	// (headers, body, a write) may cut it later. The session sets its own.
+	_ = conn.SetDeadline(time.Time{})
 	if brw.Writer.Buffered() > 0 {
 		return conn, brw, nil // never the case after a 101, but do not lose bytes
 	}
