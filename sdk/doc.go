@@ -3,7 +3,8 @@
 // (Client).
 //
 // It speaks GemmaNet's wire protocol plus switchyard's extensions
-// (max_concurrency in node_register, task_cancel), as documented in the
+// (max_concurrency in node_register, task_cancel, status "rejected" for a
+// task_assign it cannot decode), as documented in the
 // project's PROTOCOL.md, and behaves like GemmaNet's Python SDK: the same
 // registration, heartbeat, reconnect backoff and stop rules.
 //
