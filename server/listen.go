@@ -24,6 +24,11 @@ const (
 	// A client that trickles a body is cut off here, before anything looks
 	// at its key (the body of /api/v1/request is read first).
 	defaultBodyReadTimeout = 30 * time.Second
+	// maxHeaderBytes caps a request's line and headers (net/http's default
+	// is 1 MiB): every open connection may hold that much while its headers
+	// arrive, and ours carry a key and a few small fields. Over it net/http
+	// answers 431 itself.
+	maxHeaderBytes = 64 << 10
 	// defaultIdleTimeout closes keep-alive connections that sit unused.
 	defaultIdleTimeout = 120 * time.Second
 	// defaultMaxConnsPerIP caps the open connections (HTTP, SSE and node
@@ -80,6 +85,7 @@ func newHTTPServer(handler http.Handler, l httpLimits, log *slog.Logger) *http.S
 		Handler:           bodyDeadline(handler, l.BodyReadTimeout),
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		IdleTimeout:       l.IdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 }

@@ -164,8 +164,8 @@ func TestBodyDeadlineSparesStreamsAndSockets(t *testing.T) {
 	}
 }
 
-// get sends GET path on c and reads the answer.
-func get(c net.Conn, br *bufio.Reader, path string) (*http.Response, error) {
+// rawGet sends GET path on c and reads the answer.
+func rawGet(c net.Conn, br *bufio.Reader, path string) (*http.Response, error) {
 	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path); err != nil {
 		return nil, err
 	}
@@ -194,7 +194,7 @@ func TestConnCapPerIP(t *testing.T) {
 		}
 		defer c.Close()
 		// An answer proves the server accepted (and counted) it.
-		if resp, err := get(c, bufio.NewReader(c), "/livez"); err != nil || resp.StatusCode != http.StatusOK {
+		if resp, err := rawGet(c, bufio.NewReader(c), "/livez"); err != nil || resp.StatusCode != http.StatusOK {
 			t.Fatalf("connection %d: %v %v", i, resp, err)
 		}
 		held = append(held, c)
@@ -208,7 +208,7 @@ func TestConnCapPerIP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer over.Close()
-	if resp, err := get(over, bufio.NewReader(over), "/livez"); err == nil {
+	if resp, err := rawGet(over, bufio.NewReader(over), "/livez"); err == nil {
 		t.Fatalf("connection %d over the cap of %d was served: HTTP %d", max+1, max, resp.StatusCode)
 	}
 	if got := testutil.ToFloat64(ll.metrics.refused); got != 1 {
@@ -224,7 +224,7 @@ func TestConnCapPerIP(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := get(c, bufio.NewReader(c), "/livez")
+		resp, err := rawGet(c, bufio.NewReader(c), "/livez")
 		c.Close()
 		if err == nil && resp.StatusCode == http.StatusOK {
 			break
@@ -235,7 +235,7 @@ func TestConnCapPerIP(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// The others were served all along.
-	if resp, err := get(held[1], bufio.NewReader(held[1]), "/livez"); err != nil || resp.StatusCode != http.StatusOK {
+	if resp, err := rawGet(held[1], bufio.NewReader(held[1]), "/livez"); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("a held connection: %v %v", resp, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/coder/websocket"
@@ -23,7 +24,16 @@ func (a *App) nodeSocket(c echo.Context) error {
 	}
 	ip := c.RealIP()
 	if a.cfg.HandshakeRate > 0 {
-		res, err := a.limiter.Allow(c.Request().Context(), "handshake:"+ip, ratelimit.PerMinute(a.cfg.HandshakeRate))
+		limit := ratelimit.PerMinute(a.cfg.HandshakeRate)
+		res, err := a.limiter.Allow(c.Request().Context(), "handshake:"+ip, limit)
+		if err == nil {
+			// The same headers as every other limited route, so a node can
+			// pace itself before it is refused.
+			h := c.Response().Header()
+			h.Set(ratelimit.HeaderLimit, strconv.Itoa(limit.Rate))
+			h.Set(ratelimit.HeaderRemaining, strconv.Itoa(res.Remaining))
+			h.Set(ratelimit.HeaderReset, strconv.FormatInt(int64((res.ResetAfter+time.Second-1)/time.Second), 10))
+		}
 		switch {
 		case err != nil:
 			a.log.Warn("rate limiter unavailable; allowing the node handshake", "err", err)
