@@ -215,6 +215,19 @@ func TestConnCapPerIP(t *testing.T) {
 		t.Fatalf("refused counter %v, want 1", got)
 	}
 
+	// Another address is not affected: all of 127.0.0.0/8 is loopback, so
+	// a second client can dial from 127.0.0.2.
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	if other, err := d.Dial("tcp", addr); err != nil {
+		t.Logf("cannot dial from 127.0.0.2 (%v); not checking another address", err)
+	} else {
+		resp, err := rawGet(other, bufio.NewReader(other), "/livez")
+		other.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("/livez from another address while 127.0.0.1 is at its cap: %v %v", resp, err)
+		}
+	}
+
 	// Closing one frees a place. The server notices the close when its
 	// read returns, so the next connection may race it: retry briefly.
 	held[0].Close()
