@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strconv"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -41,7 +43,7 @@ func DecodeRegister(p json.RawMessage) (Registration, error) {
 		Capabilities   []string        `json:"capabilities"`
 		Languages      []string        `json:"languages"`
 		ModelInfo      json.RawMessage `json:"model_info"`
-		MaxConcurrency *json.Number    `json:"max_concurrency"`
+		MaxConcurrency json.RawMessage `json:"max_concurrency"`
 	}
 	var r Registration
 	if err := json.Unmarshal(p, &raw); err != nil {
@@ -56,6 +58,8 @@ func DecodeRegister(p json.RawMessage) (Registration, error) {
 		return r, fmt.Errorf("%w: name is required", ErrInvalidMessage)
 	case utf8.RuneCountInString(*raw.Name) > maxNameChars:
 		return r, fmt.Errorf("%w: name is longer than %d characters", ErrInvalidMessage, maxNameChars)
+	case !displayable(*raw.Name):
+		return r, fmt.Errorf("%w: name must not contain control, format or bidirectional-override characters", ErrInvalidMessage)
 	case len(raw.Capabilities) == 0:
 		return r, fmt.Errorf("%w: capabilities must list at least one capability", ErrInvalidMessage)
 	case len(raw.Capabilities) > maxCapabilities:
@@ -71,6 +75,9 @@ func DecodeRegister(p json.RawMessage) (Registration, error) {
 	for _, l := range raw.Languages {
 		if n := utf8.RuneCountInString(l); n == 0 || n > maxLanguageChars {
 			return r, fmt.Errorf("%w: each language must be 1-%d characters", ErrInvalidMessage, maxLanguageChars)
+		}
+		if !displayable(l) {
+			return r, fmt.Errorf("%w: languages must not contain control, format or bidirectional-override characters", ErrInvalidMessage)
 		}
 	}
 	info := raw.ModelInfo
@@ -88,8 +95,10 @@ func DecodeRegister(p json.RawMessage) (Registration, error) {
 	if utf8.RuneCount(compact) > maxModelInfoChars {
 		return r, fmt.Errorf("%w: model_info is longer than %d characters as JSON", ErrInvalidMessage, maxModelInfoChars)
 	}
-	if raw.MaxConcurrency != nil {
-		n, err := raw.MaxConcurrency.Int64()
+	if mc := raw.MaxConcurrency; len(mc) > 0 && string(mc) != "null" {
+		// Parsed from the raw JSON: a json.Number field would also take the
+		// string "8", which the rule (an integer) does not allow.
+		n, err := strconv.ParseInt(string(mc), 10, 64)
 		if err != nil || n < 1 || n > MaxNodeConcurrency {
 			return r, fmt.Errorf("%w: max_concurrency must be an integer from 1 to %d", ErrInvalidMessage, MaxNodeConcurrency)
 		}
@@ -103,6 +112,26 @@ func DecodeRegister(p json.RawMessage) (Registration, error) {
 	}
 	r.ModelInfo = compact
 	return r, nil
+}
+
+// displayable reports whether s is free of the characters that make a
+// name read as something else where it is shown (/api/v1/nodes, the
+// leaderboard, logs, terminals): controls (Cc: NUL, ESC, newlines), line and
+// paragraph separators, and format characters (Cf: the bidirectional
+// overrides and isolates U+202A–U+202E and U+2066–U+2069, zero-width
+// spaces, BOM). The zero-width joiner is allowed: emoji sequences need it.
+// Such names are refused, not cleaned: the node id is derived from the name,
+// and two names that clean to one would share an identity.
+func displayable(s string) bool {
+	for _, r := range s {
+		if r == '\u200d' {
+			continue
+		}
+		if unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp) {
+			return false
+		}
+	}
+	return true
 }
 
 func compactJSON(b []byte) ([]byte, error) {

@@ -12,7 +12,8 @@
 //     decoded into an error that carries its code (apierror.go);
 //   - its own copy of the wire shapes (wire.go): GemmaNet's wire protocol plus
 //     switchyard's extensions (max_concurrency in node_register,
-//     task_cancel), as docs/PROTOCOL.md documents them.
+//     task_cancel, status "rejected" for a task_assign it cannot decode),
+//     as docs/PROTOCOL.md documents them.
 //
 // It must not import any other switchyard package: it is what third parties
 // link against, and the CLI's `switchyard node` and the load test use it as

@@ -493,6 +493,46 @@ func TestIgnoresMalformedAndUnknownMessages(t *testing.T) {
 	}
 }
 
+// A task_assign the node cannot decode (issue 10, point 2: a number beyond
+// float64 in params) is answered at once with status "rejected" naming the
+// task, instead of being dropped to time out on the server; the handler
+// never sees it and the node keeps serving.
+func TestUndecodableAssignIsRejected(t *testing.T) {
+	ctx := waitCtx(t)
+	h := start(t, nil)
+	c := h.registered(ctx, "n1")
+	for _, raw := range []string{
+		`{"msg_type":"task_assign","payload":{"task_id":"bad","task_type":"echo","content":"x","params":{"n":1e999999}}}`,
+		`{"msg_type":"task_assign","payload":{"task_id":"worse","task_type":"echo","content":7}}`,
+	} {
+		if err := c.SendRaw(ctx, []byte(raw)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]sdk.TaskResultPayload{}
+	for range 2 {
+		var res sdk.TaskResultPayload
+		if _, err := c.NextOf(ctx, sdk.MsgTaskResult, &res); err != nil {
+			t.Fatal(err)
+		}
+		got[res.TaskID] = res
+	}
+	if r := got["bad"]; r.Status != sdk.StatusRejected || !strings.Contains(r.Result, "1e999999") || r.NodeID == "" {
+		t.Errorf("task_result for the params out of range = %+v", r)
+	}
+	if r := got["worse"]; r.Status != sdk.StatusRejected || !strings.Contains(r.Result, "content") {
+		t.Errorf("task_result for content of the wrong type = %+v", r)
+	}
+	assign(t, ctx, c, sdk.TaskAssignPayload{TaskID: "t1", TaskType: "echo", Content: "still here"})
+	var res sdk.TaskResultPayload
+	if _, err := c.NextOf(ctx, sdk.MsgTaskResult, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.TaskID != "t1" || res.Status != sdk.StatusCompleted || res.Result != "still here" {
+		t.Errorf("task_result = %+v", res)
+	}
+}
+
 func TestResultOverTheMessageLimitFailsTheTask(t *testing.T) {
 	ctx := waitCtx(t)
 	h := start(t, func(c *sdk.NodeConfig) {

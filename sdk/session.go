@@ -155,11 +155,20 @@ func (s *session) readLoop(sctx context.Context) error {
 		switch env.MsgType {
 		case MsgTaskAssign:
 			var p TaskAssignPayload
-			if err := env.DecodePayload(&p); err != nil || p.TaskID == "" {
-				s.log.Warn("ignoring a malformed task_assign", "err", err)
+			err := env.DecodePayload(&p)
+			if err == nil && p.TaskID != "" {
+				s.startTask(sctx, p)
 				continue
 			}
-			s.startTask(sctx, p)
+			// A task this node cannot read is refused at once, by name when
+			// it has one: left unanswered, its client would wait for the
+			// task timeout and the node would be charged with a timeout.
+			if id := assignTaskID(env); id != "" {
+				s.log.Warn("refusing a task_assign that cannot be decoded", "task_id", id, "err", err)
+				s.wg.Go(func() { s.reject(id, err) })
+				continue
+			}
+			s.log.Warn("ignoring a malformed task_assign", "err", err)
 		case MsgTaskCancel:
 			var p TaskCancelPayload
 			if err := env.DecodePayload(&p); err != nil {

@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -120,6 +121,31 @@ func (s *session) runTask(ctx context.Context, p TaskAssignPayload) {
 	}
 	if err != nil {
 		s.log.Debug("task_result not sent", "task_id", p.TaskID, "err", err)
+	}
+}
+
+// assignTaskID reads just the task_id of a task_assign whose payload as a
+// whole does not decode (a number out of float64's range in params, say).
+func assignTaskID(env Envelope) string {
+	var p struct {
+		TaskID any `json:"task_id"`
+	}
+	_ = json.Unmarshal(env.Payload, &p)
+	id, _ := p.TaskID.(string)
+	return id
+}
+
+// reject answers a task_assign the node cannot run with a task_result of
+// status "rejected": the task fails at once, and the coordinator can tell
+// the request's fault from a handler's failure (docs/PROTOCOL.md).
+func (s *session) reject(taskID string, cause error) {
+	msg := "the node cannot decode this task_assign"
+	if cause != nil {
+		msg += ": " + cause.Error()
+	}
+	err := s.send(MsgTaskResult, TaskResultPayload{TaskID: taskID, NodeID: s.nodeID, Status: StatusRejected, Result: msg})
+	if err != nil {
+		s.log.Debug("task_result not sent", "task_id", taskID, "err", err)
 	}
 }
 

@@ -30,10 +30,14 @@ const (
 	CloseAccountDeleted = 4003
 )
 
-// Task result statuses.
+// Task result statuses. Anything but completed fails the task.
 const (
 	StatusCompleted = "completed"
-	StatusFailed    = "failed"
+	StatusFailed    = "failed" // the handler failed (or panicked); result is its message
+	// StatusRejected (switchyard extension) says the node could not read the
+	// task_assign (a params value it cannot decode, say): the request's
+	// fault, not the handler's. result says why.
+	StatusRejected = "rejected"
 )
 
 // MaxMessageBytes is the largest message the server accepts on the node

@@ -175,17 +175,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.sub = sub
 
 	a.echo = a.routes()
-	a.http = &http.Server{
-		Handler:           a.echo,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
+	if a.http, a.listener, err = a.listen(httpLimitsFor(cfg)); err != nil {
+		return nil, err
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("cannot listen on %s: %w (choose another with --listen)", cfg.Listen, err)
-	}
-	a.listener = ln
 	if _, err := startPprof(a.root, &a.bg, cfg.PprofListen, a.log); err != nil {
 		return nil, err
 	}

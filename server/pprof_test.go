@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-func get(t *testing.T, url string) (int, string, error) {
+func httpGet(t *testing.T, url string) (int, string, error) {
 	t.Helper()
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := c.Get(url)
@@ -34,20 +34,20 @@ func TestPprofServesUntilContextEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := "http://" + addr.String()
-	code, body, err := get(t, base+"/debug/pprof/")
+	code, body, err := httpGet(t, base+"/debug/pprof/")
 	if err != nil || code != http.StatusOK || !strings.Contains(body, "goroutine") {
 		t.Fatalf("GET /debug/pprof/ = %d, %v; body %.200q", code, err, body)
 	}
-	if code, body, err := get(t, base+"/debug/pprof/goroutine?debug=1"); err != nil || code != http.StatusOK || !strings.Contains(body, "startPprof") {
+	if code, body, err := httpGet(t, base+"/debug/pprof/goroutine?debug=1"); err != nil || code != http.StatusOK || !strings.Contains(body, "startPprof") {
 		t.Errorf("GET /debug/pprof/goroutine = %d, %v; want this process's goroutines (startPprof's among them)", code, err)
 	}
-	if code, _, _ := get(t, base+"/api/v1/status"); code != http.StatusNotFound {
+	if code, _, _ := httpGet(t, base+"/api/v1/status"); code != http.StatusNotFound {
 		t.Errorf("the profiling listener answers /api/v1/status with %d, want 404: it serves profiles only", code)
 	}
 
 	cancel()
 	wg.Wait() // returns only once the server goroutine has stopped
-	if _, _, err := get(t, base+"/debug/pprof/"); err == nil {
+	if _, _, err := httpGet(t, base+"/debug/pprof/"); err == nil {
 		t.Error("the profiling endpoint still answers after its context ended")
 	}
 }
@@ -106,15 +106,15 @@ func TestPprofEndpointOfApp(t *testing.T) {
 	if pprofAddr == "" {
 		t.Fatalf("New logged no profiling address:\n%s", logs.String())
 	}
-	if code, _, err := get(t, "http://"+pprofAddr+"/debug/pprof/"); err != nil || code != http.StatusOK {
+	if code, _, err := httpGet(t, "http://"+pprofAddr+"/debug/pprof/"); err != nil || code != http.StatusOK {
 		t.Errorf("GET /debug/pprof/ on --pprof-listen = %d, %v; want 200", code, err)
 	}
 	// The API's own listener never serves profiles.
-	if code, _, err := get(t, ta.url+"/debug/pprof/"); err != nil || code == http.StatusOK {
+	if code, _, err := httpGet(t, ta.url+"/debug/pprof/"); err != nil || code == http.StatusOK {
 		t.Errorf("GET /debug/pprof/ on the API = %d, %v; want no profile there", code, err)
 	}
 	ta.stop()
-	if _, _, err := get(t, "http://"+pprofAddr+"/debug/pprof/"); err == nil {
+	if _, _, err := httpGet(t, "http://"+pprofAddr+"/debug/pprof/"); err == nil {
 		t.Error("the profiling endpoint still answers after the instance stopped")
 	}
 }
@@ -125,7 +125,7 @@ func TestPprofOffByDefault(t *testing.T) {
 	if strings.Contains(logs.String(), "profiling endpoint") {
 		t.Errorf("an instance without --pprof-listen started a profiling endpoint:\n%s", logs.String())
 	}
-	if code, _, err := get(t, ta.url+"/debug/pprof/"); err != nil || code == http.StatusOK {
+	if code, _, err := httpGet(t, ta.url+"/debug/pprof/"); err != nil || code == http.StatusOK {
 		t.Errorf("GET /debug/pprof/ on the API = %d, %v; want no profile there", code, err)
 	}
 }

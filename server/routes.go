@@ -35,26 +35,41 @@ func (a *App) routes() *echo.Echo {
 	request := byKey("request", a.cfg.RequestRate)
 	public := byIP("public", ratelimit.PerMinute(a.cfg.PublicRate))
 
-	e.GET("/livez", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
-	e.GET("/api/health", a.health)
-	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{})))
+	get(e, "/livez", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
+	get(e, "/api/health", a.health)
+	get(e, "/metrics", echo.WrapHandler(promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{})))
+	// GET only: a HEAD cannot be upgraded, and would spend the handshake budget.
 	e.GET("/ws/node", a.nodeSocket)
 
 	v1 := e.Group("/api/v1")
 	v1.POST("/request", a.request, a.readTaskBody, a.requireAccount, request)
 	v1.POST("/rate", a.rate, a.requireAccount, request)
-	v1.GET("/tasks/:id", a.task, a.requireAccount, public)
-	v1.GET("/account", a.account, a.requireAccount, public)
+	get(v1, "/tasks/:id", a.task, a.requireAccount, public)
+	get(v1, "/account", a.account, a.requireAccount, public)
 	v1.DELETE("/account", a.deleteAccount, a.requireAccount, public)
-	v1.GET("/status", a.status, public)
-	v1.GET("/nodes", a.nodes, public)
-	v1.GET("/reputation/:node_id", a.reputation, public)
-	v1.GET("/leaderboard", a.leaderboard, public)
-	v1.GET("/benchmark/:node_id", a.benchmark, public)
+	get(v1, "/status", a.status, public)
+	get(v1, "/nodes", a.nodes, public)
+	get(v1, "/reputation/:node_id", a.reputation, public)
+	get(v1, "/leaderboard", a.leaderboard, public)
+	get(v1, "/benchmark/:node_id", a.benchmark, public)
 	v1.POST("/register", a.register, byIP("register", ratelimit.PerHour(a.cfg.RegisterRate)))
 	e.POST("/v1/chat/completions", a.chatCompletions, a.requireAccount, request)
-	e.GET("/v1/models", a.models, public)
+	get(e, "/v1/models", a.models, public)
 	return e
+}
+
+// router is what echo.Echo and echo.Group share.
+type router interface {
+	GET(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route
+	HEAD(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route
+}
+
+// get routes GET and HEAD to h (RFC 9110 §9.3.2: a server answers HEAD
+// wherever it answers GET; echo alone says 405). net/http writes the
+// headers of a HEAD answer and drops its body.
+func get(r router, path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
+	r.GET(path, h, m...)
+	r.HEAD(path, h, m...)
 }
 
 // limitBody answers 413 for a body over MaxBodyBytes, whether it says so up

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -19,6 +21,9 @@ const (
 	maxParamStringChars = 8192
 	maxParamDepth       = 4 // params itself is level 1
 	maxParamBytes       = 32 << 10
+	// maxParamInt is the largest integer in params: 2^53, the last one a
+	// float64 (a Go node's and every JavaScript node's number) holds exactly.
+	maxParamInt = 1 << 53
 )
 
 // errInvalidBody is the kind of every validation error (422).
@@ -109,7 +114,10 @@ func decodeObject(b []byte, v any) error {
 
 // checkParams checks params and returns it compacted ("{}" when absent).
 // Keys become handler keyword arguments on the node, so they must be
-// identifiers and never "content".
+// identifiers and never "content". Everything accepted here must decode on
+// a node as it will decode it: a request a node cannot read would wait for
+// its deadline and be counted against a node of another account
+// (DESIGN §5, invariant 15), so it is refused here with 422 instead.
 func checkParams(p json.RawMessage) (json.RawMessage, error) {
 	p = bytes.TrimSpace(p)
 	if len(p) == 0 || string(p) == "null" {
@@ -117,6 +125,11 @@ func checkParams(p json.RawMessage) (json.RawMessage, error) {
 	}
 	if p[0] != '{' {
 		return nil, invalid("params must be an object")
+	}
+	// Passed to the node byte for byte, in a WebSocket text frame: invalid
+	// UTF-8 there makes a strict node client drop the whole connection.
+	if !utf8.Valid(p) {
+		return nil, invalid("params must be valid UTF-8")
 	}
 	if len(p) > 4*maxParamBytes {
 		return nil, invalid("params must be at most %d bytes as JSON", maxParamBytes)
@@ -150,6 +163,8 @@ func checkParams(p json.RawMessage) (json.RawMessage, error) {
 
 func checkValue(v any, depth int) error {
 	switch x := v.(type) {
+	case json.Number:
+		return checkNumber(x)
 	case string:
 		if utf8.RuneCountInString(x) > maxParamStringChars {
 			return invalid("strings in params must be at most %d characters", maxParamStringChars)
@@ -175,6 +190,26 @@ func checkValue(v any, depth int) error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// checkNumber refuses what a node cannot hold: a number beyond a float64's
+// range (1e999999 fails to decode in Go, becomes inf in Python), and an
+// integer beyond 2^53, which a Go or JavaScript node would silently read as
+// another number (and Python refuses past 4,300 digits). Tiny numbers that
+// round to 0 are accepted: every decoder reads them as 0 without failing.
+func checkNumber(n json.Number) error {
+	s := n.String()
+	if !strings.ContainsAny(s, ".eE") {
+		i, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || i > maxParamInt || i < -maxParamInt {
+			return invalid("integers in params must be between -2^53 and 2^53 (%d); send larger ones as strings (got %s)", int64(maxParamInt), clip(s, 40))
+		}
+		return nil
+	}
+	if _, err := strconv.ParseFloat(s, 64); err != nil {
+		return invalid("numbers in params must fit a 64-bit float (at most about 1.8e308 in size; got %s)", clip(s, 40))
 	}
 	return nil
 }

@@ -3,8 +3,10 @@ package server
 import (
 	"encoding/json"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -43,6 +45,65 @@ func TestParseTaskBody(t *testing.T) {
 	}
 }
 
+// Params are checked as a node will decode them (issue 10, point 2): a
+// number a node cannot hold is refused at the door.
+func TestParamsANodeCanDecode(t *testing.T) {
+	for _, c := range []struct {
+		params string
+		ok     bool
+		want   string
+	}{
+		{`{"n":1e999999}`, false, "fit a 64-bit float"},
+		{`{"n":-1e400}`, false, "fit a 64-bit float"},
+		{`{"n":1.8e308}`, false, "fit a 64-bit float"},
+		{`{"n":[1,{"m":2e308}]}`, false, "fit a 64-bit float"},
+		{`{"n":1.7e308}`, true, ""},
+		{`{"n":1e-999999}`, true, ""}, // reads as 0 everywhere
+		{`{"n":9007199254740992}`, true, ""},
+		{`{"n":-9007199254740992}`, true, ""},
+		{`{"n":9007199254740993}`, false, "between -2^53 and 2^53"},
+		{`{"n":-9007199254740993}`, false, "between -2^53 and 2^53"},
+		{`{"n":123456789012345678901234567890}`, false, "between -2^53 and 2^53"},
+		{`{"n":9007199254740993.0}`, true, ""}, // a float, read as one
+		{`{"n":0.5,"m":-0,"k":1E3}`, true, ""},
+		{"{\"s\":\"\xff\"}", false, "valid UTF-8"},
+		{`{"s":"\ud800"}`, true, ""}, // an escape, valid JSON text
+	} {
+		_, err := checkParams(json.RawMessage(c.params))
+		switch {
+		case c.ok && err != nil:
+			t.Errorf("%s refused: %v", c.params, err)
+		case !c.ok && (err == nil || !errors.Is(err, errInvalidBody) || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: %v, want an error containing %q", c.params, err, c.want)
+		}
+	}
+}
+
+// The attack of issue 10, point 2: a request whose params another
+// account's node cannot decode is refused with 422 before any node sees it.
+func TestUndecodableParamsAre422(t *testing.T) {
+	ta := startApp(t, nil)
+	victim := ta.account(t, "bob", "")
+	n := connectNode(t, ta.wsURL, reg(victim, "w", "echo"))
+	attacker := ta.account(t, "mallory", "")
+	var e apiErr
+	code, _ := ta.call(t, http.MethodPost, "/api/v1/request", attacker,
+		`{"task_type":"echo","content":"x","params":{"n":1e999999}}`, &e)
+	if code != http.StatusUnprocessableEntity || e.Error.Code != "invalid_request" || !strings.Contains(e.Error.Message, "64-bit float") {
+		t.Fatalf("HTTP %d %+v", code, e)
+	}
+	// The node was never handed it: the next thing it gets is a sound task.
+	ch := ta.requestAsync(attacker, map[string]any{"task_type": "echo", "content": "fine", "params": map[string]any{"n": 1}})
+	m := n.Expect("task_assign")
+	if m.Payload["content"] != "fine" {
+		t.Fatalf("the node got %v", m.Payload)
+	}
+	n.Result(m.TaskID(), "completed", "ok")
+	if r := waitFor(t, ch, 5*time.Second); r.code != http.StatusOK {
+		t.Fatalf("HTTP %d %s", r.code, r.body)
+	}
+}
+
 // FuzzParseTaskBody: any bytes give a valid body or an errInvalidBody,
 // never a panic, and whatever is accepted keeps every documented limit.
 func FuzzParseTaskBody(f *testing.F) {
@@ -51,6 +112,8 @@ func FuzzParseTaskBody(f *testing.F) {
 		`{"task_type":"echo","content":"x","params":{"temperature":0.5,"style":{"loud":true}},"stream":true}`,
 		`{"task_type":"t","content":"","params":{"a":[1,[2,[3]]]},"trust":"official","api_key":"gn_x"}`,
 		`{"task_type":"","content":"x"}`, `{"content":1}`, `[]`, `{`, `null`, `{"params":{"content":1}}`,
+		`{"task_type":"t","content":"","params":{"n":1e999999}}`,
+		`{"task_type":"t","content":"","params":{"n":[1e-999999,9007199254740993]}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -73,6 +136,15 @@ func FuzzParseTaskBody(f *testing.F) {
 		}
 		if b.Trust != "any" && b.Trust != "official" {
 			t.Fatalf("trust %q accepted", b.Trust)
+		}
+		// A node decodes what was accepted: the Go SDK's way (into
+		// map[string]any, numbers as float64) must not fail.
+		var m map[string]any
+		if err := json.Unmarshal(b.Params, &m); err != nil {
+			t.Fatalf("params %s accepted but a Go node cannot decode it: %v", b.Params, err)
+		}
+		if !utf8.Valid(b.Params) {
+			t.Fatalf("params %q accepted with invalid UTF-8", b.Params)
 		}
 		// What was accepted is accepted again, unchanged.
 		again, err := checkParams(b.Params)

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
@@ -22,7 +24,16 @@ func (a *App) nodeSocket(c echo.Context) error {
 	}
 	ip := c.RealIP()
 	if a.cfg.HandshakeRate > 0 {
-		res, err := a.limiter.Allow(c.Request().Context(), "handshake:"+ip, ratelimit.PerMinute(a.cfg.HandshakeRate))
+		limit := ratelimit.PerMinute(a.cfg.HandshakeRate)
+		res, err := a.limiter.Allow(c.Request().Context(), "handshake:"+ip, limit)
+		if err == nil {
+			// The same headers as every other limited route, so a node can
+			// pace itself before it is refused.
+			h := c.Response().Header()
+			h.Set(ratelimit.HeaderLimit, strconv.Itoa(limit.Rate))
+			h.Set(ratelimit.HeaderRemaining, strconv.Itoa(res.Remaining))
+			h.Set(ratelimit.HeaderReset, strconv.FormatInt(int64((res.ResetAfter+time.Second-1)/time.Second), 10))
+		}
 		switch {
 		case err != nil:
 			a.log.Warn("rate limiter unavailable; allowing the node handshake", "err", err)
@@ -61,6 +72,9 @@ func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// The socket outlives the request: no deadline of the HTTP server's
+	// (headers, body, a write) may cut it later. The session sets its own.
+	_ = conn.SetDeadline(time.Time{})
 	if brw.Writer.Buffered() > 0 {
 		return conn, brw, nil // never the case after a 101, but do not lose bytes
 	}
