@@ -451,3 +451,26 @@ func TestRequestRateLimitHeaders(t *testing.T) {
 		t.Fatalf("other key: %d", code)
 	}
 }
+
+// A node that cannot read an assign answers status "rejected": the task
+// fails at once with 502 task_rejected, and the failure is not held against
+// the node (invariant 15: a requester's bad input cannot hurt its standing).
+func TestRejectedTaskIsNotHeldAgainstTheNode(t *testing.T) {
+	ta := startApp(t, nil)
+	key := ta.account(t, "alice", "")
+	n := connectNode(t, ta.wsURL, reg(key, "w", "echo"))
+	ch := ta.requestAsync(key, map[string]any{"task_type": "echo", "content": "x"})
+	m := n.Expect("task_assign")
+	n.Result(m.Payload["task_id"].(string), "rejected", "cannot decode params")
+	var e apiErr
+	r := waitFor(t, ch, 3*time.Second)
+	r.decode(t, &e)
+	if r.code != 502 || e.Error.Code != "task_rejected" || !strings.Contains(e.Error.Message, "cannot decode params") {
+		t.Fatalf("%d %+v", r.code, e)
+	}
+	var rep map[string]any
+	ta.call(t, "GET", "/api/v1/reputation/"+n.ID, "", nil, &rep)
+	if rep["total_tasks"] != 0.0 {
+		t.Fatalf("reputation after a rejected task: %v", rep)
+	}
+}

@@ -353,6 +353,9 @@ func (r *run) result(res *bus.Result) (Outcome, error) {
 		}
 		return Outcome{}, &Error{Code: Code(res.Code), Message: res.Message}
 	}
+	if res.Status == statusRejected {
+		return Outcome{}, &Error{Code: CodeRejected, Message: "the node could not read the task: " + res.Text}
+	}
 	if r.req.Stream && res.Chunks != r.lastSeq {
 		return Outcome{}, &Error{Code: CodeNodeDisconnected, Message: fmt.Sprintf("the stream lost chunks (%d sent, %d arrived)", res.Chunks, r.lastSeq)}
 	}

@@ -19,6 +19,7 @@ const (
 	CodeResultTooLarge   Code = "result_too_large"  // the node's output went over the result cap
 	CodeTimeout          Code = "timeout"           // no result (or, streaming, no chunk) in time
 	CodeTaskFailed       Code = "task_failed"       // streaming only: the node reported a failure
+	CodeRejected         Code = "task_rejected"     // the node could not read the task (status "rejected"); not held against it
 	CodeCanceled         Code = "canceled"          // the client went away; nobody sees this one
 	CodeUnavailable      Code = "unavailable"       // the instance cannot reach the bus or is draining
 	CodeInternal         Code = "internal"          // a bug: an error that is not a task failure
@@ -34,6 +35,12 @@ const (
 	StatusFailed    Status = store.StatusFailed
 )
 
+// statusRejected is the task_result status of a node that could not read
+// the assign (its params, say). The task fails with CodeRejected, and the
+// failure is not held against the node: a request it cannot decode is the
+// requester's doing (DESIGN §5, invariant 15).
+const statusRejected = "rejected"
+
 // Error is a task failure with a code that maps to one HTTP status.
 type Error struct {
 	Code    Code
@@ -48,7 +55,7 @@ func (e *Error) Status() int {
 	switch e.Code {
 	case CodeNoNode:
 		return http.StatusNotFound
-	case CodeNodeDisconnected, CodeResultTooLarge, CodeTaskFailed:
+	case CodeNodeDisconnected, CodeResultTooLarge, CodeTaskFailed, CodeRejected:
 		return http.StatusBadGateway
 	case CodeTimeout:
 		return http.StatusGatewayTimeout
