@@ -52,6 +52,12 @@ type Config struct {
 	MaxMessageBytes    int64         // bytes: the largest node message
 	MaxBodyBytes       int64         // bytes: the largest request body
 
+	// HTTP connections (server/listen.go, docs/SECURITY.md).
+	ReadHeaderTimeout time.Duration // the request line and headers must arrive within it
+	BodyReadTimeout   time.Duration // a request body must arrive within it, from the end of the headers
+	IdleTimeout       time.Duration // an unused keep-alive connection is closed after it
+	MaxConnsPerIP     int           // open connections of one client address; -1: no cap (off with TrustProxy)
+
 	// Rates; -1 disables each.
 	RequestRate   int // per minute per API key, for /api/v1/request and /api/v1/rate
 	PublicRate    int // per minute per client IP, for the public GET endpoints
@@ -116,6 +122,11 @@ func DefaultConfig() Config {
 		MaxMessageBytes:    4 << 20,
 		MaxBodyBytes:       2_000_000,
 
+		ReadHeaderTimeout: 10 * time.Second,
+		BodyReadTimeout:   30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxConnsPerIP:     256,
+
 		RequestRate:   60,
 		PublicRate:    120,
 		RegisterRate:  5,
@@ -153,6 +164,10 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.ResultMaxBytes, d.ResultMaxBytes)
 	setDefault(&c.MaxMessageBytes, d.MaxMessageBytes)
 	setDefault(&c.MaxBodyBytes, d.MaxBodyBytes)
+	setDefault(&c.ReadHeaderTimeout, d.ReadHeaderTimeout)
+	setDefault(&c.BodyReadTimeout, d.BodyReadTimeout)
+	setDefault(&c.IdleTimeout, d.IdleTimeout)
+	setDefault(&c.MaxConnsPerIP, d.MaxConnsPerIP)
 	setDefault(&c.RequestRate, d.RequestRate)
 	setDefault(&c.PublicRate, d.PublicRate)
 	setDefault(&c.RegisterRate, d.RegisterRate)

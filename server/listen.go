@@ -14,29 +14,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Connection limits of the HTTP listener. They are constants until the
-// configuration grows fields for them (see httpLimitsFor).
+// Fixed limits of the HTTP listener; the configurable ones are in Config
+// (see httpLimitsFor).
 const (
-	// defaultReadHeaderTimeout bounds the request line and headers.
-	defaultReadHeaderTimeout = 10 * time.Second
-	// defaultBodyReadTimeout bounds reading a request body, from the end of
-	// the headers to its last byte: 2 MB (the body cap) in 30 s is 67 KB/s.
-	// A client that trickles a body is cut off here, before anything looks
-	// at its key (the body of /api/v1/request is read first).
-	defaultBodyReadTimeout = 30 * time.Second
 	// maxHeaderBytes caps a request's line and headers (net/http's default
 	// is 1 MiB): every open connection may hold that much while its headers
 	// arrive, and ours carry a key and a few small fields. Over it net/http
 	// answers 431 itself.
 	maxHeaderBytes = 64 << 10
-	// defaultIdleTimeout closes keep-alive connections that sit unused.
-	defaultIdleTimeout = 120 * time.Second
-	// defaultMaxConnsPerIP caps the open connections (HTTP, SSE and node
-	// sockets together) of one client address. A node host runs a handful
-	// of nodes (5 per account) and a busy client pools tens of connections;
-	// 256 leaves room for NAT while keeping one address from holding a
-	// large share of the process's file descriptors.
-	defaultMaxConnsPerIP = 256
 	// acceptErrorLogEvery rate-limits the warning about accept errors: at
 	// EMFILE the accept loop fails hundreds of times a second.
 	acceptErrorLogEvery = 10 * time.Second
@@ -55,11 +40,17 @@ type httpLimits struct {
 // the per-address cap would cap the whole service: it is off there, and
 // the proxy is expected to limit per client.
 func httpLimitsFor(cfg Config) httpLimits {
+	// The defaults (config.go) and why: the body timeout lets 2 MB (the body
+	// cap) arrive at 67 KB/s, and cuts off a client that trickles a body
+	// before anything looks at its key (the body of /api/v1/request is read
+	// first); 256 connections per address leave room for NAT and pooled
+	// clients while keeping one address from holding a large share of the
+	// process's file descriptors.
 	l := httpLimits{
-		ReadHeaderTimeout: defaultReadHeaderTimeout,
-		BodyReadTimeout:   defaultBodyReadTimeout,
-		IdleTimeout:       defaultIdleTimeout,
-		MaxConnsPerIP:     defaultMaxConnsPerIP,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		BodyReadTimeout:   cfg.BodyReadTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxConnsPerIP:     max(cfg.MaxConnsPerIP, 0),
 	}
 	if cfg.TrustProxy {
 		l.MaxConnsPerIP = 0
