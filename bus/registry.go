@@ -134,31 +134,32 @@ func (r *Registry) Instances(ctx context.Context) ([]InstanceInfo, error) {
 }
 
 // Sweep removes index entries of instances whose alive key is gone, after
-// calling onDead for each (to delete what they left behind). It is
-// idempotent, so every instance may run it.
-func (r *Registry) Sweep(ctx context.Context, onDead func(ctx context.Context, id string) error) ([]string, error) {
+// calling onDead for each (to delete what they left behind), and reports
+// how many instances are alive. It is idempotent, so every instance may
+// run it.
+func (r *Registry) Sweep(ctx context.Context, onDead func(ctx context.Context, id string) error) (live int, dead []string, err error) {
 	ids, err := r.rdb.SMembers(ctx, r.indexKey()).Result()
 	if err != nil {
-		return nil, fmt.Errorf("registry: sweep: %w", err)
+		return 0, nil, fmt.Errorf("registry: sweep: %w", err)
 	}
 	alive, err := r.Alive(ctx, ids)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
-	var dead []string
 	for _, id := range ids {
 		if alive[id] {
+			live++
 			continue
 		}
 		if onDead != nil {
 			if err := onDead(ctx, id); err != nil {
-				return dead, fmt.Errorf("registry: clean up after %s: %w", id, err)
+				return live, dead, fmt.Errorf("registry: clean up after %s: %w", id, err)
 			}
 		}
 		if err := r.rdb.SRem(ctx, r.indexKey(), id).Err(); err != nil {
-			return dead, err
+			return live, dead, err
 		}
 		dead = append(dead, id)
 	}
-	return dead, nil
+	return live, dead, nil
 }

@@ -72,12 +72,12 @@ func testRegistry(t *testing.T, rdb redis.UniversalClient, ns string) {
 		}
 	}
 	var cleaned []string
-	dead, err := reg.Sweep(ctx, func(_ context.Context, id string) error { cleaned = append(cleaned, id); return nil })
+	live, dead, err := reg.Sweep(ctx, func(_ context.Context, id string) error { cleaned = append(cleaned, id); return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(dead, []string{"i2"}) || !slices.Equal(cleaned, []string{"i2"}) {
-		t.Fatalf("Sweep = %v (cleaned %v), want [i2]", dead, cleaned)
+	if !slices.Equal(dead, []string{"i2"}) || !slices.Equal(cleaned, []string{"i2"}) || live != len(ids)-2 {
+		t.Fatalf("Sweep = %d live, dead %v (cleaned %v), want %d live, dead [i2]", live, dead, cleaned, len(ids)-2)
 	}
 	members, err := rdb.SMembers(ctx, ns+":inst:index").Result()
 	if err != nil {

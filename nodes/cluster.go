@@ -235,13 +235,28 @@ func (d *ClusterDirectory) Candidates(dst []Candidate, capability string) []Cand
 }
 
 // Assigned notes that this instance gave a remote node a task, so it does
-// not count that slot as free until the owner writes the node again.
-func (d *ClusterDirectory) Assigned(nodeID string) {
+// not count that slot as free until the task ends (release) or the owner
+// writes the node again, which starts a new count. Both are needed: a task
+// that ends within the owner's FlushGap leaves its free slots as they were
+// written, so no write comes, and a count that only a write could reset
+// would make the node look full for good after max_concurrency short tasks.
+func (d *ClusterDirectory) Assigned(nodeID string) (release func()) {
 	d.mu.RLock()
 	n := d.byID[nodeID]
 	d.mu.RUnlock()
-	if n != nil {
-		n.taken.Add(1)
+	if n == nil {
+		return noRelease
+	}
+	n.taken.Add(1)
+	// The entry this count belongs to: after a rewrite it is garbage, and
+	// giving the slot back to it changes nothing.
+	return func() {
+		for {
+			t := n.taken.Load()
+			if t <= 0 || n.taken.CompareAndSwap(t, t-1) {
+				return
+			}
+		}
 	}
 }
 

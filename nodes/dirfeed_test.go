@@ -180,6 +180,51 @@ func TestDirectoryArrivalByEvent(t *testing.T) {
 	}
 }
 
+// Slots B assigns to A's node come back when B's tasks end, even when A
+// never rewrites the node: a task that is over within A's flush gap leaves
+// its free slots as written, so no event comes. Without the release, B
+// would count the node full for good after max_concurrency such tasks.
+func TestDirectoryAssignedSlotsComeBack(t *testing.T) {
+	ns := redistest.Namespace(t)
+	live := []string{"A", "B"}
+	a := newTestInstance(t, ns, "A", live, ClusterConfig{})
+	b := newTestInstance(t, ns, "B", live, ClusterConfig{})
+	a.start(t, true)
+	b.start(t, true)
+	a.dir.Announce(context.Background(), a.attach("n1", "chat"))
+	waitFor(t, "B to see n1 arrive", func() bool { return hasCandidate(b.dir, "chat", "n1") })
+	free := func() int {
+		c := b.dir.Candidates(nil, "chat")
+		if len(c) != 1 {
+			t.Fatalf("B's candidates %+v, want n1 alone", c)
+		}
+		return c[0].FreeSlots
+	}
+	if got := free(); got != 2 {
+		t.Fatalf("n1 has %d free slots in B's view, want 2", got)
+	}
+	for i := range 5 {
+		release := b.dir.Assigned("n1")
+		if got := free(); got != 1 {
+			t.Fatalf("task %d: n1 has %d free slots while it runs, want 1", i, got)
+		}
+		release()
+		if got := free(); got != 2 {
+			t.Fatalf("task %d: n1 has %d free slots after it ended, want 2", i, got)
+		}
+	}
+	// Two at once fill the node; a third would be refused by A anyway.
+	r1, r2 := b.dir.Assigned("n1"), b.dir.Assigned("n1")
+	if got := free(); got != 0 {
+		t.Fatalf("n1 has %d free slots with two tasks running, want 0", got)
+	}
+	r1()
+	r2()
+	if got := free(); got != 2 {
+		t.Fatalf("n1 has %d free slots after both ended, want 2", got)
+	}
+}
+
 // A lost event shows as a gap in A's numbering; B then re-reads A's hash
 // and finds what the lost event carried.
 func TestDirectoryGapRereads(t *testing.T) {

@@ -23,7 +23,9 @@ func (h *Hub) MarkGone(instance string) {}
 
 // Assigned implements the dispatcher's directory: the Hub's slot counts are
 // exact.
-func (h *Hub) Assigned(nodeID string) {}
+func (h *Hub) Assigned(nodeID string) (release func()) { return noRelease }
+
+func noRelease() {}
 
 // ErrNoRemote is the Hub's answer to Refresh: it has no other instance's
 // nodes to read again.

@@ -224,7 +224,7 @@ func (c *cluster) heartbeat(ctx context.Context) {
 				reassert = false
 			}
 		}
-		dead, err := c.registry.Sweep(hctx, func(ctx context.Context, id string) error {
+		live, dead, err := c.registry.Sweep(hctx, func(ctx context.Context, id string) error {
 			if err := c.claims.Purge(ctx, id); err != nil {
 				return err
 			}
@@ -232,6 +232,10 @@ func (c *cluster) heartbeat(ctx context.Context) {
 		})
 		if err != nil {
 			a.log.Warn("cannot sweep dead instances", "err", err)
+		} else {
+			// The status's instance count: the directory reads the
+			// registry only at its (rare) full reads.
+			c.instances.Store(int32(live))
 		}
 		for _, id := range dead {
 			a.log.Info("removed a dead instance from the registry", "dead_instance", id)

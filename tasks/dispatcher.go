@@ -145,7 +145,7 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 		tried = append(tried, c.NodeID)
 		r.attempts++
 		r.p.retarget(c.Owner, c.NodeID, c.Gen, r.attempts)
-		err := d.send(ctx, c, r.req, r.p)
+		release, err := d.send(ctx, c, r.req, r.p)
 		if isRefused(err) {
 			if err := r.refused(c, err, &tried, &queueDeadline); err != nil {
 				return Outcome{}, err
@@ -165,6 +165,7 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 			r.hooks.Assigned = nil
 		}
 		out, err := r.await(ctx)
+		release()
 		if isRefused(err) {
 			r.owner, r.nodeID = "", ""
 			if err := r.refused(c, err, &tried, &queueDeadline); err != nil {
@@ -264,8 +265,10 @@ func (r *run) waitForSlot(ctx context.Context, changed <-chan struct{}, deadline
 }
 
 // send hands the assign to the node's owner: directly when it is this
-// instance, else over the bus. A refusal is a *refusal.
-func (d *dispatcher) send(ctx context.Context, c nodes.Candidate, req *Request, p *pending) error {
+// instance, else over the bus. A refusal is a *refusal. Once it is sent,
+// release gives the node's slot back in the directory's view when the
+// attempt ends (nodes.ClusterDirectory.Assigned).
+func (d *dispatcher) send(ctx context.Context, c nodes.Candidate, req *Request, p *pending) (release func(), err error) {
 	e := &bus.Envelope{
 		Kind: bus.KindAssign, From: d.cfg.Instance, ReplyTo: d.cfg.Instance,
 		TaskID: req.TaskID, NodeID: c.NodeID, Gen: c.Gen,
@@ -273,7 +276,7 @@ func (d *dispatcher) send(ctx context.Context, c nodes.Candidate, req *Request, 
 		Deadline: p.created.Add(d.deadline(req)).UnixMilli(),
 	}
 	if c.Owner == d.cfg.Instance {
-		return d.owner.assign(e)
+		return noRelease, d.owner.assign(e)
 	}
 	d.metrics.hops.WithLabelValues(e.Kind.String()).Inc()
 	n, err := d.bus.Publish(ctx, c.Owner, e)
@@ -282,13 +285,14 @@ func (d *dispatcher) send(ctx context.Context, c nodes.Candidate, req *Request, 
 		// The bus error names Redis's address and the instance id: logged,
 		// never shown to a client.
 		d.log.Warn("cannot publish an assign", "task_id", req.TaskID, "owner", c.Owner, "err", err)
-		return &Error{Code: CodeUnavailable, Message: "cannot reach the instance that holds the node (Redis is unreachable); retry shortly"}
+		return noRelease, &Error{Code: CodeUnavailable, Message: "cannot reach the instance that holds the node (Redis is unreachable); retry shortly"}
 	case n == 0:
-		return &refusal{refusedGone, "the node's instance is gone"}
+		return noRelease, &refusal{refusedGone, "the node's instance is gone"}
 	}
-	d.dir.Assigned(c.NodeID)
-	return nil
+	return d.dir.Assigned(c.NodeID), nil
 }
+
+func noRelease() {}
 
 // deadline is the longest the owner keeps a task.
 func (d *dispatcher) deadline(req *Request) time.Duration {

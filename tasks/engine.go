@@ -88,8 +88,12 @@ type Directory interface {
 	MarkFull(nodeID string)
 	// MarkGone says an instance cannot take tasks (gone or draining).
 	MarkGone(instance string)
-	// Assigned says a task went to a remote node, one slot fewer there.
-	Assigned(nodeID string)
+	// Assigned says a task went to a remote node, one slot fewer there,
+	// until release is called (the attempt ended) or the node's owner
+	// rewrites its entry, whichever comes first. The owner may never
+	// rewrite it: a slot taken and given back within one of its flush gaps
+	// is no change to write.
+	Assigned(nodeID string) (release func())
 	// Refresh re-reads the cluster's nodes before a request is refused for
 	// want of one (invariant 11); an error means there was nothing new to
 	// read (one instance) or the read failed.

@@ -80,7 +80,7 @@ func (d *fakeDir) Candidates(dst []nodes.Candidate, _ string) []nodes.Candidate 
 func (d *fakeDir) Changed() (<-chan struct{}, func())                           { return nil, func() {} }
 func (d *fakeDir) Hidden(string) bool                                           { return false }
 func (d *fakeDir) MarkFull(string)                                              {}
-func (d *fakeDir) Assigned(string)                                              {}
+func (d *fakeDir) Assigned(string) func()                                       { return func() {} }
 func (d *fakeDir) Refresh(context.Context) error                                { return nodes.ErrNoRemote }
 func (d *fakeDir) MarkGone(instance string) {
 	d.mu.Lock()
