@@ -339,6 +339,22 @@ func buildSwitchyard(ctx context.Context, dir string) (string, error) {
 	return out, nil
 }
 
+// buildLoadtest builds this load test of the module that contains the
+// working directory into dir (its tests run the binary).
+func buildLoadtest(ctx context.Context, dir string) (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "loadtest")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./loadtest")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./loadtest in %s: %w\n%s", root, err, b)
+	}
+	return out, nil
+}
+
 // moduleRoot finds the directory of the switchyard module's go.mod, from
 // the working directory upwards.
 func moduleRoot() (string, error) {

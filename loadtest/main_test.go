@@ -9,8 +9,13 @@ import (
 	"go.uber.org/goleak"
 )
 
-// testBinary is the switchyard binary TestMain built for the load runs.
-var testBinary string
+// testBinary is the switchyard binary TestMain built for the load runs,
+// and loadtestBinary this package's own, built without the race detector
+// whatever the tests run with: the runs whose timings are judged drive
+// the load from it, so an instrumented generator (and its in-process SDK
+// nodes, several times slower under -race) does not count as the
+// instances' overhead or compete with them for the two cores.
+var testBinary, loadtestBinary string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "loadtest-test-")
@@ -19,6 +24,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	testBinary, err = buildSwitchyard(context.Background(), dir)
+	if err == nil {
+		loadtestBinary, err = buildLoadtest(context.Background(), dir)
+	}
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		fmt.Fprintln(os.Stderr, err)

@@ -279,8 +279,17 @@ func (d *ClusterDirectory) writeLoop(ctx context.Context) {
 	gap := time.NewTimer(0)
 	defer gap.Stop()
 	gapArmed := true
+	// The loop waits for the hub's capacity signal only while no flush is
+	// due: a registered waiter makes every slot release close a channel
+	// and wake this goroutine, once per task at full load, for changes
+	// the coming flush writes anyway.
 	changed, doneWaiting := d.hub.Changed()
-	defer func() { doneWaiting() }()
+	waiting := true
+	defer func() {
+		if waiting {
+			doneWaiting()
+		}
+	}()
 	pending := false
 	var last time.Time
 	for {
@@ -291,7 +300,7 @@ func (d *ClusterDirectory) writeLoop(ctx context.Context) {
 			pending = true
 		case <-changed:
 			doneWaiting()
-			changed, doneWaiting = d.hub.Changed()
+			changed, waiting = nil, false
 			pending = true
 		case <-scan.C:
 			pending = true
@@ -325,6 +334,10 @@ func (d *ClusterDirectory) writeLoop(ctx context.Context) {
 			continue
 		}
 		pending, last = false, time.Now()
+		if !waiting { // before the flush reads the slots: a release during it is not missed
+			changed, doneWaiting = d.hub.Changed()
+			waiting = true
+		}
 		fctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
 		if err := d.flush(fctx, false); err != nil && ctx.Err() == nil {
 			d.log.Debug("directory flush failed", "err", err)
