@@ -25,6 +25,10 @@ var ErrShuttingDown = errors.New("nodes: hub is shutting down")
 type Account struct {
 	ID    string
 	Trust string
+	// KeyPrefix names the API key the node authenticated with (its display
+	// prefix, as the store lists it): a revoked key's nodes are found by
+	// it (CloseKey). "" matches no revocation.
+	KeyPrefix string
 }
 
 // Authenticator resolves a node's API key to its account.
@@ -248,7 +252,7 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string) er
 		Remote:      remote,
 		ConnectedAt: time.Now(),
 		Info: Info{
-			Name: reg.Name, AccountID: acct.ID, Trust: acct.Trust,
+			Name: reg.Name, AccountID: acct.ID, Trust: acct.Trust, KeyPrefix: acct.KeyPrefix,
 			Capabilities: reg.Capabilities, Languages: reg.Languages,
 			ModelInfo: reg.ModelInfo, MaxConcurrency: maxc,
 		},
@@ -485,6 +489,19 @@ func (h *Hub) CloseAccount(accountID string) int {
 	for _, s := range h.Sessions() {
 		if s.Info.AccountID == accountID {
 			s.Close(CloseAccountDeleted, "account deleted")
+			n++
+		}
+	}
+	return n
+}
+
+// CloseKey closes every session that authenticated with a key now revoked
+// (the account's key with that prefix) with 4001, and returns how many.
+func (h *Hub) CloseKey(accountID, keyPrefix string) int {
+	n := 0
+	for _, s := range h.Sessions() {
+		if s.Info.AccountID == accountID && s.Info.KeyPrefix == keyPrefix && keyPrefix != "" {
+			s.Close(CloseAuthFailed, "API key revoked")
 			n++
 		}
 	}

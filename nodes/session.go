@@ -32,6 +32,7 @@ const (
 type Info struct {
 	Name           string
 	AccountID      string
+	KeyPrefix      string // the API key it authenticated with (Account.KeyPrefix)
 	Trust          string
 	Capabilities   []string
 	Languages      []string

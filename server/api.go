@@ -109,7 +109,8 @@ func (a *App) account(c echo.Context) error {
 }
 
 // deleteAccount is DELETE /api/v1/account: the account and its keys go, and
-// its live nodes are closed with 4003.
+// its live nodes are closed with 4003, here and (through the auth events
+// channel) on every other instance.
 func (a *App) deleteAccount(c echo.Context) error {
 	acct := accountOf(c)
 	if err := a.store.DeleteAccount(c.Request().Context(), acct.ID); err != nil {
@@ -117,6 +118,7 @@ func (a *App) deleteAccount(c echo.Context) error {
 	}
 	a.auth.forgetAccount(acct.ID)
 	closed := a.hub.CloseAccount(acct.ID)
+	a.publishAuth(AuthEvent{Kind: AuthAccountDeleted, AccountID: acct.ID}) // the other instances, at once (invariant 15)
 	a.log.Info("account deleted", "account_id", acct.ID, "nodes_closed", closed)
 	return c.JSON(http.StatusOK, map[string]any{"status": "deleted", "account_id": acct.ID, "nodes_closed": closed})
 }

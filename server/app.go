@@ -205,10 +205,11 @@ func (a *App) Store() store.Store { return a.store }
 // finish up to the drain timeout, closes node sockets with 1001, flushes
 // the store and closes everything.
 func (a *App) Run(ctx context.Context) error {
-	a.bg.Add(1)
+	a.bg.Add(2)
 	if a.cluster != nil {
 		a.cluster.run(a)
 	}
+	go func() { defer a.bg.Done(); a.checkKeys(a.root) }() // invariant 15: revoked keys' nodes go
 	go func() {
 		defer a.bg.Done()
 		// Instances that share a database converge on each node's counters.
@@ -387,5 +388,5 @@ func (n nodeAuth) AuthenticateNode(ctx context.Context, key string) (nodes.Accou
 	case err != nil:
 		return nodes.Account{}, err
 	}
-	return nodes.Account{ID: acct.ID, Trust: acct.Trust}, nil
+	return nodes.Account{ID: acct.ID, Trust: acct.Trust, KeyPrefix: keyPrefix(key)}, nil
 }

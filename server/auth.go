@@ -19,8 +19,10 @@ import (
 )
 
 // Cache lifetimes and bounds. A revoked key or deleted account stops working
-// here at once, and on other instances within authTTL (while the store
-// answers: see authStaleMax).
+// on every instance at once when the revocation is published on the auth
+// events channel (authevents.go), and otherwise at the next key check
+// (keyCheckInterval), at most authTTL later (while the store answers: see
+// authStaleMax).
 const (
 	authTTL         = 30 * time.Second
 	authNegativeTTL = 5 * time.Second
@@ -62,6 +64,7 @@ type authCache struct {
 
 type authEntry struct {
 	acct    store.Account
+	prefix  string // the key's display prefix: how a revocation names it
 	expires time.Time
 }
 
@@ -121,7 +124,7 @@ func (c *authCache) authenticateFrom(ctx context.Context, key, ip string, lim ra
 	acct, err := c.st.Authenticate(ctx, key)
 	switch {
 	case err == nil:
-		c.putValid(h, authEntry{acct: acct, expires: now.Add(authTTL)})
+		c.putValid(h, authEntry{acct: acct, prefix: keyPrefix(key), expires: now.Add(authTTL)})
 		return acct, h, nil
 	case errors.Is(err, store.ErrNotFound):
 		c.putUnknown(h, now.Add(authNegativeTTL))
@@ -213,6 +216,50 @@ func (c *authCache) forgetAccount(accountID string) {
 		}
 	}
 }
+
+// forgetKey drops the cached entry of an account's key named by its prefix
+// (it was revoked): the next use asks the store, which says 401.
+func (c *authCache) forgetKey(accountID, prefix string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for h, e := range c.pos {
+		if e.acct.ID == accountID && e.prefix == prefix {
+			delete(c.pos, h)
+		}
+	}
+}
+
+// retainLive drops the cached keys, cached before since, that are not in
+// live (account id + "/" + prefix): revoked, or their account deleted,
+// with nobody telling this instance. Entries cached after since may be of
+// keys created after live was read, and are kept.
+func (c *authCache) retainLive(live map[string]bool, since time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for h, e := range c.pos {
+		if e.expires.Add(-authTTL).Before(since) && !live[e.acct.ID+"/"+e.prefix] {
+			delete(c.pos, h)
+		}
+	}
+}
+
+// len is the number of valid keys cached.
+func (c *authCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pos)
+}
+
+// keyPrefix is a key's display prefix as the store keeps it (store.APIKey.Prefix).
+func keyPrefix(key string) string {
+	if len(key) > keyPrefixLen {
+		return key[:keyPrefixLen]
+	}
+	return key
+}
+
+// keyPrefixLen is the length of store.APIKey.Prefix: "gn_" and 8 hex digits.
+const keyPrefixLen = 11
 
 // Context keys set by the auth middleware.
 const (

@@ -13,7 +13,6 @@ import (
 	"switchyard/bus"
 	"switchyard/nodes"
 	"switchyard/ratelimit"
-	"switchyard/store"
 )
 
 // cluster is the state an instance shares through Redis: in multi-instance
@@ -35,6 +34,7 @@ type cluster struct {
 	instances atomic.Int32  // live instances at the last look
 	resync    chan struct{} // cap 1: re-assert everything now
 	changed   nodes.Signal  // local nodes changed: the hub fires it, the directory publishes
+	keyCheck  chan struct{} // cap 1: check the keys in use now (auth events may have been missed)
 }
 
 // redisOptions tunes the client for failing fast: with Redis gone, a request
@@ -65,7 +65,7 @@ func (a *App) connectCluster(ctx context.Context) (*cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &cluster{app: a, rdb: rdb, resync: make(chan struct{}, 1), changed: nodes.NewSignal()}
+	c := &cluster{app: a, rdb: rdb, resync: make(chan struct{}, 1), changed: nodes.NewSignal(), keyCheck: make(chan struct{}, 1)}
 	a.cluster = c // closed by closeAll from here on
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -135,8 +135,9 @@ func (c *cluster) announce(ctx context.Context, s *nodes.Session) {
 
 // run starts the background loops, owned by the App's wait group.
 func (c *cluster) run(a *App) {
-	a.bg.Add(1)
+	a.bg.Add(2)
 	go func() { defer a.bg.Done(); c.watchRedis(a.root) }()
+	go func() { defer a.bg.Done(); c.watchAuthEvents(a.root) }() // invariant 15
 	if c.lock != nil {
 		a.bg.Add(1)
 		go func() { defer a.bg.Done(); c.keepLock(a.root) }()
@@ -192,8 +193,9 @@ func (c *cluster) requestResync() {
 	}
 }
 
-// heartbeat keeps the instance registered and its directory alive, sweeps
-// dead instances, and closes nodes of accounts deleted elsewhere. Its Redis
+// heartbeat keeps the instance registered and its directory alive, and
+// sweeps dead instances. (Nodes of accounts deleted elsewhere are closed on
+// the auth event, authevents.go, not polled here.) Its Redis
 // cost is per instance, not per node (invariant 12): node claims do not
 // expire, so they are re-asserted (per node) only after Redis came back or
 // the bus resubscribed, when Redis may have lost them.
@@ -240,7 +242,6 @@ func (c *cluster) heartbeat(ctx context.Context) {
 		for _, id := range dead {
 			a.log.Info("removed a dead instance from the registry", "dead_instance", id)
 		}
-		a.closeDeletedAccounts(hctx)
 		cancel()
 	}
 }
@@ -347,23 +348,6 @@ func (a *App) info() bus.InstanceInfo {
 	}
 	return bus.InstanceInfo{ID: a.instanceID, Name: a.cfg.InstanceName, Host: host, Addr: addr,
 		Version: a.cfg.Version, StartedAt: a.started.UTC(), Nodes: n, Draining: a.draining.Load()}
-}
-
-// closeDeletedAccounts closes (4003) this instance's nodes of accounts that
-// another instance deleted.
-func (a *App) closeDeletedAccounts(ctx context.Context) {
-	seen := map[string]bool{}
-	for _, s := range a.hub.Sessions() {
-		id := s.Info.AccountID
-		if seen[id] {
-			continue
-		}
-		seen[id] = true
-		if _, err := a.store.Account(ctx, id); errors.Is(err, store.ErrNotFound) {
-			a.auth.forgetAccount(id)
-			a.hub.CloseAccount(id)
-		}
-	}
 }
 
 // redactURL hides a password in a URL for messages.

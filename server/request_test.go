@@ -360,7 +360,7 @@ func TestResultCap(t *testing.T) {
 	defer cancel()
 	s, _ := ta.stream(t, ctx, key, map[string]any{"task_type": "echo", "content": "x"})
 	id := n.Expect("task_assign").Payload["task_id"]
-	half := strings.Repeat("y", limit/2)
+	half := strings.Repeat("y", limit/2-64) // each chunk costs 64 bytes more than its delta
 	n.MustSend("task_chunk", map[string]any{"task_id": id, "delta": half})
 	n.MustSend("task_chunk", map[string]any{"task_id": id, "delta": half})
 	s.next(t)

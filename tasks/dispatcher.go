@@ -308,7 +308,7 @@ func (r *run) await(ctx context.Context) (Outcome, error) {
 	timer := time.NewTimer(d.cfg.TaskTimeout)
 	defer timer.Stop()
 	hardStop := r.p.created.Add(d.cfg.StreamMax)
-	var batch []*bus.Envelope
+	var batch []queued
 	for {
 		select {
 		case <-r.p.signal:

@@ -32,8 +32,17 @@ type Config struct {
 	// handler hands to the publisher instead of publishing them itself
 	// (DESIGN §5, invariant 13). Overflow drops the reply and counts it.
 	OutboundQueue int
-	Logger        *slog.Logger          // default slog.Default()
-	Registerer    prometheus.Registerer // where the metrics go; nil: not registered
+	// StreamQueueBytes (default 256 KiB) bounds the chunks waiting for one
+	// streaming task's client on the requesting instance, each charged its
+	// delta plus ChunkOverhead (so at most StreamQueueBytes/ChunkOverhead
+	// of them). A client that falls further behind its node fails with
+	// stream_overflow, and the node is told to stop (DESIGN §5, invariant 13).
+	StreamQueueBytes int64
+	// StreamBufferBytes (default 64 MiB) bounds the same over every task
+	// of this instance together: one instance's memory for unread chunks.
+	StreamBufferBytes int64
+	Logger            *slog.Logger          // default slog.Default()
+	Registerer        prometheus.Registerer // where the metrics go; nil: not registered
 }
 
 func (c Config) withDefaults() Config {
@@ -57,6 +66,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OutboundQueue == 0 {
 		c.OutboundQueue = 1024
+	}
+	if c.StreamQueueBytes == 0 {
+		c.StreamQueueBytes = 256 << 10
+	}
+	if c.StreamBufferBytes == 0 {
+		c.StreamBufferBytes = 64 << 20
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -187,7 +202,9 @@ func New(cfg Config, deps Deps) *Engine {
 	if deps.Standings == nil {
 		deps.Standings = neutralStanding{}
 	}
-	e := &Engine{cfg: cfg, log: cfg.Logger, metrics: NewMetrics(cfg.Registerer), tracker: newTracker()}
+	e := &Engine{cfg: cfg, log: cfg.Logger, metrics: NewMetrics(cfg.Registerer)}
+	e.tracker = newTrackerWith(trackerLimits{taskBytes: cfg.StreamQueueBytes, instanceBytes: cfg.StreamBufferBytes,
+		overflow: e.overflowed})
 	e.ctx, e.stop = context.WithCancel(context.Background())
 	e.out = newOutbound(deps.Bus, cfg.OutboundQueue, e.metrics, e.log)
 	e.owner = newOwner(e.ctx, cfg, deps.Bus, e.tracker.deliver, e.out, e.metrics)
@@ -271,6 +288,23 @@ func (e *Engine) Resubscribed(grace time.Duration) {
 	e.watcher.grace(grace)
 	e.watcher.failRemote(e.tracker.owners(e.cfg.Instance), time.Now(),
 		"the connection to Redis was lost while the task ran on another instance, so its answer may be lost")
+}
+
+// overflowed stops on its node a task whose stream queue went over its
+// bound (the Tracker's hook). It runs where the chunk was delivered (a
+// node's reader, or the bus's receive loop), so it must not block: the
+// cancel goes to a remote owner through the outbound queue. The task's
+// reader sends its own cancel too when it wakes; the owner ignores the
+// second one.
+func (e *Engine) overflowed(p *pending, owner, nodeID string, gen uint64) {
+	e.metrics.dropped.WithLabelValues("stream_overflow").Inc()
+	env := &bus.Envelope{Kind: bus.KindCancel, From: e.cfg.Instance, ReplyTo: e.cfg.Instance,
+		TaskID: p.id, NodeID: nodeID, Gen: gen, Reason: string(CodeStreamOverflow)}
+	if owner == e.cfg.Instance {
+		e.owner.cancel(env)
+		return
+	}
+	e.out.post(owner, env)
 }
 
 // Chunk implements nodes.Events.

@@ -18,6 +18,7 @@ const (
 	CodeNodeDisconnected Code = "node_disconnected" // the node (or its instance) went away mid-task
 	CodeResultTooLarge   Code = "result_too_large"  // the node's output went over the result cap
 	CodeTimeout          Code = "timeout"           // no result (or, streaming, no chunk) in time
+	CodeStreamOverflow   Code = "stream_overflow"   // the client read the stream too slowly: its unread chunks went over the bound
 	CodeTaskFailed       Code = "task_failed"       // streaming only: the node reported a failure
 	CodeRejected         Code = "task_rejected"     // the node could not read the task (status "rejected"); not held against it
 	CodeCanceled         Code = "canceled"          // the client went away; nobody sees this one
@@ -55,7 +56,7 @@ func (e *Error) Status() int {
 	switch e.Code {
 	case CodeNoNode:
 		return http.StatusNotFound
-	case CodeNodeDisconnected, CodeResultTooLarge, CodeTaskFailed, CodeRejected:
+	case CodeNodeDisconnected, CodeResultTooLarge, CodeTaskFailed, CodeRejected, CodeStreamOverflow:
 		return http.StatusBadGateway
 	case CodeTimeout:
 		return http.StatusGatewayTimeout

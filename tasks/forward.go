@@ -26,7 +26,7 @@ type fwdEntry struct {
 	gen      uint64
 	stream   bool
 	deadline time.Time
-	bytes    int64  // chunk bytes so far, against the result cap
+	bytes    int64  // chunk bytes so far (each delta plus ChunkOverhead), against the result cap
 	seq      uint32 // chunks forwarded so far
 	state    entryState
 }
@@ -144,7 +144,10 @@ const (
 	chunkTooLarge                    // over the cap: the entry was removed; fail the task
 )
 
-// chunk accounts one chunk of n bytes from sess against the cap.
+// chunk accounts one chunk with a delta of n bytes from sess against the
+// cap. Each chunk costs ChunkOverhead more than its delta, so empty deltas
+// cannot stream for ever: at most limit/ChunkOverhead chunks per task
+// (DESIGN §5, invariant 13).
 func (t *forwardTable) chunk(taskID string, sess *nodes.Session, n int, limit int64) (fwdEntry, chunkResult) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -152,7 +155,7 @@ func (t *forwardTable) chunk(taskID string, sess *nodes.Session, n int, limit in
 	if e == nil || e.sess != sess {
 		return fwdEntry{}, chunkDrop
 	}
-	e.bytes += int64(n)
+	e.bytes += int64(n) + ChunkOverhead
 	if e.bytes > limit {
 		t.deleteLocked(e)
 		return *e, chunkTooLarge

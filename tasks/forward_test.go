@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/bus"
 	"switchyard/nodes"
 )
 
@@ -78,6 +77,30 @@ func TestForwardTableTransitions(t *testing.T) {
 
 // Chunks: only the assigned connection's count, in sequence, against the
 // result cap; going over fails the task and removes the entry.
+// Empty deltas are not free (invariant 13): each costs ChunkOverhead, so a
+// node streaming nothing but empty chunks hits the cap after
+// limit/ChunkOverhead of them.
+func TestForwardTableEmptyChunksCost(t *testing.T) {
+	s := &nodes.Session{}
+	ft := newForwardTable()
+	e := &fwdEntry{taskID: "t", sess: s, stream: true}
+	ft.add(e)
+	ft.sent(e, true)
+	const limit = 100 * ChunkOverhead
+	for i := 1; ; i++ {
+		got, res := ft.chunk("t", s, 0, limit)
+		if res == chunkTooLarge {
+			if i != 101 {
+				t.Fatalf("the cap took %d empty chunks, want 101 (limit/ChunkOverhead + 1)", i)
+			}
+			return
+		}
+		if res != chunkForward || got.seq != uint32(i) || i > 1000 {
+			t.Fatalf("empty chunk %d: %v seq %d", i, res, got.seq)
+		}
+	}
+}
+
 func TestForwardTableChunks(t *testing.T) {
 	s1, s2 := &nodes.Session{}, &nodes.Session{}
 	ft := newForwardTable()
@@ -93,11 +116,11 @@ func TestForwardTableChunks(t *testing.T) {
 		{s2, 1, chunkDrop, 0},
 		{s1, 4, chunkForward, 1},
 		{s1, 4, chunkForward, 2},
-		{s1, 3, chunkTooLarge, 2}, // 11 bytes > 10
+		{s1, 3, chunkTooLarge, 2}, // 11 bytes + 3 overheads > 10 + 2 overheads
 		{s1, 1, chunkDrop, 0},     // the entry is gone
 	}
 	for i, c := range cases {
-		got, res := ft.chunk("t", c.sess, c.n, 10)
+		got, res := ft.chunk("t", c.sess, c.n, 10+2*ChunkOverhead)
 		if res != c.want || got.seq != c.wantSeq {
 			t.Fatalf("chunk %d: %v seq %d, want %v seq %d", i, res, got.seq, c.want, c.wantSeq)
 		}
@@ -133,7 +156,7 @@ func TestTrackerTransitions(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			tr := newTracker()
 			p := tr.add(&Request{TaskID: "t"}, time.Now())
-			var buf []*bus.Envelope
+			var buf []queued
 			for i, st := range c.steps {
 				switch st.op {
 				case "retarget":

@@ -14,7 +14,7 @@ import (
 func BenchmarkTracker(b *testing.B) {
 	t := newTracker()
 	env := &bus.Envelope{Kind: bus.KindResult, From: "o", NodeID: "n", Gen: 1, Result: &bus.Result{Status: "completed"}}
-	var buf []*bus.Envelope
+	var buf []queued
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -38,7 +38,7 @@ func BenchmarkTrackerParallel(b *testing.B) {
 	t := newTracker()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
-		var buf []*bus.Envelope
+		var buf []queued
 		i := 0
 		id := strconv.Itoa(int(time.Now().UnixNano()))
 		for pb.Next() {

@@ -200,7 +200,7 @@ func (o *owner) post(ent *fwdEntry, e *bus.Envelope) {
 }
 
 func (o *owner) tooLarge() string {
-	return fmt.Sprintf("the node's result is larger than %d bytes", o.resultMax)
+	return fmt.Sprintf("the node's result is larger than %d bytes (each chunk counts %d bytes more than its delta)", o.resultMax, ChunkOverhead)
 }
 
 // handleEnvelope acts on an assign or cancel from the bus. It never blocks.

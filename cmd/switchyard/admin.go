@@ -11,6 +11,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"switchyard/server"
 	"switchyard/store"
 )
 
@@ -35,10 +38,13 @@ func adminFlags(name, summary string, stderr io.Writer) (*flagSet, *storeFlags, 
 
 func runAccounts(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && isHelp(args[0]) {
-		args = []string{"create", "--help"} // the only subcommand
+		args = []string{"create", "--help"}
+	}
+	if len(args) > 0 && args[0] == "delete" {
+		return runAccountsDelete(ctx, args[1:], stdout, stderr)
 	}
 	if len(args) == 0 || args[0] != "create" {
-		return fmt.Errorf(`usage: switchyard accounts create --name NAME [--email EMAIL] [--trust community|official]`)
+		return fmt.Errorf(`usage: switchyard accounts create --name NAME [--email EMAIL] [--trust community|official] | accounts delete [flags] NAME|ID`)
 	}
 	fs, sf, lf := adminFlags("accounts create", `Creates an account and its first API key. The key is printed once, alone on
 the last line of stdout, so scripts can take it with "| tail -n1".`, stderr)
@@ -88,6 +94,7 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	fs, sf, lf := adminFlags("keys "+sub, "Manages API keys. Keys are stored as SHA-256; a new key is printed once, alone on the last line.", stderr)
 	account := fs.String("account", "", "the account, by name or id")
+	ev := eventFlags(fs)
 	if err := fs.parse(args[1:]); err != nil {
 		return err
 	}
@@ -138,16 +145,114 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return tw.Flush()
 	case "revoke":
+		// Which key it is (account and prefix) is what instances know of a
+		// node's key: find it before it is revoked.
+		k, found := findKey(ctx, st, fs.Arg(0))
 		if err := st.RevokeKey(ctx, fs.Arg(0)); errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("no live key %q (see switchyard keys list)", fs.Arg(0))
 		} else if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "key %s revoked (running instances stop accepting it within 30s)\n", fs.Arg(0))
+		if !found {
+			fmt.Fprintf(stdout, "key %s revoked (running instances act on it at their next key check)\n", fs.Arg(0))
+			return nil
+		}
+		fmt.Fprintf(stdout, "key %s revoked; %s\n", fs.Arg(0),
+			ev.publish(ctx, server.AuthEvent{Kind: server.AuthKeyRevoked, AccountID: k.AccountID, KeyPrefix: k.Prefix}, stderr))
 	default:
 		return errors.New(use)
 	}
 	return nil
+}
+
+// runAccountsDelete is "accounts delete NAME|ID": the account and its keys
+// go, and its nodes are closed (4003) on every instance.
+func runAccountsDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, sf, lf := adminFlags("accounts delete", `Deletes an account and revokes its keys; its nodes are closed (4003) on every
+running instance (at once with --redis-url, else at their next key check).`, stderr)
+	ev := eventFlags(fs)
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return errors.New("usage: switchyard accounts delete [flags] NAME|ID (flags go before the account)")
+	}
+	st, err := openStore(ctx, *sf, *lf, stderr)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	acct, err := findAccount(ctx, st, fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	if err := st.DeleteAccount(ctx, acct.ID); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "account %s deleted (id %s); %s\n", acct.Name, acct.ID,
+		ev.publish(ctx, server.AuthEvent{Kind: server.AuthAccountDeleted, AccountID: acct.ID}, stderr))
+	return nil
+}
+
+// findKey finds the key that RevokeKey would take for idOrPrefix (its id,
+// prefix, or the whole key).
+func findKey(ctx context.Context, st store.Store, idOrPrefix string) (store.APIKey, bool) {
+	keys, err := st.ListKeys(ctx, "")
+	if err != nil {
+		return store.APIKey{}, false
+	}
+	for _, k := range keys {
+		if k.RevokedAt == nil && (k.ID == idOrPrefix || k.Prefix == idOrPrefix ||
+			(len(idOrPrefix) > len(k.Prefix) && idOrPrefix[:len(k.Prefix)] == k.Prefix)) {
+			return k, true
+		}
+	}
+	return store.APIKey{}, false
+}
+
+// authEventFlags say where running instances listen for auth events.
+type authEventFlags struct {
+	redisURL, namespace *string
+	cluster             *bool
+}
+
+func eventFlags(fs *flagSet) authEventFlags {
+	d := server.DefaultConfig()
+	return authEventFlags{
+		redisURL:  fs.String("redis-url", d.RedisURL, "the instances' Redis: tell them at once (the auth events channel); empty: they act at their next key check"),
+		namespace: fs.String("namespace", d.Namespace, "the instances' Redis namespace"),
+		cluster:   fs.Bool("redis-cluster", d.RedisCluster, "read --redis-url as a Redis Cluster URL"),
+	}
+}
+
+// publish tells running instances about ev, and says what happened.
+func (f authEventFlags) publish(ctx context.Context, ev server.AuthEvent, stderr io.Writer) string {
+	if *f.redisURL == "" {
+		return "running instances act on it at their next key check (within 1s without Redis, 30s with it; pass --redis-url to tell them at once)"
+	}
+	var rdb redis.UniversalClient
+	if *f.cluster {
+		o, err := redis.ParseClusterURL(*f.redisURL)
+		if err != nil {
+			return fmt.Sprintf("cannot read --redis-url (%v); running instances act on it at their next key check", err)
+		}
+		rdb = redis.NewClusterClient(o)
+	} else {
+		o, err := redis.ParseURL(*f.redisURL)
+		if err != nil {
+			return fmt.Sprintf("cannot read --redis-url (%v); running instances act on it at their next key check", err)
+		}
+		rdb = redis.NewClient(o)
+	}
+	defer rdb.Close()
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	n, err := server.PublishAuthEvent(pctx, rdb, *f.namespace, ev)
+	if err != nil {
+		fmt.Fprintf(stderr, "cannot publish to Redis: %v\n", err)
+		return "running instances act on it at their next key check (Redis was unreachable)"
+	}
+	return fmt.Sprintf("%d running instance(s) told at once", n)
 }
 
 func findAccount(ctx context.Context, st store.Store, nameOrID string) (store.Account, error) {

@@ -65,7 +65,8 @@ func TestAccountsCreateRefuses(t *testing.T) {
 		{[]string{"accounts", "create", "--data-dir", dir, "--name", "caro\xffl"}, []string{"--name"}},
 		{[]string{"accounts", "create", "--data-dir", dir, "--name", "dave", "--email", "d\xff@example.com"}, []string{"--email"}},
 		{[]string{"accounts", "create", "--data-dir", dir, "--name", "dave", "--log-level", "loud"}, []string{"--log-level"}},
-		{[]string{"accounts", "delete", "--name", "dave"}, []string{"usage: switchyard accounts create --name NAME"}},
+		{[]string{"accounts", "rename", "--name", "dave"}, []string{"usage: switchyard accounts create --name NAME"}},
+		{[]string{"accounts", "delete", "--data-dir", dir}, []string{"usage: switchyard accounts delete [flags] NAME|ID"}},
 		{[]string{"accounts"}, []string{"usage: switchyard accounts create --name NAME"}},
 	} {
 		stdout, _, err := cli(t, tc.args...)

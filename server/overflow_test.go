@@ -1,0 +1,96 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"switchyard/tasks"
+)
+
+func heapInuse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
+
+// Invariant 13 end to end (issue 10, point 1): a node answers a streaming
+// request with up to 2 million empty deltas while the client, a raw TCP
+// connection, reads a few bytes at a time. The instance buffers up to the
+// stream queue's bound, then fails the task with stream_overflow (the SSE
+// error event, once the client reads on), cancels it on the node, and its
+// heap stays flat. The result cap is raised far above the flood so that
+// only the queue's bound can stop it; before that bound, the queue held
+// every chunk (~200 bytes each) and the heap grew by hundreds of MiB.
+func TestSlowStreamReaderFloodStaysFlat(t *testing.T) {
+	a := startApp(t, func(c *Config) { c.ResultMaxBytes, c.MaxMessageBytes = 1<<30, 1<<30 })
+	key := a.account(t, "flood", "")
+	n := connectNode(t, a.wsURL, reg(key, "n", "echo"))
+
+	conn, err := net.Dial("tcp", a.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"task_type":"echo","content":"x","stream":true}`
+	// A small receive buffer, so the instance's writes block soon.
+	_ = conn.(*net.TCPConn).SetReadBuffer(64 << 10)
+	fmt.Fprintf(conn, "POST /api/v1/request HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", key, len(body), body)
+	id := n.Expect("task_assign").TaskID()
+	before := heapInuse()
+
+	stop, sent := make(chan struct{}), make(chan int, 1)
+	go func() { sent <- n.Flood(id, "", 2_000_000, stop) }()
+	// The client reads 16 bytes every 50 ms until the node is told to stop.
+	cancelled := make(chan struct{})
+	var head bytes.Buffer
+	go func() {
+		defer close(cancelled)
+		m := n.Recv(60 * time.Second)
+		if m.MsgType != "task_cancel" || m.Payload["reason"] != string(tasks.CodeStreamOverflow) {
+			t.Errorf("the node got %s %v, want task_cancel for stream_overflow", m.MsgType, m.Payload)
+		}
+	}()
+	buf := make([]byte, 16)
+slow:
+	for {
+		select {
+		case <-cancelled:
+			break slow
+		case <-time.After(50 * time.Millisecond):
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+		k, _ := conn.Read(buf)
+		if head.Len() < 4096 {
+			head.Write(buf[:k])
+		}
+	}
+	close(stop)
+	total := <-sent
+	grew := int64(heapInuse()) - int64(before)
+	t.Logf("%d empty chunks sent before the cancel; heap grew %d KiB", total, grew/1024)
+	if grew > 32<<20 {
+		t.Fatalf("the heap grew %d MiB under one slow stream", grew>>20)
+	}
+
+	// The client reads on, fast: the stream ends with the error event.
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	rest, err := io.ReadAll(bufio.NewReader(conn))
+	if err != nil {
+		t.Fatalf("reading the rest (%d bytes, ends %q): %v", len(rest), rest[max(len(rest)-200, 0):], err)
+	}
+	if !strings.HasPrefix(head.String(), "HTTP/1.1 200") {
+		t.Fatalf("response starts %q", head.String()[:min(head.Len(), 100)])
+	}
+	tail := string(rest[max(len(rest)-400, 0):])
+	if !strings.Contains(tail, `"code":"stream_overflow"`) {
+		t.Fatalf("the stream does not end with a stream_overflow error event: ...%q", tail)
+	}
+}
