@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -47,7 +50,9 @@ func redisOptions(cfg Config) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("--redis-url: %w", err)
 		}
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout, o.MaxRetries = timeout, timeout, timeout, timeout, 1
-		return redis.NewClusterClient(o), nil
+		rdb := redis.NewClusterClient(o)
+		rdb.AddHook(reloadOnNetError{rdb})
+		return rdb, nil
 	}
 	o, err := redis.ParseURL(cfg.RedisURL)
 	if err != nil {
@@ -55,6 +60,42 @@ func redisOptions(cfg Config) (redis.UniversalClient, error) {
 	}
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout, o.MaxRetries = timeout, timeout, timeout, timeout, 1
 	return redis.NewClient(o), nil
+}
+
+// reloadOnNetError re-reads a Redis Cluster's slot map when a command
+// fails for want of a connection. go-redis re-reads it on MOVED, and
+// otherwise only every ClusterStateReloadInterval (60 s): after a killed
+// master's replica took over, every command for its slots would go on
+// dialling the dead address for up to a minute (the failover test saw 503s
+// for 7 s and counting). The reload is asynchronous and coalesced by
+// go-redis (one at a time, 200 ms apart), so a burst of failures costs a
+// few CLUSTER SLOTS, and the first one after the takeover finds the new
+// master.
+type reloadOnNetError struct{ rdb *redis.ClusterClient }
+
+func (h reloadOnNetError) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h reloadOnNetError) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.check(ctx, err)
+		return err
+	}
+}
+
+func (h reloadOnNetError) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.check(ctx, err)
+		return err
+	}
+}
+
+func (h reloadOnNetError) check(ctx context.Context, err error) {
+	var ne net.Error
+	if err != nil && (errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNREFUSED)) {
+		h.rdb.ReloadState(ctx)
+	}
 }
 
 // connectCluster connects to Redis and builds the shared parts. Boot fails

@@ -89,10 +89,6 @@ func (w *watcher) check(ctx context.Context, now time.Time) {
 			ids = append(ids, id)
 		}
 	}
-	if now.UnixNano() < w.graceTo.Load() {
-		clear(w.suspect)
-		return
-	}
 	cctx, cancel := context.WithTimeout(ctx, w.interval*4)
 	receivers, err := w.bus.Receivers(cctx, ids)
 	var registered map[string]bool
@@ -113,6 +109,14 @@ func (w *watcher) check(ctx context.Context, now time.Time) {
 		return
 	}
 	w.unreachableSince = time.Time{}
+	// The grace (after a resubscription) comes after the unreachable check
+	// above: it keeps other instances from being judged dead while they
+	// reconnect, not this one's remote tasks from failing when nothing can
+	// answer them (a cluster master dying just after a failover).
+	if now.UnixNano() < w.graceTo.Load() {
+		clear(w.suspect)
+		return
+	}
 	if receivers[w.instance] == 0 {
 		w.grace(3 * time.Second)
 		clear(w.suspect)

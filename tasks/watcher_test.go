@@ -101,6 +101,24 @@ func TestWatcherStepped(t *testing.T) {
 			t.Fatalf("told %q, want unavailable", got)
 		}
 	})
+	// A Redis Cluster master dies just after this instance resubscribed
+	// (the grace after a resubscription has begun): its channel's slot has
+	// no master until a replica takes over, so no answer can reach it. The
+	// grace keeps others from being judged dead, not this from failing
+	// what cannot be answered.
+	t.Run("Redis unreachable during a grace still fails remote tasks (issue 9)", func(t *testing.T) {
+		w, b, dir, p := stepped(t)
+		w.graceTo.Store(step(20).UnixNano())
+		b.fail(errors.New("dial tcp: connection refused"))
+		w.check(ctx, step(1))
+		w.check(ctx, step(5))
+		if got := told(p); got != "result "+string(CodeUnavailable) {
+			t.Fatalf("told %q, want unavailable", got)
+		}
+		if len(dir.goneList()) != 0 {
+			t.Fatalf("instances judged gone during the grace: %v", dir.goneList())
+		}
+	})
 }
 
 // Issue 9, point 4: Redis restarts too fast for the watcher to see it

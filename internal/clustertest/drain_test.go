@@ -16,8 +16,10 @@ import (
 // task finishes (none lost, none 502), it exits 0 within a few seconds, its
 // nodes reconnect (through a load balancer) to the other instance, which
 // serves them, and it leaves the registry.
-func TestSigtermDrainLosesNothing(t *testing.T) {
-	c := New(t, Config{})
+func TestSigtermDrainLosesNothing(t *testing.T) { OnEachRedis(t, testSigtermDrainLosesNothing) }
+
+func testSigtermDrainLosesNothing(t *testing.T, cfg Config) {
+	c := New(t, cfg)
 	key := c.Account("alice")
 	flags := []string{"--heartbeat-interval", "500ms", "--liveness-ttl", "2s", "--watch-interval", "100ms", "--drain-timeout", "10s"}
 	a := c.Start("A", flags...)

@@ -15,8 +15,10 @@ import (
 // node_disconnected within 1.5 s; a request that another live instance's
 // node is serving completes as if nothing happened. Default timings: the
 // bar holds without tuning.
-func TestKillOwnerFailsItsTasksFast(t *testing.T) {
-	c := New(t, Config{})
+func TestKillOwnerFailsItsTasksFast(t *testing.T) { OnEachRedis(t, testKillOwnerFailsItsTasksFast) }
+
+func testKillOwnerFailsItsTasksFast(t *testing.T, cfg Config) {
+	c := New(t, cfg)
 	key := c.Account("alice")
 	a := c.Start("A")
 	b := c.Start("B")
@@ -79,8 +81,10 @@ func TestKillOwnerFailsItsTasksFast(t *testing.T) {
 // Invariant 5: kill -9 the instance where a request landed, and the
 // instance that holds its node cancels the task on the node (task_cancel
 // reaches the handler) within 2 s, freeing its slot.
-func TestRequesterDeathCancelsOnNode(t *testing.T) {
-	c := New(t, Config{})
+func TestRequesterDeathCancelsOnNode(t *testing.T) { OnEachRedis(t, testRequesterDeathCancelsOnNode) }
+
+func testRequesterDeathCancelsOnNode(t *testing.T, cfg Config) {
+	c := New(t, cfg)
 	key := c.Account("alice")
 	a := c.Start("A")
 	b := c.Start("B")

@@ -14,8 +14,10 @@ import (
 // Issue 5's features work across instances: with the nodes on A and the
 // requests on B, trust tiers, the OpenAI-compatible API, node benchmarks and
 // splitting behave as they do on one instance.
-func TestFeaturesAcrossInstances(t *testing.T) {
-	c := New(t, Config{})
+func TestFeaturesAcrossInstances(t *testing.T) { OnEachRedis(t, testFeaturesAcrossInstances) }
+
+func testFeaturesAcrossInstances(t *testing.T, cfg Config) {
+	c := New(t, cfg)
 	community := c.Account("comm")
 	official := func() string {
 		out, stderr, err := c.Run(30*time.Second, "accounts", "create", "--name", "off", "--trust", "official", "--database-url", c.DatabaseURL)

@@ -93,6 +93,10 @@ type Config struct {
 	// Redis (redistest.URL), which must be reachable. Give a private
 	// redistest.Server's URL to kill or restart Redis in the test.
 	RedisURL string
+	// RedisCluster, when set, is the Redis Cluster the instances share
+	// (--redis-cluster --redis-url with its seed addresses): sharded
+	// pub/sub, keys spread over three masters. See OnEachRedis.
+	RedisCluster *redistest.Cluster
 	// NoRedis starts instances without --redis-url.
 	NoRedis bool
 	// NoPostgres starts instances without --database-url (each keeps
@@ -104,7 +108,8 @@ type Config struct {
 // a PostgreSQL schema and an HTTP client.
 type Cluster struct {
 	t           testing.TB
-	RedisURL    string // "" with Config.NoRedis
+	RedisURL    string             // "" with Config.NoRedis
+	Redis       *redistest.Cluster // with Config.RedisCluster; nil on a single Redis
 	Namespace   string
 	DatabaseURL string // "" with Config.NoPostgres
 	HTTP        *http.Client
@@ -120,6 +125,9 @@ func New(t testing.TB, cfg Config) *Cluster {
 	c := &Cluster{t: t}
 	switch {
 	case cfg.NoRedis:
+	case cfg.RedisCluster != nil:
+		c.RedisURL, c.Redis = cfg.RedisCluster.URL(), cfg.RedisCluster
+		c.Namespace = "ct-" + randomHex(6) // the cluster is the test's own: nothing to clean
 	case cfg.RedisURL != "":
 		c.RedisURL = cfg.RedisURL
 		c.Namespace = "ct-" + randomHex(6)
@@ -136,6 +144,17 @@ func New(t testing.TB, cfg Config) *Cluster {
 	c.HTTP = &http.Client{Transport: tr}
 	t.Cleanup(tr.CloseIdleConnections)
 	return c
+}
+
+// OnEachRedis runs f twice, as the subtests "redis" (the shared single
+// Redis) and "cluster" (a private Redis Cluster of three masters, started
+// for the subtest): the promises of the multi-instance mode hold on both
+// (issue 9). f gets the Config to pass to New; it may add to it.
+func OnEachRedis(t *testing.T, f func(t *testing.T, cfg Config)) {
+	t.Run("redis", func(t *testing.T) { f(t, Config{}) })
+	t.Run("cluster", func(t *testing.T) {
+		f(t, Config{RedisCluster: redistest.StartCluster(t, redistest.ClusterOptions{})})
+	})
 }
 
 func randomHex(n int) string {
@@ -249,6 +268,9 @@ func (c *Cluster) Launch(name string, extra ...string) *Instance {
 		"--request-rate", "-1", "--public-rate", "-1", "--handshake-rate", "-1"}
 	if c.RedisURL != "" {
 		args = append(args, "--redis-url", c.RedisURL, "--namespace", c.Namespace)
+	}
+	if c.Redis != nil {
+		args = append(args, "--redis-cluster")
 	}
 	if c.DatabaseURL != "" {
 		args = append(args, "--database-url", c.DatabaseURL)

@@ -12,8 +12,10 @@ import (
 // key, alternating between them, get at most 10 answers that are not 429;
 // every 429 says when to retry. The task type has no node, so each allowed
 // request is a quick 404: the limit applies before dispatch.
-func TestRateLimitAcrossInstances(t *testing.T) {
-	c := New(t, Config{})
+func TestRateLimitAcrossInstances(t *testing.T) { OnEachRedis(t, testRateLimitAcrossInstances) }
+
+func testRateLimitAcrossInstances(t *testing.T, cfg Config) {
+	c := New(t, cfg)
 	key := c.Account("alice")
 	a := c.Start("A", "--request-rate", "10")
 	b := c.Start("B", "--request-rate", "10")

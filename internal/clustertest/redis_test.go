@@ -84,7 +84,8 @@ func (tr *traffic) Stop() []shot {
 // and a node serving type "b" on B.
 type redisPair struct {
 	t     *testing.T
-	srv   *redistest.Server
+	c     *Cluster
+	srv   *redistest.Server // newRedisPair's private Redis
 	a, b  *Instance
 	key   string
 	start time.Time
@@ -96,7 +97,14 @@ const taskTimeout = 3 * time.Second
 
 func newRedisPair(t *testing.T) *redisPair {
 	srv := redistest.Start(t)
-	c := New(t, Config{RedisURL: srv.URL()})
+	p := newPair(t, Config{RedisURL: srv.URL()})
+	p.srv = srv
+	return p
+}
+
+// newPair is A and B as in newRedisPair, on the Redis cfg names.
+func newPair(t *testing.T, cfg Config) *redisPair {
+	c := New(t, cfg)
 	key := c.Account("alice")
 	flags := []string{"--heartbeat-interval", "500ms", "--liveness-ttl", "2s", "--watch-interval", "100ms",
 		"--task-timeout", taskTimeout.String(), "--queue-timeout", "1s"}
@@ -118,7 +126,7 @@ func newRedisPair(t *testing.T) *redisPair {
 	RunNode(t, sdk.NodeConfig{URL: b.WS(), APIKey: key, Name: "nb", Capabilities: []string{"b"}, MaxConcurrency: 32, Handler: work}).
 		WaitRegistered(t, 5*time.Second)
 	b.WaitNodes(3*time.Second, "both nodes", func(ns []NodeView) bool { return len(ns) == 2 })
-	return &redisPair{t: t, srv: srv, a: a, b: b, key: key, start: time.Now()}
+	return &redisPair{t: t, c: c, a: a, b: b, key: key, start: time.Now()}
 }
 
 // request sends one request of typ to B and returns its status, code and time.

@@ -21,7 +21,11 @@ import (
 // streaming; the rating of the task works once and conflicts after, on
 // either instance; B's node list and status count the node A holds.
 func TestCrossInstancePlainStreamRating(t *testing.T) {
-	c := New(t, Config{})
+	OnEachRedis(t, testCrossInstancePlainStreamRating)
+}
+
+func testCrossInstancePlainStreamRating(t *testing.T, cfg Config) {
+	c := New(t, cfg)
 	key := c.Account("alice")
 	a := c.Start("A")
 	b := c.Start("B")
@@ -149,8 +153,10 @@ func wantAPIError(t *testing.T, what string, err error, status int, code string)
 // The instances keep the default heartbeat (5 s): the claim refresh, which
 // would close a stale connection at the next heartbeat, must not be what
 // meets the 1 s deadline.
-func TestDuplicateNodeAcrossInstances(t *testing.T) {
-	c := New(t, Config{})
+func TestDuplicateNodeAcrossInstances(t *testing.T) { OnEachRedis(t, testDuplicateNodeAcrossInstances) }
+
+func testDuplicateNodeAcrossInstances(t *testing.T, cfg Config) {
+	c := New(t, cfg)
 	key := c.Account("alice")
 	a := c.Start("A")
 	b := c.Start("B")
@@ -195,7 +201,11 @@ func TestDuplicateNodeAcrossInstances(t *testing.T) {
 // connection survives, and both instances list the node at the winner.
 // Several rounds, to give the race its chances. Default heartbeat, as above.
 func TestSimultaneousRegistrationsAcrossInstances(t *testing.T) {
-	c := New(t, Config{})
+	OnEachRedis(t, testSimultaneousRegistrationsAcrossInstances)
+}
+
+func testSimultaneousRegistrationsAcrossInstances(t *testing.T, cfg Config) {
+	c := New(t, cfg)
 	key := c.Account("alice")
 	a := c.Start("A", "--max-nodes-per-account", "50")
 	b := c.Start("B", "--max-nodes-per-account", "50")
