@@ -12,11 +12,12 @@
 //
 // It knows the Redis keys of what it owns and no others: the claim keys
 // {ns}:node:{<id>}:gen, {ns}:node:{<id>}:owner, {ns}:acct:{<id>}:nodes and
-// {ns}:inst:{<iid>}:claims (claims_redis.go), and the directory hash
-// {ns}:dir:{<iid>} (cluster.go).
+// {ns}:inst:{<iid>}:claims (claims_redis.go), the directory hash
+// {ns}:dir:{<iid>} and its change feed, the channel {ns}:dir:events
+// (cluster.go, dirwrite.go, dirfeed.go).
 //
 // It must not know HTTP (server accepts the WebSocket and hands the Hub a
-// connection), tasks (a session hands task traffic to the Events it was
-// given, which tasks implements) or the bus: nodes imports no other
-// switchyard package.
+// connection) or tasks (a session hands task traffic to the Events it was
+// given, which tasks implements). Of bus it uses only DefaultNamespace:
+// envelopes between instances are the tasks package's business.
 package nodes

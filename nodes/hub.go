@@ -80,6 +80,10 @@ type Config struct {
 	Announce func(ctx context.Context, s *Session)
 }
 
+// DefaultConfig is the hub's defaults, each field as a zero value takes
+// it (server.DefaultConfig takes its node figures from here).
+func DefaultConfig() Config { return Config{}.withDefaults() }
+
 func (c Config) withDefaults() Config {
 	if c.MaxNodesPerAccount == 0 {
 		c.MaxNodesPerAccount = 5

@@ -93,78 +93,15 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 	}()
 
-	st, err := store.Open(ctx, store.Options{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL, Logger: a.log})
+	if err := a.openStore(ctx); err != nil {
+		return nil, err
+	}
+	claims, err := a.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	a.store = st
-	a.writer = store.NewWriter(st, store.WriterConfig{FlushInterval: cfg.StoreFlushInterval, Registerer: a.registry, Logger: a.log})
-	a.rep = store.NewReputation(st, a.writer, store.ReputationConfig{Logger: a.log})
-	a.rlm = ratelimit.NewMetrics(a.registry)
-	a.auth = newAuthCache(st)
-
-	// The mode (DESIGN §3) decides the bus, limiter, claims and directory.
-	var claims nodes.Claims = nodes.NewMemoryClaims()
-	a.limiter = ratelimit.NewMemory(ratelimit.MemoryConfig{})
-	a.bus = bus.NewMemory()
-	if cfg.RedisURL != "" {
-		c, err := a.connectCluster(ctx)
-		if err != nil {
-			return nil, err
-		}
-		_ = a.limiter.Close()
-		a.limiter = c.limiter
-		if cfg.Multi() {
-			_ = a.bus.Close()
-			a.bus, claims = c.bus, c.claims
-		}
-	}
-
-	hubCfg := nodes.Config{
-		Instance: a.instanceID, MaxNodesPerAccount: cfg.MaxNodesPerAccount, DefaultConcurrency: cfg.DefaultConcurrency,
-		PingInterval: cfg.PingInterval, RegisterTimeout: cfg.RegisterTimeout, MaxMessageBytes: cfg.MaxMessageBytes, Logger: a.log, Registerer: a.registry,
-	}
-	if !cfg.NoNodeBenchmarks {
-		hubCfg.Benchmarks, hubCfg.BenchmarkMaxAge = benchStore{st}, cfg.BenchmarkMaxAge
-	}
-	hubCfg.BeforeAttach = a.nodeArriving
-	if cfg.Multi() {
-		hubCfg.OnChange, hubCfg.OnReplaced = a.cluster.changed.Notify, a.cluster.replaced
-		hubCfg.Announce = a.cluster.announce // invariant 11: published before node_registered
-	}
-	// One call builds the task side whole; it builds the hub (and the
-	// cluster directory in front of it) around itself, as their Events.
-	deps := tasks.Deps{Bus: a.bus, Recorder: recorder{a}, Standings: standings{a},
-		Nodes: func(ev nodes.Events) tasks.NodeSide {
-			a.hub = nodes.NewHub(hubCfg, nodeAuth{a}, claims, ev)
-			if !cfg.Multi() {
-				a.dir = a.hub
-				return tasks.NodeSide{Sessions: a.hub, Directory: a.hub}
-			}
-			a.cluster.wire(a)
-			a.dir = a.cluster.dir
-			return tasks.NodeSide{Sessions: a.hub, Directory: a.cluster.dir}
-		}}
-	if cfg.Multi() {
-		deps.Liveness, deps.Health = a.cluster.registry, clusterHealth{a.cluster}
-	}
-	a.engine = tasks.New(tasks.Config{
-		Instance: a.instanceID, TaskTimeout: cfg.TaskTimeout, StreamMax: cfg.StreamMax, QueueTimeout: cfg.QueueTimeout,
-		ResultMaxBytes: cfg.ResultMaxBytes, WatchInterval: cfg.WatchInterval, NoWatcher: cfg.UnsafeNoWatcher,
-		Logger: a.log, Registerer: a.registry,
-	}, deps)
-	a.tracker = a.engine.Tracker()
-	a.replaced = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: "switchyard", Subsystem: "tasks", Name: "replace_closes_total",
-		Help: "Local node sockets closed because another instance has a newer connection of the node.",
-	})
-	a.registry.MustRegister(a.replaced,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "switchyard", Subsystem: "tasks", Name: "in_flight",
-			Help: "Tasks waiting for their outcome on this (requesting) instance."}, func() float64 { return float64(a.engine.Requesting()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "switchyard", Subsystem: "tasks", Name: "forwarding",
-			Help: "Tasks held by nodes connected to this (owning) instance."}, func() float64 { return float64(a.engine.Forwarding()) }),
-	)
-	a.metrics = newHTTPMetrics(a.registry)
+	a.buildEngine(claims)
+	a.registerMetrics()
 
 	// The subscription is confirmed before the instance announces itself,
 	// so it never misses a reply to something another instance saw it offer.
@@ -189,6 +126,98 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	ok = true
 	return a, nil
+}
+
+// openStore opens (and migrates) the store, with the task-record writer,
+// the reputation cache and the API-key cache in front of it.
+func (a *App) openStore(ctx context.Context) error {
+	st, err := store.Open(ctx, store.Options{DataDir: a.cfg.DataDir, DatabaseURL: a.cfg.DatabaseURL, Logger: a.log})
+	if err != nil {
+		return err
+	}
+	a.store = st
+	a.writer = store.NewWriter(st, store.WriterConfig{FlushInterval: a.cfg.StoreFlushInterval, Registerer: a.registry, Logger: a.log})
+	a.rep = store.NewReputation(st, a.writer, store.ReputationConfig{Logger: a.log})
+	a.rlm = ratelimit.NewMetrics(a.registry)
+	a.auth = newAuthCache(st)
+	return nil
+}
+
+// connect sets up what the mode (DESIGN §3) decides: the bus, the
+// limiter and the node claims, in memory or (with Redis) shared.
+func (a *App) connect(ctx context.Context) (nodes.Claims, error) {
+	var claims nodes.Claims = nodes.NewMemoryClaims()
+	a.limiter = ratelimit.NewMemory(ratelimit.MemoryConfig{})
+	a.bus = bus.NewMemory()
+	if a.cfg.RedisURL == "" {
+		return claims, nil
+	}
+	c, err := a.connectCluster(ctx)
+	if err != nil {
+		return nil, err
+	}
+	_ = a.limiter.Close()
+	a.limiter = c.limiter
+	if a.cfg.Multi() {
+		_ = a.bus.Close()
+		a.bus, claims = c.bus, c.claims
+	}
+	return claims, nil
+}
+
+// buildEngine builds the task side whole, in one call; it builds the hub
+// (and, in a cluster, the directory in front of it) around itself, as
+// their Events.
+func (a *App) buildEngine(claims nodes.Claims) {
+	cfg := a.cfg
+	hubCfg := nodes.Config{
+		Instance: a.instanceID, MaxNodesPerAccount: cfg.MaxNodesPerAccount, DefaultConcurrency: cfg.DefaultConcurrency,
+		PingInterval: cfg.PingInterval, RegisterTimeout: cfg.RegisterTimeout, MaxMessageBytes: cfg.MaxMessageBytes, Logger: a.log, Registerer: a.registry,
+	}
+	if !cfg.NoNodeBenchmarks {
+		hubCfg.Benchmarks, hubCfg.BenchmarkMaxAge = benchStore{a.store}, cfg.BenchmarkMaxAge
+	}
+	hubCfg.BeforeAttach = a.nodeArriving
+	if cfg.Multi() {
+		hubCfg.OnChange, hubCfg.OnReplaced = a.cluster.changed.Notify, a.cluster.replaced
+		hubCfg.Announce = a.cluster.announce // invariant 11: published before node_registered
+	}
+	deps := tasks.Deps{Bus: a.bus, Recorder: recorder{a}, Standings: standings{a},
+		Nodes: func(ev nodes.Events) tasks.NodeSide {
+			a.hub = nodes.NewHub(hubCfg, nodeAuth{a}, claims, ev)
+			if !cfg.Multi() {
+				a.dir = a.hub
+				return tasks.NodeSide{Sessions: a.hub, Directory: a.hub}
+			}
+			a.cluster.wire(a)
+			a.dir = a.cluster.dir
+			return tasks.NodeSide{Sessions: a.hub, Directory: a.cluster.dir}
+		}}
+	if cfg.Multi() {
+		deps.Liveness, deps.Health = a.cluster.registry, clusterHealth{a.cluster}
+	}
+	a.engine = tasks.New(tasks.Config{
+		Instance: a.instanceID, TaskTimeout: cfg.TaskTimeout, StreamMax: cfg.StreamMax, QueueTimeout: cfg.QueueTimeout,
+		ResultMaxBytes: cfg.ResultMaxBytes, WatchInterval: cfg.WatchInterval, NoWatcher: cfg.UnsafeNoWatcher,
+		Logger: a.log, Registerer: a.registry,
+	}, deps)
+	a.tracker = a.engine.Tracker()
+}
+
+// registerMetrics registers the App's own metrics (the components
+// register theirs).
+func (a *App) registerMetrics() {
+	a.replaced = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "switchyard", Subsystem: "tasks", Name: "replace_closes_total",
+		Help: "Local node sockets closed because another instance has a newer connection of the node.",
+	})
+	a.registry.MustRegister(a.replaced,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "switchyard", Subsystem: "tasks", Name: "in_flight",
+			Help: "Tasks waiting for their outcome on this (requesting) instance."}, func() float64 { return float64(a.engine.Requesting()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "switchyard", Subsystem: "tasks", Name: "forwarding",
+			Help: "Tasks held by nodes connected to this (owning) instance."}, func() float64 { return float64(a.engine.Forwarding()) }),
+	)
+	a.metrics = newHTTPMetrics(a.registry)
 }
 
 // Addr is the address the instance listens on.
@@ -220,12 +249,16 @@ func (a *App) Run(ctx context.Context) error {
 	a.log.Info("switchyard is serving", "addr", a.Addr(), "instance_id", a.instanceID, "store", a.storeKind())
 
 	var err error
+	served := false
 	select {
 	case <-ctx.Done():
 	case err = <-serveErr:
-		err = fmt.Errorf("http server: %w", err)
+		served, err = true, fmt.Errorf("http server: %w", err)
 	}
 	a.drain()
+	if !served {
+		<-serveErr // Serve returns once the drain has shut the server down and closed the listener
+	}
 	return err
 }
 

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"switchyard/bus"
+	"switchyard/nodes"
+	"switchyard/tasks"
 )
 
 // Config is everything an instance is started with. DefaultConfig holds
@@ -103,6 +105,9 @@ type Config struct {
 // which fills its own default (RegisterTimeout, BenchmarkMaxAge), or are
 // resolved when the instance starts (InstanceName: the host name).
 func DefaultConfig() Config {
+	// What the task engine and the node hub own, they default: taken from
+	// them, so each figure is written once.
+	t, n := tasks.DefaultConfig(), nodes.DefaultConfig()
 	return Config{
 		Listen:    ":8800",
 		DataDir:   "./data",
@@ -111,15 +116,15 @@ func DefaultConfig() Config {
 
 		HeartbeatInterval: 5 * time.Second,
 		LivenessTTL:       15 * time.Second,
-		WatchInterval:     250 * time.Millisecond,
+		WatchInterval:     t.WatchInterval,
 
-		MaxNodesPerAccount: 5,
-		DefaultConcurrency: 4,
-		TaskTimeout:        60 * time.Second,
-		StreamMax:          600 * time.Second,
-		QueueTimeout:       10 * time.Second,
-		ResultMaxBytes:     1 << 20,
-		MaxMessageBytes:    4 << 20,
+		MaxNodesPerAccount: n.MaxNodesPerAccount,
+		DefaultConcurrency: n.DefaultConcurrency,
+		TaskTimeout:        t.TaskTimeout,
+		StreamMax:          t.StreamMax,
+		QueueTimeout:       t.QueueTimeout,
+		ResultMaxBytes:     t.ResultMaxBytes,
+		MaxMessageBytes:    n.MaxMessageBytes,
 		MaxBodyBytes:       2_000_000,
 
 		ReadHeaderTimeout: 10 * time.Second,
@@ -132,7 +137,7 @@ func DefaultConfig() Config {
 		RegisterRate:  5,
 		HandshakeRate: 30,
 
-		PingInterval:       20 * time.Second,
+		PingInterval:       n.PingInterval,
 		DrainTimeout:       30 * time.Second,
 		StoreFlushInterval: 200 * time.Millisecond,
 		SplitTaskTypes:     []string{"translate"},

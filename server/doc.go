@@ -22,7 +22,8 @@
 // It must not hold task or node logic (tasks and nodes do), nor do work
 // for a node on a request's context: long-lived work runs under the App's
 // root context and wait group. Of Redis it knows only what it must wire:
-// the Namespace it passes down, and the prefix {ns}:rl: it gives the rate
-// limiter (cluster.go); every other key and channel name lives in bus and
-// nodes.
+// the Namespace it passes down, the prefix {ns}:rl: it gives the rate
+// limiter (cluster.go), and the channel of auth events it owns,
+// {ns}:auth:events (authevents.go); every other key and channel name lives
+// in bus and nodes.
 package server

@@ -55,9 +55,9 @@ type dispatcher struct {
 	cfg      Config
 	dir      Directory
 	standing func(string) nodes.Standing // Standings.Standing, bound once: no allocation per pick
-	health   Health                      // nil: the cluster is always reachable
-	owner    *owner                      // this instance's owner side: the fast path
-	bus      Bus                         // the way to every other owner
+	health   Health
+	owner    *owner // this instance's owner side: the fast path
+	bus      Bus    // the way to every other owner
 	tracker  *Tracker
 	rec      Recorder
 	metrics  *Metrics
@@ -175,7 +175,7 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 		}
 		return out, err
 	}
-	if d.health != nil && !d.health.Healthy() {
+	if !d.health.Healthy() {
 		return Outcome{}, &Error{Code: CodeUnavailable,
 			Message: "no node on this instance can run this task type, and the rest of the cluster is unreachable (Redis is down)"}
 	}

@@ -45,6 +45,10 @@ type Config struct {
 	Registerer        prometheus.Registerer // where the metrics go; nil: not registered
 }
 
+// DefaultConfig is the engine's defaults, each field as a zero value
+// takes it (server.DefaultConfig takes its task figures from here).
+func DefaultConfig() Config { return Config{}.withDefaults() }
+
 func (c Config) withDefaults() Config {
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 3
@@ -202,6 +206,12 @@ func New(cfg Config, deps Deps) *Engine {
 	if deps.Standings == nil {
 		deps.Standings = neutralStanding{}
 	}
+	if deps.Liveness == nil {
+		deps.Liveness = noLiveness{}
+	}
+	if deps.Health == nil {
+		deps.Health = alwaysHealthy{}
+	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, metrics: NewMetrics(cfg.Registerer)}
 	e.tracker = newTrackerWith(trackerLimits{taskBytes: cfg.StreamQueueBytes, instanceBytes: cfg.StreamBufferBytes,
 		overflow: e.overflowed})
@@ -330,3 +340,13 @@ func (noRecorder) RecordOutcome(store.Outcome) {}
 type neutralStanding struct{}
 
 func (neutralStanding) Standing(string) nodes.Standing { return nodes.Standing{Score: 50} }
+
+// noLiveness has no alive keys to read: no instance is judged by one.
+type noLiveness struct{}
+
+func (noLiveness) Alive(context.Context, []string) (map[string]bool, error) { return nil, nil }
+
+// alwaysHealthy is one instance's view: nothing else to reach.
+type alwaysHealthy struct{}
+
+func (alwaysHealthy) Healthy() bool { return true }

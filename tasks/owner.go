@@ -180,7 +180,11 @@ func (o *owner) reply(ent *fwdEntry, e *bus.Envelope) int {
 		return 0
 	}
 	o.metrics.hops.WithLabelValues(e.Kind.String()).Inc()
-	n, err := o.bus.Publish(o.ctx, ent.replyTo, e)
+	// On the node's reader: bounded like the outbound queue's publishes
+	// (invariant 14), not only by the Redis client's own timeouts.
+	pctx, cancel := context.WithTimeout(o.ctx, publishTimeout)
+	n, err := o.bus.Publish(pctx, ent.replyTo, e)
+	cancel()
 	if err != nil {
 		o.log.Warn("cannot reach the requester instance", "task_id", ent.taskID, "to", ent.replyTo, "err", err)
 		return -1

@@ -25,7 +25,7 @@ type watcher struct {
 	instance string
 	interval time.Duration
 	bus      Bus
-	alive    Liveness  // nil: no backstop
+	alive    Liveness  // noLiveness: no backstop
 	dir      Directory // told about each owner instance found gone
 	tracker  *Tracker
 	owner    *owner
@@ -92,7 +92,7 @@ func (w *watcher) check(ctx context.Context, now time.Time) {
 	cctx, cancel := context.WithTimeout(ctx, w.interval*4)
 	receivers, err := w.bus.Receivers(cctx, ids)
 	var registered map[string]bool
-	if err == nil && w.alive != nil {
+	if err == nil {
 		registered, err = w.alive.Alive(cctx, ids)
 	}
 	cancel()

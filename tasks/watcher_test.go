@@ -20,7 +20,7 @@ func stepped(t *testing.T) (*watcher, *fakeBus, *fakeDir, *pending) {
 	tr := newTracker()
 	o := newOwner(context.Background(), cfg, b, tr.deliver, newOutbound(b, 1, m, cfg.Logger), m)
 	o.sessions = noSessions{}
-	w := newWatcher(cfg, b, nil, dir, tr, o, m)
+	w := newWatcher(cfg, b, noLiveness{}, dir, tr, o, m)
 	p := tr.add(&Request{TaskID: "t"}, time.Now())
 	p.retarget("O", "n", 1, 1)
 	p.markAssigned(time.Now())
