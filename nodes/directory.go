@@ -31,7 +31,7 @@ type NodeView struct {
 	CPUPercent     float64         `json:"cpu_percent"`
 	ActiveTasks    int             `json:"active_tasks"`
 	MaxConcurrency int             `json:"max_concurrency"`
-	Instance       string          `json:"instance"`
+	Instance       string          `json:"instance,omitempty"` // the owning instance's id: the directory's and operators', not public
 	ConnectedAt    time.Time       `json:"connected_at"`
 }
 

@@ -130,8 +130,6 @@ func (a *App) status(c echo.Context) error {
 		"version":           a.cfg.Version,
 		"online_nodes":      a.dir.Online(),
 		"total_tasks_today": a.tasksToday(c.Request().Context()),
-		"instance_id":       a.instanceID,
-		"instance_name":     a.cfg.InstanceName,
 		"ready":             a.notReady() == "",
 		"tasks_in_flight":   a.tracker.Len(),
 		"local_nodes":       a.hub.Len(),
@@ -171,7 +169,11 @@ func (a *App) tasksToday(ctx context.Context) int64 {
 
 // nodes is GET /api/v1/nodes?capability=.
 func (a *App) nodes(c echo.Context) error {
-	return c.JSON(http.StatusOK, a.dir.List(c.QueryParam("capability")))
+	list := a.dir.List(c.QueryParam("capability"))
+	for i := range list {
+		list[i].Instance = "" // which instance holds a node is for operators (GET /admin/api/nodes)
+	}
+	return c.JSON(http.StatusOK, list)
 }
 
 // reputation is GET /api/v1/reputation/{node_id}.

@@ -94,6 +94,12 @@ type Config struct {
 	// endpoint has no authentication: only for a network you trust.
 	PprofAllowRemote bool
 
+	// AdminToken, when set, opens the operator-only routes under /admin/api/
+	// (admin.go) to requests carrying it as a bearer token: instance ids,
+	// host names, addresses and the errors behind an unready instance,
+	// which public answers never show. Empty (the default): no admin routes.
+	AdminToken string
+
 	Logger *slog.Logger // nil: slog.Default()
 }
 
@@ -270,6 +276,9 @@ func (c Config) Validate() error {
 	}
 	if c.StoreFlushInterval <= 0 {
 		bad("--store-flush-interval must be positive")
+	}
+	if c.AdminToken != "" && len(c.AdminToken) < minAdminToken {
+		bad("--admin-token must be at least %d characters (a short token can be guessed); e.g. openssl rand -hex 24", minAdminToken)
 	}
 	if c.PprofListen != "" {
 		if p := pprofAddrProblem(c.PprofListen, c.PprofAllowRemote); p != "" {

@@ -33,8 +33,7 @@ func (a *App) health(c echo.Context) error {
 		}
 	}
 	body := map[string]any{
-		"status": "ok", "instance_id": a.instanceID, "instance_name": a.cfg.InstanceName,
-		"checks": checks, "nodes": a.hub.Len(), "tasks_in_flight": a.tracker.Len(),
+		"status": "ok", "checks": checks, "nodes": a.hub.Len(), "tasks_in_flight": a.tracker.Len(),
 	}
 	if reason != "" {
 		body["status"], body["reason"] = "not_ready", reason

@@ -55,6 +55,12 @@ func (a *App) routes() *echo.Echo {
 	v1.POST("/register", a.register, byIP("register", ratelimit.PerHour(a.cfg.RegisterRate)))
 	e.POST("/v1/chat/completions", a.chatCompletions, a.requireAccount, request)
 	get(e, "/v1/models", a.models, public)
+
+	if a.cfg.AdminToken != "" { // the operator-only view (admin.go)
+		adm := e.Group("/admin/api", a.requireAdmin)
+		get(adm, "/status", a.adminStatus)
+		get(adm, "/nodes", a.adminNodes)
+	}
 	return e
 }
 

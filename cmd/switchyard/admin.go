@@ -292,26 +292,45 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("status", "Prints a running server's status (GET /api/v1/status) and readiness (GET /api/health).", stderr)
+	fs := newFlagSet("status", `Prints a running server's status (GET /api/v1/status) and readiness (GET /api/health).
+With --admin-token (or SWITCHYARD_ADMIN_TOKEN) it adds what only operators see
+(GET /admin/api/status): the instance's id, name, host and address, and the errors
+behind an unready instance.`, stderr)
 	url := fs.String("url", localURL("http", ""), "the server's base URL")
-	asJSON := fs.Bool("json", false, "print the raw JSON of both endpoints")
+	asJSON := fs.Bool("json", false, "print the raw JSON of the endpoints")
+	token := fs.String("admin-token", "", "the server's --admin-token, to show the operator-only details")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
 	base := strings.TrimRight(*url, "/")
 	client := &http.Client{Timeout: 5 * time.Second}
-	var status, health map[string]any
-	if _, err := getJSON(ctx, client, base+"/api/v1/status", &status); err != nil {
+	var status, health, admin map[string]any
+	if _, err := getJSON(ctx, client, base+"/api/v1/status", "", &status); err != nil {
 		return fmt.Errorf("cannot reach %s: %w (is the server running? set --url)", base, err)
 	}
-	code, err := getJSON(ctx, client, base+"/api/health", &health)
+	code, err := getJSON(ctx, client, base+"/api/health", "", &health)
 	if err != nil {
 		return fmt.Errorf("cannot read %s/api/health: %w", base, err)
+	}
+	if *token != "" {
+		acode, err := getJSON(ctx, client, base+"/admin/api/status", *token, &admin)
+		switch {
+		case acode == http.StatusNotFound:
+			return fmt.Errorf("%s has no admin routes: start it with --admin-token", base)
+		case err != nil:
+			return fmt.Errorf("cannot read %s/admin/api/status: %w", base, err)
+		case acode != http.StatusOK:
+			return fmt.Errorf("%s/admin/api/status: HTTP %d (is --admin-token the server's?)", base, acode)
+		}
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(map[string]any{"status": status, "health": health}); err != nil {
+		out := map[string]any{"status": status, "health": health}
+		if admin != nil {
+			out["admin"] = admin
+		}
+		if err := enc.Encode(out); err != nil {
 			return err
 		}
 		if code != http.StatusOK {
@@ -320,8 +339,18 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	for _, k := range []string{"instance_name", "instance_id", "version", "mode", "store", "online_nodes", "tasks_in_flight", "total_tasks_today", "uptime_seconds"} {
+	for _, k := range []string{"instance_name", "instance_id", "host", "addr"} {
+		if v, ok := admin[k]; ok {
+			fmt.Fprintf(tw, "%s\t%v\n", k, v)
+		}
+	}
+	for _, k := range []string{"version", "mode", "store", "instances", "online_nodes", "local_nodes", "tasks_in_flight", "total_tasks_today", "uptime_seconds"} {
 		if v, ok := status[k]; ok {
+			fmt.Fprintf(tw, "%s\t%v\n", k, v)
+		}
+	}
+	for _, k := range []string{"redis_error", "store_error", "cluster_error"} {
+		if v, ok := admin[k]; ok {
 			fmt.Fprintf(tw, "%s\t%v\n", k, v)
 		}
 	}
@@ -343,10 +372,13 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-func getJSON(ctx context.Context, c *http.Client, url string, v any) (int, error) {
+func getJSON(ctx context.Context, c *http.Client, url, bearer string, v any) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, err
+	}
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
 	}
 	resp, err := c.Do(req)
 	if err != nil {

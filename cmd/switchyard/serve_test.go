@@ -176,14 +176,30 @@ func TestServeRunsAndDrains(t *testing.T) {
 	}
 }
 
+// testAdminToken is the --admin-token of the servers the status test starts.
+const testAdminToken = "test-admin-token-0123456789"
+
 func TestStatusOfRunningServer(t *testing.T) {
-	s := startServe(t)
+	s := startServe(t, "--admin-token", testAdminToken)
 
 	out := mustCLI(t, "status", "--url", s.base)
-	for _, re := range []string{`(?m)^ready\s+true$`, `(?m)^online_nodes\s+0$`, `(?m)^instance_name\s+clitest$`, `(?m)^store\s+sqlite$`, `(?m)^check store\s+ok$`} {
+	for _, re := range []string{`(?m)^ready\s+true$`, `(?m)^online_nodes\s+0$`, `(?m)^store\s+sqlite$`, `(?m)^check store\s+ok$`} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("status lacks %s:\n%s", re, out)
 		}
+	}
+	// Who and where the instance is, only with the admin token.
+	if strings.Contains(out, "clitest") || strings.Contains(out, "instance_id") {
+		t.Errorf("status without the admin token names the instance:\n%s", out)
+	}
+	out = mustCLI(t, "status", "--url", s.base, "--admin-token", testAdminToken)
+	for _, re := range []string{`(?m)^instance_name\s+clitest$`, `(?m)^instance_id\s+[0-9a-f-]{36}$`, `(?m)^addr\s+127\.0\.0\.1:\d+$`} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("status --admin-token lacks %s:\n%s", re, out)
+		}
+	}
+	if _, _, err := cli(t, "status", "--url", s.base, "--admin-token", "not-the-servers-token"); err == nil {
+		t.Error("status with a wrong admin token succeeded")
 	}
 
 	out = mustCLI(t, "status", "--json", "--url", s.base+"/")

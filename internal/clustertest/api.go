@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -85,10 +86,15 @@ func (i *Instance) Request(ctx context.Context, key, taskType, content string) (
 	return i.Do(ctx, http.MethodPost, "/api/v1/request", key, map[string]any{"task_type": taskType, "content": content})
 }
 
-// get fetches path and decodes its 200 answer into out, failing the test otherwise.
+// get fetches path (with the admin token: it is sent only to /admin/
+// routes) and decodes its 200 answer into out, failing the test otherwise.
 func (i *Instance) get(path string, out any) {
 	i.t.Helper()
-	r, err := i.Do(context.Background(), http.MethodGet, path, "", nil)
+	token := ""
+	if strings.HasPrefix(path, "/admin/") {
+		token = AdminToken
+	}
+	r, err := i.Do(context.Background(), http.MethodGet, path, token, nil)
 	if err != nil {
 		i.t.Fatalf("instance %s: GET %s: %v", i.Name, path, err)
 	}
@@ -100,7 +106,8 @@ func (i *Instance) get(path string, out any) {
 	}
 }
 
-// Status is GET /api/v1/status (the fields the tests read).
+// Status is GET /admin/api/status (the fields the tests read): the public
+// status and the instance's id and name.
 type Status struct {
 	Status         string `json:"status"`
 	OnlineNodes    int    `json:"online_nodes"`
@@ -115,15 +122,16 @@ type Status struct {
 	NotReadyReason string `json:"not_ready_reason"`
 }
 
-// Status fetches /api/v1/status.
+// Status fetches /admin/api/status.
 func (i *Instance) Status() Status {
 	i.t.Helper()
 	var s Status
-	i.get("/api/v1/status", &s)
+	i.get("/admin/api/status", &s)
 	return s
 }
 
-// NodeView is one entry of GET /api/v1/nodes.
+// NodeView is one entry of GET /admin/api/nodes (the public list leaves
+// out Instance).
 type NodeView struct {
 	NodeID         string   `json:"node_id"`
 	Name           string   `json:"name"`
@@ -133,11 +141,11 @@ type NodeView struct {
 	Trust          string   `json:"trust"`
 }
 
-// Nodes fetches /api/v1/nodes.
+// Nodes fetches /admin/api/nodes.
 func (i *Instance) Nodes() []NodeView {
 	i.t.Helper()
 	var ns []NodeView
-	i.get("/api/v1/nodes", &ns)
+	i.get("/admin/api/nodes", &ns)
 	return ns
 }
 

@@ -257,15 +257,20 @@ func (c *Cluster) Start(name string, extra ...string) *Instance {
 	}
 }
 
+// AdminToken is every instance's --admin-token: Status and Nodes read the
+// operator-only view, which names instances (public answers do not).
+const AdminToken = "clustertest-admin-token-0123456789"
+
 // Launch runs an instance and returns at once. The harness's defaults:
-// JSON logs at info level, every rate limit off (-1) and the cluster's
-// Redis, namespace and database.
+// JSON logs at info level, every rate limit off (-1), the admin token, and
+// the cluster's Redis, namespace and database.
 func (c *Cluster) Launch(name string, extra ...string) *Instance {
 	c.t.Helper()
 	addr := freeAddr(c.t)
 	args := []string{"serve", "--listen", addr, "--instance-name", name,
 		"--log-format", "json", "--log-level", "info", "--data-dir", c.t.TempDir(),
-		"--request-rate", "-1", "--public-rate", "-1", "--handshake-rate", "-1"}
+		"--request-rate", "-1", "--public-rate", "-1", "--handshake-rate", "-1",
+		"--admin-token", AdminToken}
 	if c.RedisURL != "" {
 		args = append(args, "--redis-url", c.RedisURL, "--namespace", c.Namespace)
 	}
@@ -423,7 +428,7 @@ func (i *Instance) waitReady(d time.Duration) error {
 	}
 }
 
-// ID is the instance's instance_id (from its /api/v1/status).
+// ID is the instance's instance_id (from its /admin/api/status).
 func (i *Instance) ID() string {
 	i.t.Helper()
 	i.mu.Lock()
@@ -434,7 +439,7 @@ func (i *Instance) ID() string {
 	}
 	id = i.Status().InstanceID
 	if id == "" {
-		i.t.Fatalf("instance %s: /api/v1/status has no instance_id", i.Name)
+		i.t.Fatalf("instance %s: /admin/api/status has no instance_id", i.Name)
 	}
 	i.mu.Lock()
 	i.id = id

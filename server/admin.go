@@ -1,0 +1,94 @@
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+// The operator-only view (issue 10, point 6). Public answers say what
+// failed and nothing of where: no instance ids, host names, addresses or
+// the store's and Redis's errors. Operators see all of that here, behind
+// Config.AdminToken; with no token set, none of these routes exist.
+
+// minAdminToken is the shortest admin token Validate accepts.
+const minAdminToken = 16
+
+// requireAdmin lets a request through only with the admin token as its
+// bearer token. Failures count against the client address like a bad API
+// key (auth.go), so the token cannot be guessed at speed.
+func (a *App) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
+	want := []byte(a.cfg.AdminToken)
+	return func(c echo.Context) error {
+		got, ok := strings.CutPrefix(c.Request().Header.Get(echo.HeaderAuthorization), "Bearer ")
+		if ok && subtle.ConstantTimeCompare([]byte(got), want) == 1 {
+			return next(c)
+		}
+		err := a.auth.failed(c.Request().Context(), c.RealIP(), a.limiter, time.Now())
+		var limited *errAuthLimited
+		if errors.As(err, &limited) {
+			return &apiError{Status: http.StatusTooManyRequests, Code: "rate_limited",
+				Message:    "too many failed authentications from this address; retry later",
+				RetryAfter: strconv.FormatInt(max(int64((limited.retryAfter+time.Second-1)/time.Second), 1), 10)}
+		}
+		return newError(http.StatusUnauthorized, "unauthorized", "this route needs the admin token (Authorization: Bearer <token>)")
+	}
+}
+
+// adminStatus is GET /admin/api/status: the public status and readiness,
+// and what they leave out.
+func (a *App) adminStatus(c echo.Context) error {
+	host, _ := os.Hostname()
+	out := map[string]any{
+		"instance_id":     a.instanceID,
+		"instance_name":   a.cfg.InstanceName,
+		"host":            host,
+		"addr":            a.Addr(),
+		"version":         a.cfg.Version,
+		"mode":            a.cfg.Mode(),
+		"store":           a.storeKind(),
+		"started_at":      a.started.UTC(),
+		"uptime_seconds":  int64(time.Since(a.started).Seconds()),
+		"draining":        a.draining.Load(),
+		"ready":           a.notReady() == "",
+		"online_nodes":    a.dir.Online(),
+		"local_nodes":     a.hub.Len(),
+		"tasks_in_flight": a.tracker.Len(),
+		"instances":       1,
+	}
+	if r := a.notReady(); r != "" {
+		out["not_ready_reason"] = r
+	}
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	defer cancel()
+	if err := a.store.Ping(ctx); err != nil {
+		out["store_error"] = err.Error()
+	}
+	if a.cluster != nil {
+		if !a.cluster.redisOK.Load() {
+			out["redis_error"], _ = a.cluster.redisErr.Load().(string)
+		}
+		if a.cluster.registry != nil {
+			out["instances"] = a.cluster.instances.Load()
+			if infos, err := a.cluster.registry.Instances(ctx); err == nil {
+				out["cluster"] = infos
+			} else {
+				out["cluster_error"] = err.Error()
+			}
+		}
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// adminNodes is GET /admin/api/nodes?capability=: the nodes with the
+// instance each is connected to.
+func (a *App) adminNodes(c echo.Context) error {
+	return c.JSON(http.StatusOK, a.dir.List(c.QueryParam("capability")))
+}
