@@ -46,7 +46,12 @@ type Config struct {
 	PingTimeout        time.Duration // default 15s; an unanswered ping closes the socket
 	WriteTimeout       time.Duration // default 10s per message
 	SendQueue          int           // default 256 messages; a node further behind is dropped
-	MaxMessageBytes    int64         // default 4 MiB; a larger message closes the socket with 1009
+	// SendQueueBytes (default 16 MiB) bounds the same queue in bytes, each
+	// message charged its length plus 64: 256 assigns of the largest
+	// content would otherwise hold hundreds of MiB for one slow node. A
+	// message finding the queue empty always goes in.
+	SendQueueBytes  int64
+	MaxMessageBytes int64 // default 4 MiB; a larger message closes the socket with 1009
 	// Benchmarks, if set, keeps node benchmark profiles, and nodes are asked
 	// for one after they register and whenever theirs is older than
 	// BenchmarkMaxAge (default 6h); a request unanswered for
@@ -105,6 +110,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SendQueue == 0 {
 		c.SendQueue = 256
+	}
+	if c.SendQueueBytes == 0 {
+		c.SendQueueBytes = 16 << 20
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = 4 << 20

@@ -71,6 +71,7 @@ type Session struct {
 	// an idle connection costs no buffer (each idle node is budgeted at 32 KiB).
 	mu          sync.Mutex
 	queue       [][]byte
+	queueBytes  int64 // what queue holds, each message charged its length plus sendOverhead
 	closing     bool
 	closeCode   websocket.StatusCode
 	closeReason string
@@ -122,6 +123,11 @@ func (s *Session) isClosing() bool {
 	return s.closing
 }
 
+// sendOverhead is what a queued message costs beyond its bytes (its slice
+// header and the queue's slot), so a flood of tiny messages is bounded by
+// SendQueueBytes too (invariant 13).
+const sendOverhead = 64
+
 // Send queues a message for the node and never blocks. A node whose queue
 // is full is too slow to keep up: it is dropped (closed with 1013) rather
 // than allowed to stall the instance. Send reports whether the message was
@@ -132,14 +138,17 @@ func (s *Session) Send(msg []byte) bool {
 		s.mu.Unlock()
 		return false
 	}
-	if len(s.queue) >= s.hub.cfg.SendQueue {
+	cost := int64(len(msg)) + sendOverhead
+	if len(s.queue) >= s.hub.cfg.SendQueue || (len(s.queue) > 0 && s.queueBytes+cost > s.hub.cfg.SendQueueBytes) {
+		queued, bytes := len(s.queue), s.queueBytes
 		s.mu.Unlock()
 		s.hub.metrics.sendDrops.Inc()
-		s.log.Warn("node send queue full, dropping the node", "queued", s.hub.cfg.SendQueue)
+		s.log.Warn("node send queue full, dropping the node", "queued", queued, "queued_bytes", bytes)
 		s.Close(CloseTryAgainLater, "send queue overflow")
 		return false
 	}
 	s.queue = append(s.queue, msg)
+	s.queueBytes += cost
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -210,6 +219,7 @@ func (s *Session) writeLoop(ctx context.Context) {
 		s.mu.Lock()
 		closing := s.closing
 		batch, s.queue = s.queue, batch[:0]
+		s.queueBytes = 0 // the batch is the writer's now: at most one queue's worth more
 		s.mu.Unlock()
 		if closing {
 			stopPing()

@@ -241,3 +241,30 @@ func (p *rawPeer) readFrame(t *testing.T, d time.Duration) (byte, []byte) {
 	}
 	return hdr[0] & 0x0f, payload
 }
+
+// Invariant 13: a node that stops reading is dropped once its send queue
+// holds SendQueueBytes, long before it holds SendQueue messages: large
+// assigns cannot pile up hundreds of MiB behind one slow node.
+func TestSendQueueBoundedInBytes(t *testing.T) {
+	h := serveHub(t, Config{PingInterval: time.Hour, SendQueue: 100_000, SendQueueBytes: 1 << 20})
+	p := dialRaw(t, h.url)
+	p.register(t, "stalled") // and never reads again
+	s := h.Session(NodeID("acct", "stalled"))
+	if s == nil {
+		t.Fatal("no session for the registered node")
+	}
+	msg := Encode(MsgTaskAssign, map[string]string{"task_id": "t", "content": strings.Repeat("x", 64<<10)})
+	accepted := 0
+	for accepted < 5000 && s.Send(msg) {
+		accepted++
+	}
+	// What the socket's kernel buffers took, the batch being written, and
+	// at most 1 MiB of queue: a few hundred messages of 64 KiB at most.
+	if accepted >= 5000 {
+		t.Fatalf("the queue took %d messages of 64 KiB (%d MiB) from a node that reads nothing", accepted, accepted/16)
+	}
+	if !s.isClosing() {
+		t.Fatal("Send refused a message but the session is not closing")
+	}
+	t.Logf("dropped after %d messages of 64 KiB", accepted)
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -754,4 +755,45 @@ func TestOpenAIBodyLimitShape(t *testing.T) {
 	if code != 413 || e.Error.Type != "invalid_request_error" || e.Error.Code != "payload_too_large" || e.Detail != nil {
 		t.Fatalf("413 on /v1: %d %+v", code, e)
 	}
+}
+
+// FuzzParseChatBody: whatever a client sends to /v1/chat/completions is
+// refused with an invalid-request error or the context-length error, or
+// accepted within the bounds the node side relies on.
+func FuzzParseChatBody(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"gemmanet/chat","messages":[{"role":"user","content":"hi"}]}`,
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url"}]}],"stream":true}`,
+		`{"messages":[{"role":"system","content":null}],"max_tokens":16,"temperature":0.7}`,
+		`{"messages":[]}`, `{"messages":[{"content":"x"}]}`, `{"messages":[{"role":"u","content":1}]}`,
+		`{"messages":[{"role":"u","content":"x"}],"max_tokens":1.5}`, `{"messages":[{"role":"u","content":"x"}],"temperature":1e999}`,
+		`[]`, `{`, `null`, `{"model":1}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		b, err := parseChatBody(data)
+		if err != nil {
+			if !errors.Is(err, errInvalidBody) && !errors.Is(err, errContextLength) {
+				t.Fatalf("error of the wrong kind: %v", err)
+			}
+			return
+		}
+		if n := len(b.Messages); n < 1 || n > maxChatMessages {
+			t.Fatalf("%d messages accepted", n)
+		}
+		total := 0
+		for _, m := range b.Messages {
+			total += utf8.RuneCountInString(m.Content)
+		}
+		if total > maxContentChars {
+			t.Fatalf("%d characters of content accepted", total)
+		}
+		if b.Temperature != nil && (math.IsNaN(*b.Temperature) || math.IsInf(*b.Temperature, 0)) {
+			t.Fatalf("temperature %v accepted", *b.Temperature)
+		}
+		if _, err := json.Marshal(chatParams{Messages: b.Messages, MaxTokens: b.MaxTokens, Temperature: b.Temperature}); err != nil {
+			t.Fatalf("accepted a body whose params cannot be sent to a node: %v", err)
+		}
+	})
 }

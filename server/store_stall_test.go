@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/jackc/pgx/v5"
 
+	"switchyard/internal/nodetest"
 	"switchyard/internal/pgtest"
 	"switchyard/sdk"
 	"switchyard/sdk/handlers"
@@ -66,6 +68,13 @@ func TestStoreStalledPostgres(t *testing.T) {
 	code, ecode, d := ta.timed(t, "GET", "/api/v1/account", fresh, nil)
 	if code != http.StatusServiceUnavailable || ecode != "store_unavailable" || d > 3*time.Second {
 		t.Fatalf("never-seen key during the stall: HTTP %d %q in %v, want 503 store_unavailable in < 3s", code, ecode, d)
+	}
+	// A node registering with the never-seen key is answered, not left
+	// waiting: closed with 1013 (try again later) within 3 s.
+	start := time.Now()
+	nn := nodetest.Start(t, ta.wsURL, reg(fresh, "stall-newcomer", "echo"))
+	if c := nn.WaitClosed(3 * time.Second); c != websocket.StatusTryAgainLater {
+		t.Fatalf("a node registering during the stall was closed with %d after %v, want 1013 within 3s", c, time.Since(start))
 	}
 	// The leaderboard (never read yet, so not cached): within 3 s.
 	code, ecode, d = ta.timed(t, "GET", "/api/v1/leaderboard", "", nil)

@@ -1,9 +1,11 @@
 package tasks
 
 import (
+	"strings"
 	"testing"
 	"time"
 
+	"switchyard/bus"
 	"switchyard/nodes"
 )
 
@@ -177,5 +179,51 @@ func TestTrackerTransitions(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The instance's bound on unread stream chunks (StreamBufferBytes) holds
+// over every task together: a task whose chunk would take the total over it
+// fails with stream_overflow, alone; what it held is given back, so the
+// others go on. Each chunk here costs 100 (36 bytes + ChunkOverhead).
+func TestTrackerInstanceBound(t *testing.T) {
+	var overflowed []string
+	tr := newTrackerWith(trackerLimits{taskBytes: 1000, instanceBytes: 1500,
+		overflow: func(p *pending, _, _ string, _ uint64) { overflowed = append(overflowed, p.id) }})
+	p1 := tr.add(&Request{TaskID: "t1", Stream: true}, time.Now())
+	p2 := tr.add(&Request{TaskID: "t2", Stream: true}, time.Now())
+	for _, p := range []*pending{p1, p2} {
+		p.retarget("O", "n", 1, 1)
+	}
+	delta := string(make([]byte, 100-ChunkOverhead))
+	chunk := func(id string, seq uint32) bool {
+		return tr.deliver(&bus.Envelope{Kind: bus.KindChunk, From: "O", TaskID: id, NodeID: "n", Gen: 1, Seq: seq, Delta: delta})
+	}
+	for i := range uint32(6) {
+		chunk("t1", i+1) // t1 holds 600
+	}
+	for i := range uint32(9) {
+		chunk("t2", i+1) // t2 holds 900: 1,500 together, the bound
+	}
+	if tr.Queued() != 1500 || len(overflowed) != 0 {
+		t.Fatalf("queued %d, overflowed %v; want 1500 and none", tr.Queued(), overflowed)
+	}
+	chunk("t2", 10) // 1,600 > 1,500: t2 fails, within its own bound (1,000)
+	if len(overflowed) != 1 || overflowed[0] != "t2" {
+		t.Fatalf("overflowed %v, want [t2]", overflowed)
+	}
+	q := p2.take(nil)
+	if len(q) != 1 || q[0].Kind != bus.KindResult || q[0].Result.Code != string(CodeStreamOverflow) ||
+		!strings.Contains(q[0].Result.Message, "this instance holds") {
+		t.Fatalf("t2 holds %+v, want only the instance-bound stream_overflow", q)
+	}
+	if tr.Queued() != 600 {
+		t.Fatalf("queued %d after t2 failed, want t1's 600", tr.Queued())
+	}
+	if !chunk("t1", 7) || tr.Queued() != 700 || len(overflowed) != 1 {
+		t.Fatalf("t1 after t2 failed: queued %d, overflowed %v", tr.Queued(), overflowed)
+	}
+	if chunk("t2", 11) {
+		t.Fatal("a failed task took another chunk")
 	}
 }

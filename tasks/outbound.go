@@ -23,7 +23,11 @@ const publishTimeout = 2 * time.Second
 // produces (a refused assign's answer): bus.Handler must not block, and a
 // publish is a Redis round trip. The queue is bounded (invariant 13); when
 // it is full the envelope is dropped and counted, and the requester's
-// deadline or watcher answers its task instead.
+// deadline or watcher answers its task instead. Its entry bound is its
+// byte bound: what it carries has no payload (a refusal with its short
+// message, a node_gone, a cancel with its reason: under 1 KiB each, so
+// under 1 MiB at the default 1,024); results and chunks, which do, are
+// published by the node's reader itself (owner.reply).
 type outbound struct {
 	bus     Bus
 	q       chan outMsg
