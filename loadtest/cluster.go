@@ -66,7 +66,7 @@ type cluster struct {
 	ns     string // Redis namespace, spawn mode
 	schema string // PostgreSQL schema, spawn mode
 	dbURL  string
-	rdb    *redis.Client
+	rdb    redis.UniversalClient // a *redis.ClusterClient on a Redis Cluster
 	pg     *pgx.Conn
 }
 
@@ -91,11 +91,9 @@ func startCluster(ctx context.Context, cfg Config, n int, bin, logDir string) (_
 		}
 	}()
 
-	opt, err := redis.ParseURL(cfg.RedisURL)
-	if err != nil {
-		return nil, fmt.Errorf("--redis-url: %w", err)
+	if c.rdb, err = redisClient(cfg); err != nil {
+		return nil, err
 	}
-	c.rdb = redis.NewClient(opt)
 	if err := c.rdb.Ping(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("the Redis at %s is unreachable: %w", cfg.RedisURL, err)
 	}
@@ -168,11 +166,16 @@ func (c *cluster) startInstance(ctx context.Context, cfg Config, bin string, i i
 		"--redis-url", cfg.RedisURL, "--namespace", c.ns,
 		"--database-url", c.dbURL, "--data-dir", dataDir,
 		// Rate limits off, so that they cannot cap the run, and room for
-		// every node on one account.
+		// every node on one account. Every node and client comes from
+		// 127.0.0.1: no cap on one address's connections.
 		"--request-rate", "-1", "--public-rate", "-1", "--handshake-rate", "-1",
 		"--max-nodes-per-account", strconv.Itoa(cfg.Nodes + 1),
+		"--max-conns-per-ip", "-1",
 		"--task-timeout", cfg.TaskTimeout.String(),
 		"--log-level", "info",
+	}
+	if cfg.RedisCluster {
+		args = append(args, "--redis-cluster")
 	}
 	args = append(args, cfg.ServeArgs...)
 	in.cmd = exec.Command(bin, args...)
@@ -255,12 +258,18 @@ func (c *cluster) close() {
 		_ = c.pg.Close(ctx)
 	}
 	if c.rdb != nil {
-		for _, pattern := range []string{c.ns + ":*", "*:" + c.ns + ":*"} {
-			iter := c.rdb.Scan(ctx, 0, pattern, 1000).Iterator()
-			for iter.Next(ctx) {
-				c.rdb.Del(ctx, iter.Val())
+		// On a cluster every master holds some of the keys: SCAN and DEL
+		// on each (a key is deleted on the master that has it, so no
+		// command crosses slots).
+		_ = forEachMaster(ctx, c.rdb, func(ctx context.Context, m *redis.Client) error {
+			for _, pattern := range []string{c.ns + ":*", "*:" + c.ns + ":*"} {
+				iter := m.Scan(ctx, 0, pattern, 1000).Iterator()
+				for iter.Next(ctx) {
+					m.Del(ctx, iter.Val())
+				}
 			}
-		}
+			return nil
+		})
 		_ = c.rdb.Close()
 	}
 }

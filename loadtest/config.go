@@ -23,29 +23,48 @@ type Bars struct {
 	CPUPercent  float64       // per instance, % of one core at 100 requests/s; default 15
 	MemGrowth   float64       // RSS growth over the steady phase, fraction; default 0.03
 	FaultToFail time.Duration // kill → 502 of the victim's tasks; default 1.5 s
+
+	// The fleet profile's (DESIGN §8 "at fleet scale", issue 9).
+	IdleCPUPercent float64 // busiest instance while idle, % of one core; default 5
+	IdleRedisOps   float64 // Redis commands/s while idle, every server together; default 3000
 }
 
 // DefaultBars are DESIGN §8's bars.
-var DefaultBars = Bars{HopP95: 2 * time.Millisecond, HopP99: 5 * time.Millisecond, CPUPercent: 15, MemGrowth: 0.03, FaultToFail: 1500 * time.Millisecond}
+var DefaultBars = Bars{HopP95: 2 * time.Millisecond, HopP99: 5 * time.Millisecond, CPUPercent: 15, MemGrowth: 0.03,
+	FaultToFail: 1500 * time.Millisecond, IdleCPUPercent: 5, IdleRedisOps: 3000}
 
 // Config is one invocation of the load test. Zero values mean the default
 // stated beside the field; the profile fills them before flags override.
 type Config struct {
-	Profile string // "seed" or "smoke": only a label once the fields are filled
+	Profile string // "seed", "smoke" or "fleet": only a label once the fields are filled
+
+	// Fleet selects the fleet profile's shape: once the nodes have
+	// registered (and Settle has passed), an idle window of Idle with no
+	// requests at all, then a loaded window (the steady phase: Rate for
+	// Duration), each reported as CPU per instance and Redis commands/s
+	// and judged by the idle bars; no hop, memory or fault criteria.
+	Fleet bool
+	Idle  time.Duration // the fleet's idle window; default 60 s
 
 	// Where the instances come from: started here (Switchyard, RedisURL,
 	// DatabaseURL) or already running (Targets with APIKeys).
-	Switchyard  string   // the switchyard binary; "" builds ./cmd/switchyard into a temporary directory
-	RedisURL    string   // default redis://127.0.0.1:6379/0
-	DatabaseURL string   // default postgres://postgres:postgres@127.0.0.1:5432/test?sslmode=disable
-	Targets     []string // base URLs of running instances; non-empty selects target mode
-	APIKeys     []string // target mode: keys for nodes and clients (round robin)
-	ServeArgs   []string // extra arguments for every `switchyard serve` started here
-	LogDir      string   // instance logs; default a temporary directory, kept when a criterion fails
+	Switchyard string // the switchyard binary; "" builds ./cmd/switchyard into a temporary directory
+	RedisURL   string // default redis://127.0.0.1:6379/0; ignored with RedisCluster
+	// RedisCluster starts a Redis Cluster of 3 masters (redis-server
+	// processes on free loopback ports, no persistence) for the whole
+	// invocation and runs every instance with --redis-cluster on it; it is
+	// discarded at the end. Spawn mode only.
+	RedisCluster bool
+	DatabaseURL  string   // default postgres://postgres:postgres@127.0.0.1:5432/test?sslmode=disable
+	Targets      []string // base URLs of running instances; non-empty selects target mode
+	APIKeys      []string // target mode: keys for nodes and clients (round robin)
+	ServeArgs    []string // extra arguments for every `switchyard serve` started here
+	LogDir       string   // instance logs; default a temporary directory, kept when a criterion fails
 
 	// The load.
 	Instances       []int         // instance counts to compare, in order; the 1 is the baseline
 	Nodes           int           // simulated nodes, node i on instance i mod N
+	ConnectRate     float64       // nodes connected per second (paced, not all at once); default 500
 	NodeConcurrency int           // max_concurrency each node declares; default 4 (the server's default)
 	HandlerMin      time.Duration // plain handler sleep, uniform in [min, max]
 	HandlerMax      time.Duration
@@ -91,7 +110,16 @@ var Profiles = map[string]Config{
 		RampTo: 40, Ramp: 3 * time.Second, Rate: 50, Duration: 15 * time.Second,
 		Streams: 10, StreamLength: 2 * time.Second, Fault: FaultKill,
 	},
+	// DESIGN §8 at fleet scale (issue 9): 10,000 idle nodes, then 100
+	// short requests/s, on 1, 2 and 3 instances.
+	"fleet": {
+		Fleet: true, Instances: []int{1, 2, 3}, Nodes: 10000, HandlerMin: 10 * time.Millisecond, HandlerMax: 50 * time.Millisecond,
+		Idle: 60 * time.Second, Rate: 100, Duration: 60 * time.Second, Fault: FaultNone,
+	},
 }
+
+// profileNames lists the profiles for messages.
+const profileNames = "seed, smoke or fleet"
 
 // withDefaults validates c and returns a copy with the defaults filled.
 func (c Config) withDefaults() (Config, error) {
@@ -107,6 +135,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.NodeConcurrency == 0 {
 		c.NodeConcurrency = 4
+	}
+	if c.ConnectRate == 0 {
+		c.ConnectRate = 500
+	}
+	if c.Fleet && c.Idle == 0 {
+		c.Idle = 60 * time.Second
 	}
 	if c.StreamChunks == 0 {
 		c.StreamChunks = max(1, int(math.Round(4*c.StreamLength.Seconds())))
@@ -141,6 +175,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Bars == (Bars{}) {
 		c.Bars = DefaultBars
 	}
+	if c.Bars.IdleCPUPercent == 0 {
+		c.Bars.IdleCPUPercent = DefaultBars.IdleCPUPercent
+	}
+	if c.Bars.IdleRedisOps == 0 {
+		c.Bars.IdleRedisOps = DefaultBars.IdleRedisOps
+	}
 
 	var errs []error
 	if len(c.Instances) == 0 {
@@ -169,10 +209,23 @@ func (c Config) withDefaults() (Config, error) {
 		if len(c.ServeArgs) > 0 {
 			errs = append(errs, errors.New("--serve-arg applies only to instances this program starts, not to --target"))
 		}
+		if c.RedisCluster {
+			errs = append(errs, errors.New("--redis-cluster starts a Redis Cluster for instances this program starts; --target instances use their own Redis"))
+		}
+	}
+	if c.Fleet && c.Fault != FaultNone {
+		errs = append(errs, fmt.Errorf("--fault %s: the fleet profile measures an idle and a loaded window and injects no fault (use --fault none)", c.Fault))
+	}
+	if !c.Fleet && c.Idle != 0 {
+		errs = append(errs, errors.New("--idle is the fleet profile's idle window (--profile fleet)"))
 	}
 	switch {
 	case c.Nodes < 1:
 		errs = append(errs, errors.New("--nodes must be at least 1"))
+	case c.ConnectRate < 0:
+		errs = append(errs, errors.New("--connect-rate must be positive"))
+	case c.Idle < 0 || (c.Fleet && c.Idle < time.Second):
+		errs = append(errs, errors.New("--idle must be at least 1s"))
 	case c.NodeConcurrency < 1:
 		errs = append(errs, errors.New("--node-concurrency must be at least 1"))
 	case c.HandlerMin < 0 || c.HandlerMax < c.HandlerMin:
@@ -213,6 +266,17 @@ func (c Config) victim(n int) int {
 // summary is the one-line description of the load shape in the report.
 func (c Config) summary() string {
 	var b strings.Builder
+	if c.Fleet {
+		fmt.Fprintf(&b, "%d nodes (max_concurrency %d) connected at %g/s; idle for %v with no requests, then %g requests/s for %v (handlers %v–%v)",
+			c.Nodes, c.NodeConcurrency, c.ConnectRate, c.Idle, c.Rate, c.Duration, c.HandlerMin, c.HandlerMax)
+		if c.RampTo > 0 {
+			fmt.Fprintf(&b, " after a ramp to %d concurrent over %v", c.RampTo, c.Ramp)
+		}
+		if c.Streams > 0 {
+			fmt.Fprintf(&b, " with %d concurrent streams of %v (%d chunks)", c.Streams, c.StreamLength, c.StreamChunks)
+		}
+		return b.String()
+	}
 	fmt.Fprintf(&b, "%d nodes (max_concurrency %d), handlers %v–%v; ramp to %d concurrent over %v; %g requests/s for %v",
 		c.Nodes, c.NodeConcurrency, c.HandlerMin, c.HandlerMax, c.RampTo, c.Ramp, c.Rate, c.Duration)
 	if c.Streams > 0 {
@@ -225,4 +289,12 @@ func (c Config) summary() string {
 		fmt.Fprintf(&b, "; SIGTERM (drain) of one instance %v into the steady phase", c.FaultAt)
 	}
 	return b.String()
+}
+
+// fileReserve is the open files the load test needs besides one socket
+// per node: its HTTP clients' connections (the ramp's workers, the
+// streams, about two seconds of open-loop requests), Redis and PostgreSQL
+// pools, instance logs, and some slack.
+func fileReserve(c Config) uint64 {
+	return 256 + uint64(max(c.RampTo, 0)) + uint64(max(c.Streams, 0)) + uint64(max(2*c.Rate, 0))
 }

@@ -26,6 +26,8 @@ const (
 	CritDrain     = "drain loses nothing"
 	CritUnaffect  = "other tasks unaffected"
 	CritInstances = "instances stay up"
+	CritIdleCPU   = "idle CPU per instance"
+	CritIdleRedis = "idle Redis commands/s"
 )
 
 // Criterion is one pass criterion judged on one run (Instances) or on the
@@ -45,6 +47,14 @@ func Evaluate(runs []*RunReport, b Bars) []Criterion {
 	var out []Criterion
 	base := baseline(runs)
 	for _, r := range runs {
+		if r.Fleet != nil {
+			// The fleet profile: the idle bars, and the loaded window's
+			// requests (every one gets one outcome, and succeeds).
+			out = append(out, evalLost(r), evalIdleCPU(r, b), evalIdleRedis(r, b))
+			out = append(out, evalFault(r, b)...)
+			out = append(out, evalInstances(r))
+			continue
+		}
 		out = append(out, evalLost(r))
 		out = append(out, evalHop(r, base, b)...)
 		out = append(out, evalCPU(r, b), evalMemory(r, b))
@@ -339,4 +349,75 @@ func verdict(ok bool) string {
 		return Pass
 	}
 	return Fail
+}
+
+func evalIdleCPU(r *RunReport, b Bars) Criterion {
+	f := r.Fleet
+	c := Criterion{Instances: r.Instances, Name: CritIdleCPU,
+		Bar: fmt.Sprintf("< %g%% of one core, the busiest instance, %d nodes and no requests", b.IdleCPUPercent, f.Nodes)}
+	w := f.Idle
+	switch {
+	case !w.Measured:
+		c.Status, c.Figure = Fail, "the idle window was not measured: the run ended before it did"
+		return c
+	case len(w.Instances) == 0:
+		c.Status, c.Figure = Skip, "not measured: CPU is read from /proc only for instances this program started"
+		return c
+	}
+	busy, ok := w.Busy()
+	if !ok {
+		c.Status, c.Figure = Fail, "no instance ran through the idle window"
+		return c
+	}
+	var others []string
+	for _, in := range w.Instances {
+		if in.Index != busy.Index {
+			others = append(others, fmt.Sprintf("%.2f%%", in.CPUMean))
+		}
+	}
+	c.Figure = fmt.Sprintf("%.2f%% (instance %d, %s: mean over %.0f s", busy.CPUMean, busy.Index+1, busy.Name, w.ToS-w.FromS)
+	if len(others) > 0 {
+		c.Figure += "; the others " + strings.Join(others, ", ")
+	}
+	c.Figure += ")"
+	c.Status = verdict(busy.CPUMean < b.IdleCPUPercent)
+	if c.Status == Fail {
+		c.Detail = fmt.Sprintf("instance %d over the bar by %.2f points with %d nodes idle", busy.Index+1, busy.CPUMean-b.IdleCPUPercent, f.Nodes)
+	}
+	if n := w.Sent; n > 0 {
+		c.Status, c.Detail = Fail, fmt.Sprintf("%d requests were sent during the idle window", n)
+	}
+	return c
+}
+
+func evalIdleRedis(r *RunReport, b Bars) Criterion {
+	f := r.Fleet
+	c := Criterion{Instances: r.Instances, Name: CritIdleRedis,
+		Bar: fmt.Sprintf("< %g commands/s, every Redis server together, %d nodes and no requests", b.IdleRedisOps, f.Nodes)}
+	w := f.Idle
+	switch {
+	case !w.Measured:
+		c.Status, c.Figure = Fail, "the idle window was not measured: the run ended before it did"
+		return c
+	case !w.Redis.Measured && len(w.Instances) == 0:
+		c.Status, c.Figure = Skip, w.Redis.Error
+		return c
+	case !w.Redis.Measured:
+		c.Status, c.Figure = Fail, "INFO stats could not be read: "+w.Redis.Error
+		return c
+	}
+	c.Figure = fmt.Sprintf("%.0f commands/s (%d commands over %.0f s on %d server%s", w.Redis.PerSec, w.Redis.Commands,
+		w.ToS-w.FromS, w.Redis.Servers, plural(w.Redis.Servers))
+	if f.RedisShared {
+		c.Figure += "; a shared Redis: other clients' commands count too"
+	}
+	c.Figure += ")"
+	c.Status = verdict(w.Redis.PerSec < b.IdleRedisOps)
+	if c.Status == Fail {
+		c.Detail = fmt.Sprintf("%.0f commands/s over the bar", w.Redis.PerSec-b.IdleRedisOps)
+		if f.RedisShared {
+			c.Detail += " (check that nothing else was using that Redis, or run with --redis-cluster)"
+		}
+	}
+	return c
 }

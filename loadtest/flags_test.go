@@ -63,7 +63,8 @@ func TestUsageErrors(t *testing.T) {
 	if _, _, err := parseArgs([]string{"--help"}, &stderr); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("--help: %v", err)
 	}
-	for _, s := range []string{"Criteria (DESIGN §8", "--fault-at", "--target", "exit status 0 only if"} {
+	for _, s := range []string{"Criteria (DESIGN §8", "--fault-at", "--target", "exit status 0 only if",
+		"--redis-cluster", "--connect-rate", "--idle", "fleet", "idle CPU per instance", "idle Redis commands/s"} {
 		if !strings.Contains(stderr.String(), s) {
 			t.Errorf("--help does not explain %q", s)
 		}
@@ -77,5 +78,58 @@ func TestUsageErrors(t *testing.T) {
 	cfg, _, _ := parseArgs([]string{"--fault-at", "20m"}, &stderr)
 	if _, err := cfg.withDefaults(); err == nil {
 		t.Error("a fault after the steady phase must be refused")
+	}
+}
+
+func TestFleetProfileFlags(t *testing.T) {
+	var stderr bytes.Buffer
+	cfg, _, err := parseArgs([]string{"--profile", "fleet"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Fleet || cfg.Nodes != 10000 || !slices.Equal(cfg.Instances, []int{1, 2, 3}) || cfg.Idle != time.Minute ||
+		cfg.Rate != 100 || cfg.Duration != time.Minute || cfg.Fault != FaultNone || cfg.RampTo != 0 || cfg.Streams != 0 ||
+		cfg.ConnectRate != 500 || cfg.Bars.IdleCPUPercent != 5 || cfg.Bars.IdleRedisOps != 3000 {
+		t.Errorf("fleet profile: %+v", cfg)
+	}
+	if _, err := cfg.withDefaults(); err != nil {
+		t.Errorf("the fleet profile refused: %v", err)
+	}
+	cfg, _, err = parseArgs([]string{"--profile=fleet", "--nodes", "300", "--idle", "10s", "--redis-cluster",
+		"--connect-rate", "50", "--bar-idle-cpu", "2", "--bar-idle-redis", "500"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Nodes != 300 || cfg.Idle != 10*time.Second || !cfg.RedisCluster || cfg.ConnectRate != 50 ||
+		cfg.Bars.IdleCPUPercent != 2 || cfg.Bars.IdleRedisOps != 500 {
+		t.Errorf("fleet with overrides: %+v", cfg)
+	}
+	for _, args := range [][]string{
+		{"--profile", "fleet", "--fault", "kill"},
+		{"--profile", "smoke", "--idle", "5s"},
+		{"--profile", "fleet", "--idle", "100ms"},
+		{"--redis-cluster", "--target", "http://a:8800", "--api-key", "k"},
+	} {
+		cfg, _, err := parseArgs(args, &stderr)
+		if err == nil {
+			_, err = cfg.withDefaults()
+		}
+		if err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+	if _, _, err := parseArgs([]string{"--redis-cluster", "--redis-url", "redis://h:1"}, &stderr); err == nil {
+		t.Error("--redis-cluster with --redis-url accepted")
+	}
+}
+
+// More nodes than open files allow: a clear error before anything starts.
+func TestTooManyNodesForTheFileLimit(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := cli([]string{"--profile", "fleet", "--nodes", "10000000", "--quiet"}, &stdout, &stderr); code != exitError {
+		t.Fatalf("exit %d, want %d", code, exitError)
+	}
+	if !strings.Contains(stderr.String(), "RLIMIT_NOFILE") || !strings.Contains(stderr.String(), "--nodes 10000000") {
+		t.Errorf("the error does not explain the limit: %s", stderr.String())
 	}
 }

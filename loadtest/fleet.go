@@ -53,14 +53,17 @@ func newFleet(cfg Config, c *cluster, ledger *Ledger, runID string) *fleet {
 	}
 }
 
-// start connects every node, node i to instance i mod N.
+// start connects every node, node i to instance i mod N, paced at
+// ConnectRate nodes a second (node i at i/ConnectRate): a fleet that
+// registers all at once would make the handshake path what is measured.
 func (f *fleet) start(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i := range f.cfg.Nodes {
 		n := &simNode{idx: i}
 		f.nodes = append(f.nodes, n)
-		if err := f.connectLocked(ctx, n, i%len(f.insts), 0); err != nil {
+		delay := time.Duration(float64(i) / f.cfg.ConnectRate * float64(time.Second))
+		if err := f.connectLocked(ctx, n, i%len(f.insts), delay); err != nil {
 			return err
 		}
 	}
@@ -130,12 +133,31 @@ func (f *fleet) handler(idx, inst int) sdk.Handler {
 // content is what request id sends, so that its node can tell the ledger.
 func content(id int64) string { return "request " + strconv.FormatInt(id, 10) }
 
-// awaitRegistered waits until every node has registered once.
-func (f *fleet) awaitRegistered(ctx context.Context, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for f.registered.Load() < int64(f.cfg.Nodes) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d nodes registered within %v", f.registered.Load(), f.cfg.Nodes, limit)
+// awaitRegistered waits until every node has registered once, calling
+// progress (if not nil) with the count so far once a second. The nodes
+// connect paced (start), and register as fast as the instances take them:
+// it gives up only once the last node has been let go and no node has
+// registered for stall.
+func (f *fleet) awaitRegistered(ctx context.Context, stall time.Duration, progress func(registered int64)) error {
+	start := time.Now()
+	paced := start.Add(time.Duration(float64(f.cfg.Nodes) / f.cfg.ConnectRate * float64(time.Second)))
+	last, lastChange := int64(-1), start
+	nextReport := start.Add(time.Second)
+	for {
+		cur, now := f.registered.Load(), time.Now()
+		if cur >= int64(f.cfg.Nodes) {
+			return nil
+		}
+		if cur != last {
+			last, lastChange = cur, now
+		}
+		if now.After(paced) && now.Sub(lastChange) > stall {
+			return fmt.Errorf("only %d of %d nodes registered after %v, none in the last %v (the instances' logs may say why)",
+				cur, f.cfg.Nodes, now.Sub(start).Round(time.Second), stall)
+		}
+		if progress != nil && !now.Before(nextReport) {
+			progress(cur)
+			nextReport = nextReport.Add(time.Second)
 		}
 		select {
 		case <-ctx.Done():
@@ -143,7 +165,6 @@ func (f *fleet) awaitRegistered(ctx context.Context, limit time.Duration) error 
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	return nil
 }
 
 // awaitDirectory waits until every instance lists every node (the cluster
@@ -153,6 +174,11 @@ func (f *fleet) awaitDirectory(ctx context.Context, limit time.Duration) error {
 	defer cancel()
 	hc := &http.Client{}
 	defer hc.CloseIdleConnections()
+	// A list of thousands of nodes is a large answer: ask less often.
+	every := 50 * time.Millisecond
+	if f.cfg.Nodes > 1000 {
+		every = 500 * time.Millisecond
+	}
 	for _, in := range f.insts {
 		c := sdk.NewClient(in.URL, "", sdk.WithHTTPClient(hc))
 		for {
@@ -165,7 +191,7 @@ func (f *fleet) awaitDirectory(ctx context.Context, limit time.Duration) error {
 			}
 			select {
 			case <-ctx.Done():
-			case <-time.After(50 * time.Millisecond):
+			case <-time.After(every):
 			}
 		}
 	}

@@ -53,6 +53,13 @@ pre{background:#f6f8fa;padding:8px;font-size:12px;overflow-x:auto}</style></head
 		marks := runMarkers(run)
 		b.WriteString(latencyOverTime(run, marks))
 		b.WriteString(latencyHistogram(run))
+		if run.Fleet != nil && len(run.Fleet.RedisSeries) > 0 {
+			rs := series{name: "commands/s", color: palette[0]}
+			for _, x := range run.Fleet.RedisSeries {
+				rs.pts = append(rs.pts, [2]float64{x.T, x.PerSec})
+			}
+			b.WriteString(`<div class="chart" data-plot="redis">` + lineChart("Redis commands/s, every server together", "seconds", "commands/s", []series{rs}, marks) + "</div>\n")
+		}
 		if len(run.Resources) > 0 {
 			b.WriteString(resourceChart(run, marks, "CPU", "% of one core", func(s Sample) float64 { return s.CPU }))
 			b.WriteString(resourceChart(run, marks, "RSS", "MiB", func(s Sample) float64 { return float64(s.RSSKiB) / 1024 }))
@@ -65,11 +72,21 @@ pre{background:#f6f8fa;padding:8px;font-size:12px;overflow-x:auto}</style></head
 	return err
 }
 
-// runMarkers marks the steady phase and the fault.
+// runMarkers marks the steady phase and the fault (the fleet profile: its
+// idle and loaded windows).
 func runMarkers(run *RunReport) []marker {
 	m := []marker{
 		{x: run.Phases.SteadyStart, label: "steady", color: "#555"},
 		{x: run.Phases.SteadyEnd, label: "end", color: "#555"},
+	}
+	if f := run.Fleet; f != nil {
+		m = []marker{{x: run.Phases.SteadyEnd, label: "end", color: "#555"}}
+		if f.Idle.Measured {
+			m = append(m, marker{x: f.Idle.FromS, label: "idle", color: "#555"})
+		}
+		if f.Loaded.Measured {
+			m = append(m, marker{x: f.Loaded.FromS, label: "loaded", color: "#555"})
+		}
 	}
 	if f := run.Fault; f.Skipped == "" && f.AtMs > 0 {
 		label := "kill -9"

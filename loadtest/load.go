@@ -38,6 +38,11 @@ type runner struct {
 	maxLag        atomic.Int64 // worst lateness of a scheduled send, ns
 	signalled     atomic.Int64 // index+1 of the instance the fault signalled
 
+	// The fleet profile's hooks: called when the steady phase (its loaded
+	// window) starts and ends, and for more figures on the progress line.
+	onSteadyStart, onSteadyEnd func()
+	extra                      func() string
+
 	mu       sync.Mutex
 	fault    FaultReport
 	events   []Event
@@ -228,6 +233,9 @@ func (r *runner) run(ctx context.Context) {
 		return
 	}
 
+	if r.onSteadyStart != nil {
+		r.onSteadyStart()
+	}
 	r.setPhase(PhaseSteady)
 	r.event("steady phase: %g requests/s for %v, %d streams", r.cfg.Rate, r.cfg.Duration, r.cfg.Streams)
 	for j := range r.cfg.Streams {
@@ -267,6 +275,9 @@ func (r *runner) run(ctx context.Context) {
 		r.wg.Go(func() { r.send(ctx, KindPlain, PhaseSteady) })
 	}
 	sleepUntil(ctx, steadyEnd)
+	if r.onSteadyEnd != nil {
+		r.onSteadyEnd()
+	}
 	r.setPhase("finishing")
 	r.event("steady phase ends; waiting for the requests still running")
 	faultWG.Wait()
@@ -426,15 +437,37 @@ func (r *runner) progressLoop(ctx context.Context) {
 			fault = fmt.Sprintf("  %s %s at %.1fs", r.fault.Kind, r.c.insts[r.fault.Instance].Name, r.fault.AtMs/1000)
 		}
 		r.mu.Unlock()
-		line := fmt.Sprintf("[%d instance%s] %-9s %6v  sent %4d/s  done %4d/s  in flight %4d  streams %3d  ok %6d  errors %4d  lost %d%s",
-			n, plural(n), *r.phase.Load(), elapsed, cur.Sent-prev.Sent, (cur.OK+cur.NotOK)-(prev.OK+prev.NotOK),
-			cur.InFlight, r.streamsActive.Load(), cur.OK, cur.NotOK-cur.Lost, cur.Lost, fault)
-		if r.tty {
-			fmt.Fprintf(r.progress, "\r\033[K%s", line)
-		} else {
-			fmt.Fprintln(r.progress, line)
+		phase := *r.phase.Load()
+		if r.cfg.Fleet && phase == PhaseSteady {
+			phase = "loaded" // the fleet profile's name for its steady phase
 		}
+		line := fmt.Sprintf("[%d instance%s] %-9s %6v  sent %4d/s  done %4d/s  in flight %4d  streams %3d  ok %6d  errors %4d  lost %d%s",
+			n, plural(n), phase, elapsed, cur.Sent-prev.Sent, (cur.OK+cur.NotOK)-(prev.OK+prev.NotOK),
+			cur.InFlight, r.streamsActive.Load(), cur.OK, cur.NotOK-cur.Lost, cur.Lost, fault)
+		if r.extra != nil {
+			line += "  " + r.extra()
+		}
+		r.line(line)
 		prev = cur
+	}
+}
+
+// line prints one progress line: in place on a terminal, else one a line.
+func (r *runner) line(s string) {
+	if r.progress == nil {
+		return
+	}
+	if r.tty {
+		fmt.Fprintf(r.progress, "\r\033[K%s", s)
+	} else {
+		fmt.Fprintln(r.progress, s)
+	}
+}
+
+// endLine ends a run of in-place lines on a terminal.
+func (r *runner) endLine() {
+	if r.progress != nil && r.tty {
+		fmt.Fprintln(r.progress)
 	}
 }
 

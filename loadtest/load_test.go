@@ -72,9 +72,8 @@ func loadConfig(t *testing.T) Config {
 // runBinary runs the built load test (loadtestBinary, never under the race
 // detector) with cfg as flags, as a user would, and returns its report
 // (read back from --json) and what it printed on stderr (the progress).
-func runBinary(t *testing.T, cfg Config) (*Report, string) {
+func runBinary(t *testing.T, cfg Config, extra ...string) (*Report, string) {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "report.json")
 	var instances []string
 	for _, n := range cfg.Instances {
 		instances = append(instances, fmt.Sprint(n))
@@ -86,10 +85,21 @@ func runBinary(t *testing.T, cfg Config) (*Report, string) {
 		"--ramp-to", fmt.Sprint(cfg.RampTo), "--ramp", cfg.Ramp.String(),
 		"--rate", fmt.Sprint(cfg.Rate), "--duration", cfg.Duration.String(),
 		"--streams", fmt.Sprint(cfg.Streams), "--stream-seconds", fmt.Sprint(cfg.StreamLength.Seconds()),
-		"--fault", cfg.Fault, "--fault-at", cfg.FaultAt.String(), "--json", out,
+		"--fault", cfg.Fault, "--fault-at", cfg.FaultAt.String(),
 		"--bar-hop-p95", cfg.Bars.HopP95.String(), "--bar-hop-p99", cfg.Bars.HopP99.String(),
 		"--bar-cpu", fmt.Sprint(cfg.Bars.CPUPercent), "--bar-mem", fmt.Sprint(cfg.Bars.MemGrowth),
 		"--bar-fault", cfg.Bars.FaultToFail.String()}
+	return runLoadtest(t, append(args, extra...))
+}
+
+// runLoadtest runs the built load test with args (and --json, which it
+// reads back) and returns the report and the progress it printed. Exit
+// status 0 and 1 are results (the report must agree); anything else fails
+// the test.
+func runLoadtest(t *testing.T, args []string) (*Report, string) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "report.json")
+	args = append(args, "--json", out)
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(loadtestBinary, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -118,7 +118,7 @@ func parseArgs(args []string, stderr io.Writer) (Config, outputs, error) {
 	name := profileArg(args)
 	cfg, ok := Profiles[name]
 	if !ok {
-		return Config{}, outputs{}, fmt.Errorf("--profile %q: use seed or smoke", name)
+		return Config{}, outputs{}, fmt.Errorf("--profile %q: use %s", name, profileNames)
 	}
 	cfg.Profile = name
 	cfg.Instances = append([]int(nil), cfg.Instances...)
@@ -128,9 +128,10 @@ func parseArgs(args []string, stderr io.Writer) (Config, outputs, error) {
 	fs.SetOutput(stderr)
 	fs.Usage = func() { usage(fs, stderr) }
 
-	fs.String("profile", name, "`name`: seed (seed 002 §4.1: ~35 min) or smoke (the same shape in ~1 min); sets the defaults below")
+	fs.String("profile", name, "`name`: seed (seed 002 §4.1: ~35 min), smoke (the same shape in ~1 min) or fleet (10,000 idle nodes, then 100 requests/s: ~8 min); sets the defaults below")
 	fs.StringVar(&cfg.Switchyard, "switchyard", "", "switchyard binary to start (default: go build ./cmd/switchyard into a temporary directory)")
 	fs.StringVar(&cfg.RedisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis for the instances started here (each run gets a fresh namespace, removed afterwards)")
+	fs.BoolVar(&cfg.RedisCluster, "redis-cluster", false, "instead of --redis-url, start a Redis Cluster of 3 masters (redis-server on free loopback ports, no persistence; removed at exit) and run every instance with --redis-cluster on it")
 	fs.StringVar(&cfg.DatabaseURL, "database-url", "postgres://postgres:postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL for the instances started here (each run gets a fresh schema, dropped afterwards)")
 	fs.Var((*stringList)(&cfg.Targets), "target", "`URL` of a running instance (repeatable): use them instead of starting instances")
 	fs.Var((*stringList)(&cfg.APIKeys), "api-key", "with --target: an API `key` for nodes and clients (repeatable; round robin)")
@@ -138,7 +139,9 @@ func parseArgs(args []string, stderr io.Writer) (Config, outputs, error) {
 	fs.StringVar(&cfg.LogDir, "log-dir", "", "directory for the instances' logs (default: a temporary one, kept only when a criterion fails)")
 
 	fs.Var((*intList)(&cfg.Instances), "instances", "instance counts to run and compare, in order (`list`, e.g. 1,2,3); the 1 is the hop baseline")
-	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "simulated nodes (Go SDK), node i on instance i mod N")
+	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "simulated nodes (Go SDK), node i on instance i mod N; each is an open socket here and on its instance, so RLIMIT_NOFILE bounds them")
+	fs.Float64Var(&cfg.ConnectRate, "connect-rate", 500, "nodes connected per second, paced, so that registration is not a thundering herd")
+	fs.DurationVar(&cfg.Idle, "idle", cfg.Idle, "fleet profile: the idle window (no requests at all) between the registration and the loaded window")
 	fs.IntVar(&cfg.NodeConcurrency, "node-concurrency", 4, "max_concurrency each node declares (the server's default)")
 	fs.DurationVar(&cfg.HandlerMin, "handler-min", cfg.HandlerMin, "shortest plain handler sleep")
 	fs.DurationVar(&cfg.HandlerMax, "handler-max", cfg.HandlerMax, "longest plain handler sleep (uniform in between)")
@@ -158,7 +161,7 @@ func parseArgs(args []string, stderr io.Writer) (Config, outputs, error) {
 	fs.DurationVar(&cfg.FaultAt, "fault-at", 0, "when, from the start of the steady phase (default: half of --duration)")
 	fs.IntVar(&cfg.FaultInstance, "fault-instance", 0, "`number` (1-based) of the instance to hit (default: the one whose nodes run the most tasks for other instances' requests at --fault-at)")
 	fs.DurationVar(&cfg.FaultWait, "fault-wait", 10*time.Second, "past --fault-at, wait at most this long for a task to be running on the victim's nodes for another instance's request")
-	fs.DurationVar(&cfg.Settle, "settle", 5*time.Second, "after the fault (a drain: after the exit), left out of the hop and memory figures")
+	fs.DurationVar(&cfg.Settle, "settle", 5*time.Second, "after the fault (a drain: after the exit), left out of the hop and memory figures; fleet profile: the pause between the last node listed and the idle window")
 	fs.DurationVar(&cfg.MemMinStretch, "mem-min-stretch", time.Minute, "shortest steady stretch (without a fault) whose memory growth is judged")
 	fs.BoolVar(&cfg.NoRehome, "no-rehome", false, "leave the lost instance's nodes retrying its address instead of moving them to the others")
 
@@ -167,6 +170,8 @@ func parseArgs(args []string, stderr io.Writer) (Config, outputs, error) {
 	fs.Float64Var(&cfg.Bars.CPUPercent, "bar-cpu", cfg.Bars.CPUPercent, "bar: CPU per instance, % of one core at 100 requests/s")
 	fs.Float64Var(&cfg.Bars.MemGrowth, "bar-mem", cfg.Bars.MemGrowth, "bar: RSS growth over the steady phase (fraction)")
 	fs.DurationVar(&cfg.Bars.FaultToFail, "bar-fault", cfg.Bars.FaultToFail, "bar: kill → 502 of the killed instance's in-flight tasks")
+	fs.Float64Var(&cfg.Bars.IdleCPUPercent, "bar-idle-cpu", cfg.Bars.IdleCPUPercent, "fleet bar: the busiest instance's CPU over the idle window, % of one core")
+	fs.Float64Var(&cfg.Bars.IdleRedisOps, "bar-idle-redis", cfg.Bars.IdleRedisOps, "fleet bar: Redis commands/s over the idle window, every server of the Redis together")
 
 	fs.StringVar(&out.json, "json", "", "write the JSON report (every request, every sample) to `file`")
 	fs.StringVar(&out.html, "html", "", "write the HTML report with its plots to `file`")
@@ -185,6 +190,9 @@ func parseArgs(args []string, stderr io.Writer) (Config, outputs, error) {
 		return Config{}, out, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	cfg.StreamLength = time.Duration(*streamSec * float64(time.Second))
+	if cfg.RedisCluster && flagSet(fs, "redis-url") {
+		return Config{}, out, errors.New("--redis-cluster starts its own Redis Cluster: leave out --redis-url")
+	}
 	if len(cfg.Targets) > 0 {
 		if !instancesSet {
 			// Against running instances: the first one alone (nodes and
@@ -208,17 +216,22 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 }
 
 func usage(fs *flag.FlagSet, w io.Writer) {
-	fmt.Fprint(w, `Usage: loadtest [--profile seed|smoke] [flags]
+	fmt.Fprint(w, `Usage: loadtest [--profile seed|smoke|fleet] [flags]
 
 Replays switchyard's scaling profile (seed 002 §4.1) and judges it against
 DESIGN §8. For each instance count in --instances (1, then 2, then 3) it
 starts that many instances of the switchyard binary on free loopback ports,
 sharing --redis-url (a fresh namespace) and --database-url (a fresh schema),
-or, with --target, uses the first N of the given running instances. Then:
+or, with --target, uses the first N of the given running instances. With
+--redis-cluster it first starts a Redis Cluster of its own (3 masters:
+redis-server processes on free loopback ports below 50000, no persistence,
+stopped and removed at exit, also on Ctrl-C) and runs every instance with
+--redis-cluster on it. Then:
 
-  nodes    --nodes simulated nodes (the Go SDK), node i on instance i mod N;
-           handlers sleep --handler-min..--handler-max (sdk/handlers.Sleep)
-           and report that as processing_time_ms
+  nodes    --nodes simulated nodes (the Go SDK), node i on instance i mod N,
+           connecting --connect-rate a second; handlers sleep
+           --handler-min..--handler-max (sdk/handlers.Sleep) and report that
+           as processing_time_ms
   ramp     closed-loop clients grow to --ramp-to concurrent requests over --ramp
   steady   --rate plain requests/s for --duration, open loop, round robin over
            the instances and over several API keys, with --streams concurrent
@@ -226,6 +239,23 @@ or, with --target, uses the first N of the given running instances. Then:
   fault    at --fault-at, kill -9 (--fault kill) or SIGTERM (--fault sigterm)
            one instance; the clients stop sending to it (as a load balancer
            would) and its nodes reconnect to the others
+
+The fleet profile (DESIGN §8 at fleet scale) has another shape: once every
+node has registered and every instance lists them all, and --settle has
+passed, an idle window of --idle with no requests at all, then a loaded
+window of --rate short plain requests/s for --duration (the steady phase;
+no ramp, streams or fault unless asked, and never a fault). For each window
+it reports every instance's CPU (% of one core: its CPU time over the
+window from /proc, divided by the window's length) and RSS, the busiest
+instance, the load test's own CPU, and Redis commands/s (INFO stats
+total_commands_processed, end minus start, summed over every server: the
+single Redis, or every master and replica of the cluster). A Redis this
+program did not start (the default 127.0.0.1:6379) may carry other clients'
+traffic: it is counted too, and the report says so.
+
+Every node is an open socket in this process and one in its instance: the
+load test raises its RLIMIT_NOFILE to the hard limit (the instances inherit
+it) and refuses a --nodes that cannot fit under it (ulimit -Hn).
 
 Every request is recorded with exactly one outcome: a result, an explicit
 error with its code, or LOST (nothing by its deadline plus --grace).
@@ -245,22 +275,38 @@ fails (a SKIP, e.g. the fault on 1 instance, does not fail):
   drain loses nothing        (--fault sigterm) its in-flight requests succeed
   other tasks unaffected     every other request succeeds
   instances stay up          no instance exits unless signalled
+The fleet profile judges instead:
+  idle CPU per instance      the busiest instance < 5% of one core over the
+                             idle window (--bar-idle-cpu)
+  idle Redis commands/s      < 3,000 over the idle window, every server
+                             together (--bar-idle-redis)
+  lost tasks, other tasks unaffected, instances stay up   as above, for the
+                             loaded window's requests (each gets exactly one
+                             outcome, and succeeds)
+The loaded window's CPU and Redis figures are reported, not judged.
 
-Output: a progress line on stderr every second, a table on stdout, --json
-and --html reports. Exit status: 0 pass, 1 a criterion failed, 2 the run
-could not be carried out (bad usage, an instance that would not start,
-Redis or PostgreSQL unreachable, interrupted).
+Output: a progress line on stderr every second (while the nodes connect:
+how many have registered), a table on stdout, --json and --html reports.
+The header names the Redis the run used. Exit status: 0 pass, 1 a criterion
+failed, 2 the run could not be carried out (bad usage, an instance that
+would not start, Redis or PostgreSQL unreachable, more nodes than open
+files allow, interrupted).
 
 Profiles (flags override them):
   seed   instances 1,2,3; 200 nodes; handlers 50ms–500ms; ramp to 200 over
          30s; 100 requests/s for 10m; 50 streams of 5s; kill mid-run
   smoke  instances 1,2; 40 nodes; handlers 50ms–500ms; ramp to 40 over 3s;
          50 requests/s for 15s; 10 streams of 2s; kill mid-run
+  fleet  instances 1,2,3; 10,000 nodes connecting 500/s; idle 60s; then
+         100 requests/s for 60s, handlers 10ms–50ms; no fault
 
 Examples:
   loadtest --profile smoke --html smoke.html
   loadtest --profile seed --json seed.json --html seed.html
   loadtest --profile smoke --fault sigterm
+  loadtest --profile smoke --redis-cluster
+  loadtest --profile fleet --instances 3 --nodes 9000 --json fleet.json
+  loadtest --profile fleet --redis-cluster --nodes 1000 --idle 20s --duration 20s
   loadtest --target http://a:8800 --target http://b:8800 --api-key K1 --api-key K2 \
       --rate 50 --duration 2m
 

@@ -150,3 +150,13 @@ func (s *sampler) result(i int) []Sample {
 	defer s.mu.Unlock()
 	return append([]Sample(nil), s.samples[i]...)
 }
+
+// latest returns the last sample of process i, if any.
+func (s *sampler) latest(i int) (Sample, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.samples[i]); n > 0 && !s.gone[i] {
+		return s.samples[i][n-1], true
+	}
+	return Sample{}, false
+}

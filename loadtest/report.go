@@ -19,7 +19,8 @@ type Report struct {
 	Started  time.Time    `json:"started"`
 	Finished time.Time    `json:"finished"`
 	Profile  string       `json:"profile"`
-	Mode     string       `json:"mode"` // "spawn": instances started here; "target": given URLs
+	Mode     string       `json:"mode"`  // "spawn": instances started here; "target": given URLs
+	Redis    string       `json:"redis"` // the Redis the instances shared: single, or a cluster of 3 masters
 	Shape    string       `json:"shape"`
 	Params   Params       `json:"params"`
 	Host     Host         `json:"host"`
@@ -51,6 +52,11 @@ type Params struct {
 	TaskTimeoutS    float64  `json:"task_timeout_s"`
 	GraceS          float64  `json:"grace_s"`
 	ServeArgs       []string `json:"serve_args,omitempty"`
+	RedisURL        string   `json:"redis_url,omitempty"`
+	RedisCluster    bool     `json:"redis_cluster,omitempty"`
+	ConnectRate     float64  `json:"connect_rate"`
+	Fleet           bool     `json:"fleet,omitempty"`
+	IdleS           float64  `json:"idle_s,omitempty"`
 	Bars            BarsJSON `json:"bars"`
 }
 
@@ -61,18 +67,26 @@ type BarsJSON struct {
 	CPUPercent    float64 `json:"cpu_percent_at_100rps"`
 	MemGrowth     float64 `json:"mem_growth"`
 	FaultToFailMs float64 `json:"fault_to_502_ms"`
+	IdleCPU       float64 `json:"idle_cpu_percent"`
+	IdleRedisOps  float64 `json:"idle_redis_commands_per_s"`
 }
 
 func paramsOf(c Config) Params {
-	return Params{
+	p := Params{
 		Instances: c.Instances, Targets: c.Targets, Nodes: c.Nodes, NodeConcurrency: c.NodeConcurrency,
 		HandlerMinMs: ms(c.HandlerMin), HandlerMaxMs: ms(c.HandlerMax), RampTo: c.RampTo, RampS: c.Ramp.Seconds(),
 		Rate: c.Rate, DurationS: c.Duration.Seconds(), Streams: c.Streams, StreamS: c.StreamLength.Seconds(),
 		StreamChunks: c.StreamChunks, Fault: c.Fault, FaultAtS: c.FaultAt.Seconds(), SettleS: c.Settle.Seconds(),
 		TaskTimeoutS: c.TaskTimeout.Seconds(), GraceS: c.Grace.Seconds(), ServeArgs: c.ServeArgs,
+		ConnectRate: c.ConnectRate, Fleet: c.Fleet, IdleS: c.Idle.Seconds(), RedisCluster: c.RedisCluster,
 		Bars: BarsJSON{HopP95Ms: ms(c.Bars.HopP95), HopP99Ms: ms(c.Bars.HopP99), CPUPercent: c.Bars.CPUPercent,
-			MemGrowth: c.Bars.MemGrowth, FaultToFailMs: ms(c.Bars.FaultToFail)},
+			MemGrowth: c.Bars.MemGrowth, FaultToFailMs: ms(c.Bars.FaultToFail),
+			IdleCPU: c.Bars.IdleCPUPercent, IdleRedisOps: c.Bars.IdleRedisOps},
 	}
+	if c.spawn() {
+		p.RedisURL = c.RedisURL
+	}
+	return p
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -128,6 +142,9 @@ type RunReport struct {
 	// FaultToError is, for every victim task (and in-transit one that
 	// failed), the time from the signal to its outcome.
 	FaultToError Dist `json:"fault_to_error_ms"`
+
+	// Fleet is the fleet profile's idle and loaded windows; nil otherwise.
+	Fleet *FleetReport `json:"fleet,omitempty"`
 
 	// Counters are each instance's switchyard counters at the end of the
 	// run (refusals, dropped answers, dead owners…), by instance name.
@@ -329,52 +346,17 @@ func ReadReport(rd io.Reader) (*Report, error) {
 func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "switchyard load test — profile %s, %s mode\n", r.Profile, r.Mode)
 	fmt.Fprintf(w, "load: %s\n", r.Shape)
+	if r.Redis != "" {
+		fmt.Fprintf(w, "redis: %s\n", r.Redis)
+	}
 	fmt.Fprintf(w, "host: %d CPUs (%s), %s, %s; %s → %s\n\n", r.Host.CPUs, r.Host.CPUModel, r.Host.OS, r.Host.GoVersion,
 		r.Started.Format(time.RFC3339), r.Finished.Format(time.RFC3339))
 
-	tw := newTable("instances", "sent", "ok", "errors", "lost", "steady/s", "lat p50", "lat p95", "lat p99",
-		"ovh p50", "ovh p95", "ovh p99", "hop +p95", "hop +p99", "cpu@100/s", "mem growth", "fault→502 max")
-	base := baseline(r.Runs)
-	for _, run := range r.Runs {
-		errs := 0
-		for k, n := range run.Accounting.Outcomes {
-			if k != OutcomeOK && k != OutcomeLost {
-				errs += n
-			}
-		}
-		hop95, hop99 := "—", "—"
-		if base != nil && run != base {
-			hop95 = fmt.Sprintf("%+.2f", run.Overhead.P95-base.Overhead.P95)
-			hop99 = fmt.Sprintf("%+.2f", run.Overhead.P99-base.Overhead.P99)
-		}
-		cpu, mem := "—", "—"
-		if len(run.Resources) > 0 {
-			worstCPU, worstMem, judged := 0.0, 0.0, false
-			for _, res := range run.Resources {
-				worstCPU = max(worstCPU, res.CPUScaled)
-				if res.MemJudged && (!judged || res.MemGrowth > worstMem) {
-					worstMem, judged = res.MemGrowth, true
-				}
-			}
-			cpu = fmt.Sprintf("%.1f%%", worstCPU)
-			if judged {
-				mem = fmt.Sprintf("%+.2f%%", 100*worstMem)
-			}
-		}
-		f2e := "—"
-		if run.FaultToError.N > 0 {
-			f2e = fmt.Sprintf("%.0f ms", run.FaultToError.Max)
-		}
-		tw.row(fmt.Sprint(run.Instances), fmt.Sprint(run.Accounting.Sent), fmt.Sprint(run.Accounting.Outcomes[OutcomeOK]),
-			fmt.Sprint(errs), fmt.Sprint(run.Accounting.Outcomes[OutcomeLost]), fmt.Sprintf("%.1f", run.SentRate),
-			f3(run.Latency.P50), f3(run.Latency.P95), f3(run.Latency.P99),
-			f3(run.Overhead.P50), f3(run.Overhead.P95), f3(run.Overhead.P99), hop95, hop99, cpu, mem, f2e)
+	if isFleet(r.Runs) {
+		r.writeFleetTable(w)
+	} else {
+		r.writeTable(w)
 	}
-	tw.write(w)
-	fmt.Fprintln(w, "(latency and overhead in ms: plain requests of the steady phase that succeeded, outside the fault window;")
-	fmt.Fprintln(w, " overhead = latency − processing_time_ms the node reported; hop = overhead percentile minus the 1-instance run's;")
-	fmt.Fprintln(w, " cpu@100/s = the busiest instance's mean CPU over the steady phase, % of one core, scaled to 100 requests/s;")
-	fmt.Fprintln(w, " mem growth = the largest RSS growth, mean of the last fifth vs the first fifth of a steady stretch)")
 
 	for _, run := range r.Runs {
 		fmt.Fprintf(w, "\n%d instance%s:\n", run.Instances, plural(run.Instances))
@@ -397,31 +379,35 @@ func (r *Report) WriteText(w io.Writer) {
 			}
 			fmt.Fprintf(w, "  non-ok outcomes: %s\n", strings.Join(parts, ", "))
 		}
-		if run.OverheadLocal.N > 0 && run.OverheadCross.N > 0 {
-			fmt.Fprintf(w, "  overhead within the run: local p95 %.3f p99 %.3f ms (n %d); cross-instance p95 %.3f p99 %.3f ms (n %d)\n",
-				run.OverheadLocal.P95, run.OverheadLocal.P99, run.OverheadLocal.N, run.OverheadCross.P95, run.OverheadCross.P99, run.OverheadCross.N)
-		}
-		if run.OverheadAll.N != run.Overhead.N {
-			fmt.Fprintf(w, "  overhead including the fault window: p95 %.3f p99 %.3f max %.3f ms (n %d)\n",
-				run.OverheadAll.P95, run.OverheadAll.P99, run.OverheadAll.Max, run.OverheadAll.N)
-		}
-		if run.Streams.N > 0 {
-			fmt.Fprintf(w, "  streams: %d ok, latency p50 %.0f p99 %.0f ms\n", run.Streams.N, run.Streams.P50, run.Streams.P99)
-		}
-		if run.Ramp.N > 0 {
-			fmt.Fprintf(w, "  ramp: %d ok, latency p50 %.0f p99 %.0f ms\n", run.Ramp.N, run.Ramp.P50, run.Ramp.P99)
-		}
-		fmt.Fprintf(w, "  steady sends %.1f/s, worst send lag %.1f ms\n", run.SentRate, run.MaxLagMs)
-		for _, res := range run.Resources {
-			fmt.Fprintf(w, "  %s: cpu mean %.1f%% max %.1f%% (%.1f%% at 100/s), rss %d → %d KiB", res.Name, res.CPUMean, res.CPUMax, res.CPUScaled, res.RSSStart, res.RSSEnd)
-			for _, seg := range res.Segments {
-				if seg.Judged {
-					fmt.Fprintf(w, "; %.0f–%.0fs %+.2f%%", seg.FromS, seg.ToS, 100*seg.Growth)
-				} else {
-					fmt.Fprintf(w, "; %.0f–%.0fs %+.2f%% (too short to judge)", seg.FromS, seg.ToS, 100*seg.Growth)
-				}
+		if run.Fleet != nil {
+			writeFleetRun(w, run)
+		} else {
+			if run.OverheadLocal.N > 0 && run.OverheadCross.N > 0 {
+				fmt.Fprintf(w, "  overhead within the run: local p95 %.3f p99 %.3f ms (n %d); cross-instance p95 %.3f p99 %.3f ms (n %d)\n",
+					run.OverheadLocal.P95, run.OverheadLocal.P99, run.OverheadLocal.N, run.OverheadCross.P95, run.OverheadCross.P99, run.OverheadCross.N)
 			}
-			fmt.Fprintln(w)
+			if run.OverheadAll.N != run.Overhead.N {
+				fmt.Fprintf(w, "  overhead including the fault window: p95 %.3f p99 %.3f max %.3f ms (n %d)\n",
+					run.OverheadAll.P95, run.OverheadAll.P99, run.OverheadAll.Max, run.OverheadAll.N)
+			}
+			if run.Streams.N > 0 {
+				fmt.Fprintf(w, "  streams: %d ok, latency p50 %.0f p99 %.0f ms\n", run.Streams.N, run.Streams.P50, run.Streams.P99)
+			}
+			if run.Ramp.N > 0 {
+				fmt.Fprintf(w, "  ramp: %d ok, latency p50 %.0f p99 %.0f ms\n", run.Ramp.N, run.Ramp.P50, run.Ramp.P99)
+			}
+			fmt.Fprintf(w, "  steady sends %.1f/s, worst send lag %.1f ms\n", run.SentRate, run.MaxLagMs)
+			for _, res := range run.Resources {
+				fmt.Fprintf(w, "  %s: cpu mean %.1f%% max %.1f%% (%.1f%% at 100/s), rss %d → %d KiB", res.Name, res.CPUMean, res.CPUMax, res.CPUScaled, res.RSSStart, res.RSSEnd)
+				for _, seg := range res.Segments {
+					if seg.Judged {
+						fmt.Fprintf(w, "; %.0f–%.0fs %+.2f%%", seg.FromS, seg.ToS, 100*seg.Growth)
+					} else {
+						fmt.Fprintf(w, "; %.0f–%.0fs %+.2f%% (too short to judge)", seg.FromS, seg.ToS, 100*seg.Growth)
+					}
+				}
+				fmt.Fprintln(w)
+			}
 		}
 		for _, m := range run.Members {
 			cs := run.Counters[m.Name]
@@ -480,6 +466,53 @@ func (r *Report) WriteText(w io.Writer) {
 		verdict = "FAIL"
 	}
 	fmt.Fprintf(w, "\nresult: %s\n", verdict)
+}
+
+// writeTable is the seed and smoke profiles' table of the runs.
+func (r *Report) writeTable(w io.Writer) {
+	tw := newTable("instances", "sent", "ok", "errors", "lost", "steady/s", "lat p50", "lat p95", "lat p99",
+		"ovh p50", "ovh p95", "ovh p99", "hop +p95", "hop +p99", "cpu@100/s", "mem growth", "fault→502 max")
+	base := baseline(r.Runs)
+	for _, run := range r.Runs {
+		errs := 0
+		for k, n := range run.Accounting.Outcomes {
+			if k != OutcomeOK && k != OutcomeLost {
+				errs += n
+			}
+		}
+		hop95, hop99 := "—", "—"
+		if base != nil && run != base {
+			hop95 = fmt.Sprintf("%+.2f", run.Overhead.P95-base.Overhead.P95)
+			hop99 = fmt.Sprintf("%+.2f", run.Overhead.P99-base.Overhead.P99)
+		}
+		cpu, mem := "—", "—"
+		if len(run.Resources) > 0 {
+			worstCPU, worstMem, judged := 0.0, 0.0, false
+			for _, res := range run.Resources {
+				worstCPU = max(worstCPU, res.CPUScaled)
+				if res.MemJudged && (!judged || res.MemGrowth > worstMem) {
+					worstMem, judged = res.MemGrowth, true
+				}
+			}
+			cpu = fmt.Sprintf("%.1f%%", worstCPU)
+			if judged {
+				mem = fmt.Sprintf("%+.2f%%", 100*worstMem)
+			}
+		}
+		f2e := "—"
+		if run.FaultToError.N > 0 {
+			f2e = fmt.Sprintf("%.0f ms", run.FaultToError.Max)
+		}
+		tw.row(fmt.Sprint(run.Instances), fmt.Sprint(run.Accounting.Sent), fmt.Sprint(run.Accounting.Outcomes[OutcomeOK]),
+			fmt.Sprint(errs), fmt.Sprint(run.Accounting.Outcomes[OutcomeLost]), fmt.Sprintf("%.1f", run.SentRate),
+			f3(run.Latency.P50), f3(run.Latency.P95), f3(run.Latency.P99),
+			f3(run.Overhead.P50), f3(run.Overhead.P95), f3(run.Overhead.P99), hop95, hop99, cpu, mem, f2e)
+	}
+	tw.write(w)
+	fmt.Fprintln(w, "(latency and overhead in ms: plain requests of the steady phase that succeeded, outside the fault window;")
+	fmt.Fprintln(w, " overhead = latency − processing_time_ms the node reported; hop = overhead percentile minus the 1-instance run's;")
+	fmt.Fprintln(w, " cpu@100/s = the busiest instance's mean CPU over the steady phase, % of one core, scaled to 100 requests/s;")
+	fmt.Fprintln(w, " mem growth = the largest RSS growth, mean of the last fifth vs the first fifth of a steady stretch)")
 }
 
 func firstN[T any](s []T, n int) []T {

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"time"
 )
@@ -26,6 +28,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		Shape: cfg.summary(), Params: paramsOf(cfg), Host: hostInfo()}
 	if !cfg.spawn() {
 		rep.Mode = "target"
+	}
+	if err := raiseFileLimit(cfg); err != nil {
+		return nil, err
 	}
 
 	var bin, logDir string
@@ -54,7 +59,20 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 				return nil, err
 			}
 		}
+		if cfg.RedisCluster {
+			// One cluster for every run of the invocation (each run has
+			// its own namespace), discarded at the end: on an error, an
+			// interrupt (SIGINT cancels ctx) or a normal exit.
+			rc, err := startRedisCluster(ctx, logDir, progress)
+			if err != nil {
+				return nil, err
+			}
+			defer rc.Stop()
+			cfg.RedisURL = rc.URL()
+			rep.Params.RedisURL = cfg.RedisURL
+		}
 	}
+	rep.Redis = describeRedis(ctx, cfg)
 
 	for _, n := range cfg.Instances {
 		fmt.Fprintf(progress, "== %d instance%s ==\n", n, plural(n))
@@ -91,6 +109,9 @@ func notes(cfg Config) []string {
 		}
 		n = append(n, "at the fault the clients stop sending to the faulty instance, as a load balancer would; its nodes reconnect to the others 0.5–1 s later (after a drain: once it has exited)")
 		n = append(n, fmt.Sprintf("the hop and memory figures leave out the fault window (from the signal until %v after the instance was gone); the overhead including it is printed per run", cfg.Settle))
+	}
+	if cfg.Fleet {
+		return append(n, fleetNotes(cfg)...)
 	}
 	if cfg.Duration < cfg.MemMinStretch {
 		n = append(n, fmt.Sprintf("memory growth is judged on steady stretches of at least %v (--mem-min-stretch); this run's are shorter, so it is printed but not judged", cfg.MemMinStretch))
@@ -135,22 +156,41 @@ func runOne(ctx context.Context, cfg Config, n int, bin, logDir string, progress
 	ledger := NewLedger(t0)
 	f := newFleet(cfg, c, ledger, randHex(4))
 	defer f.stop()
+	r := newRunner(cfg, c, ledger, f, s, progress, t0)
+	r.setPhase("connect")
+	connectStart := time.Now()
 	if err := f.start(ctx); err != nil {
 		return nil, err
 	}
-	if err := f.awaitRegistered(ctx, 60*time.Second); err != nil {
+	err = f.awaitRegistered(ctx, 60*time.Second, func(done int64) {
+		el := time.Since(connectStart)
+		r.line(fmt.Sprintf("[%d instance%s] %-9s %6v  registered %d of %d nodes (%.0f/s)", n, plural(n), "connect",
+			el.Round(time.Second), done, cfg.Nodes, float64(done)/el.Seconds()))
+	})
+	r.endLine()
+	if err != nil {
 		return nil, err
 	}
-	if err := f.awaitDirectory(ctx, 30*time.Second); err != nil {
+	registered := time.Since(connectStart)
+	if err := f.awaitDirectory(ctx, 30*time.Second+time.Duration(cfg.Nodes)*time.Millisecond); err != nil {
 		return nil, err
 	}
+	listed := time.Since(connectStart)
+	fmt.Fprintf(progress, "[%d instance%s] %d nodes registered in %.1f s, listed by every instance after %.1f s\n",
+		n, plural(n), cfg.Nodes, registered.Seconds(), listed.Seconds())
 
-	r := newRunner(cfg, c, ledger, f, s, progress, t0)
 	r.fault = FaultReport{Kind: cfg.Fault, Instance: cfg.victim(n)}
 	if cfg.Fault != FaultNone && n == 1 {
 		r.fault.Skipped = "a 1-instance run has no other instance to fail over to"
 	}
-	r.event("%d nodes registered and listed by every instance", cfg.Nodes)
+	r.event("%d nodes registered (in %.1f s, connecting %g a second) and listed by every instance (after %.1f s)",
+		cfg.Nodes, registered.Seconds(), cfg.ConnectRate, listed.Seconds())
+	var fr *fleetRun
+	if cfg.Fleet {
+		fr = newFleetRun(cfg, c, r, s, ledger, t0, pids, f)
+		fr.idle(ctx)
+		r.onSteadyStart, r.onSteadyEnd = fr.steadyStart(ctx), fr.steadyEnd(ctx)
+	}
 	r.run(ctx)
 
 	stopSampler()
@@ -182,5 +222,12 @@ func runOne(ctx context.Context, cfg Config, n int, bin, logDir string, progress
 	defer r.mu.Unlock()
 	rr := buildRun(cfg, c.insts, recs, acc.Doubles, r.fault, r.marks, r.events, samples, s.result(n), time.Duration(r.maxLag.Load()))
 	rr.Counters = r.counters
+	if fr != nil {
+		rr.Fleet = fr.finish(registered, listed, recs)
+		if fr.rep.Loaded.Measured {
+			rr.Events = append(rr.Events, Event{T: fr.rep.Loaded.ToS, What: "loaded window ends: " + fr.rep.Loaded.brief()})
+			slices.SortStableFunc(rr.Events, func(a, b Event) int { return cmp.Compare(a.T, b.T) })
+		}
+	}
 	return rr, nil
 }

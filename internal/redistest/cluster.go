@@ -3,9 +3,12 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,16 +23,22 @@ type ClusterOptions struct {
 	// NodeTimeout is cluster-node-timeout: how long a master may be
 	// unreachable before its replica takes over. Default 2s.
 	NodeTimeout time.Duration
+	// Dir holds the nodes' working directories (node-1, node-2, …: each
+	// with its nodes.conf and redis.log). Default: for StartCluster a
+	// t.TempDir(); for NewCluster a new temporary directory, which Stop
+	// removes (a Dir given here is left in place).
+	Dir string
 }
 
 // Cluster is a Redis Cluster of three masters (and their replicas) on
 // loopback, made of redis-server processes the test owns.
 type Cluster struct {
-	t testing.TB
 	// Nodes are the cluster's servers: masters first (Nodes[i] serves slot
 	// range i of 3 at the start), then Nodes[3+i], the replica of Nodes[i].
 	// Roles change when a replica takes over; Role tells the current one.
 	Nodes []*Server
+
+	tempDir string // made by NewCluster; Stop removes it
 }
 
 // The three masters' slot ranges, as redis-cli --cluster create splits them.
@@ -46,16 +55,61 @@ var slotRanges = [3][2]int{{0, 5460}, {5461, 10922}, {10923, 16383}}
 func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	t.Helper()
 	requireBinary(t)
+	if opts.Dir == "" {
+		opts.Dir = t.TempDir()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := newCluster(ctx, opts, t)
+	if err != nil {
+		t.Fatalf("redis cluster: %v", err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
+// NewCluster is StartCluster for a program that is not a test: it builds
+// the same cluster (waiting at most until ctx ends, and 30 s for each of
+// the join and the health check) and returns it, or an error wrapping
+// ErrNoRedisServer if redis-server is not installed. The caller must call
+// Stop; the servers also die with the calling process (on Linux), whatever
+// way it ends. Its servers' Restart panics on failure rather than failing
+// a test.
+func NewCluster(ctx context.Context, opts ClusterOptions) (*Cluster, error) {
+	if err := lookBinary(); err != nil {
+		return nil, err
+	}
+	return newCluster(ctx, opts, nil)
+}
+
+// newCluster starts, joins and checks the cluster; t (nil for NewCluster)
+// is given to the servers. On error, whatever was started is stopped.
+func newCluster(ctx context.Context, opts ClusterOptions, t testing.TB) (_ *Cluster, err error) {
 	if opts.NodeTimeout == 0 {
 		opts.NodeTimeout = 2 * time.Second
+	}
+	c := &Cluster{}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	if opts.Dir == "" {
+		if c.tempDir, err = os.MkdirTemp("", "redistest-cluster-"); err != nil {
+			return nil, err
+		}
+		opts.Dir = c.tempDir
 	}
 	n := 3
 	if opts.Replicas {
 		n = 6
 	}
-	c := &Cluster{t: t}
-	for range n {
-		s := &Server{t: t, dir: t.TempDir(), args: []string{"--cluster-enabled", "yes",
+	for i := range n {
+		dir := filepath.Join(opts.Dir, "node-"+strconv.Itoa(i+1))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		s := &Server{t: t, dir: dir, args: []string{"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", strconv.FormatInt(opts.NodeTimeout.Milliseconds(), 10),
 			// A test kills masters on purpose: the others keep serving
@@ -64,17 +118,35 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 			// Sharded pub/sub while a slot is failed over: let a test
 			// read from any node it asks.
 			"--cluster-allow-pubsubshard-when-down", "yes"}}
-		s.startOnFreePort(true)
-		t.Cleanup(s.Stop)
+		if err := s.startOnFreePort(true); err != nil {
+			return nil, err
+		}
 		c.Nodes = append(c.Nodes, s)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := c.join(ctx); err != nil {
-		t.Fatalf("redis cluster: %v", err)
+	if err := c.join(jctx); err != nil {
+		return nil, err
 	}
-	c.WaitHealthy(t)
-	return c
+	if err := c.waitHealthy(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Stop kills every server of the cluster (SIGKILL: nothing is persisted)
+// and removes the temporary directory NewCluster made. StartCluster's
+// cluster is stopped when the test ends; stopping it twice does nothing.
+func (c *Cluster) Stop() {
+	var wg sync.WaitGroup
+	for _, s := range c.Nodes {
+		wg.Go(s.Stop)
+	}
+	wg.Wait()
+	if c.tempDir != "" {
+		_ = os.RemoveAll(c.tempDir)
+		c.tempDir = ""
+	}
 }
 
 func (c *Cluster) join(ctx context.Context) error {
@@ -124,7 +196,14 @@ func (c *Cluster) join(ctx context.Context) error {
 // replica's link to its master is up. It fails the test otherwise.
 func (c *Cluster) WaitHealthy(t testing.TB) {
 	t.Helper()
-	err := waitFor(context.Background(), 30*time.Second, func(ctx context.Context) error {
+	if err := c.waitHealthy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitHealthy is WaitHealthy's check, for at most 30 s or until ctx ends.
+func (c *Cluster) waitHealthy(ctx context.Context) error {
+	err := waitFor(ctx, 30*time.Second, func(ctx context.Context) error {
 		var view string
 		for _, s := range c.Nodes {
 			if !s.Running() {
@@ -167,8 +246,9 @@ func (c *Cluster) WaitHealthy(t testing.TB) {
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("redis cluster not healthy after 30s: %v", err)
+		return fmt.Errorf("redis cluster not healthy after 30s: %w", err)
 	}
+	return nil
 }
 
 // slotView is a node's answer to "who serves which slots, and who follows

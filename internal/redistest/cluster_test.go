@@ -2,8 +2,13 @@ package redistest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"switchyard/internal/redistest"
 )
@@ -78,4 +83,51 @@ func TestClusterFailover(t *testing.T) {
 	if r := c.Role(t, replica); r != "slave" {
 		t.Fatalf("the restarted master is %s, want slave", r)
 	}
+}
+
+// NewCluster builds the same cluster without a test (the load test's way);
+// Stop kills its servers and removes the directory it made.
+func TestNewClusterAndStop(t *testing.T) {
+	ctx := context.Background()
+	c, err := redistest.NewCluster(ctx, redistest.ClusterOptions{})
+	if errors.Is(err, redistest.ErrNoRedisServer) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			c.Stop()
+		}
+	}()
+	opt, err := redis.ParseClusterURL(c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClusterClient(opt)
+	defer rdb.Close()
+	for i := range 10 {
+		if err := rdb.Set(ctx, fmt.Sprintf("k%d", i), "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range c.Nodes {
+		if !s.Running() {
+			t.Fatalf("%s is not running", s)
+		}
+	}
+	c.Stop()
+	stopped = true
+	for _, s := range c.Nodes {
+		if s.Running() {
+			t.Errorf("%s still runs after Stop", s)
+		}
+		if conn, err := net.DialTimeout("tcp", s.Addr(), 200*time.Millisecond); err == nil {
+			_ = conn.Close()
+			t.Errorf("%s still accepts connections after Stop", s)
+		}
+	}
+	c.Stop() // a second Stop does nothing
 }

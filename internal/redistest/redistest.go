@@ -3,10 +3,15 @@
 // stop or restart Redis (StartServer), and a private Redis Cluster of three
 // masters, with a replica each if asked (StartCluster). The private ones
 // are real redis-server processes that die with the test binary.
+//
+// A program that is not a test (the load test) builds the same cluster
+// with NewCluster, which needs no testing.TB and returns an error instead
+// of failing a test; it stops it with Cluster.Stop.
 package redistest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -21,12 +26,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Server is a redis-server process that the test owns.
+// Server is a redis-server process that the test (or the program) owns.
 type Server struct {
-	t    testing.TB
-	Port int      // the client port; a cluster node's bus port is Port+10000
-	dir  string   // its working directory (a cluster node keeps nodes.conf here)
-	args []string // extra arguments (cluster mode)
+	t    testing.TB // nil for a server of NewCluster's
+	Port int        // the client port; a cluster node's bus port is Port+10000
+	dir  string     // its working directory (a cluster node keeps nodes.conf here)
+	args []string   // extra arguments (cluster mode)
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -40,7 +45,9 @@ func StartServer(t testing.TB) *Server {
 	t.Helper()
 	requireBinary(t)
 	s := &Server{t: t, dir: t.TempDir()}
-	s.startOnFreePort(false)
+	if err := s.startOnFreePort(false); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(s.Stop)
 	return s
 }
@@ -50,9 +57,19 @@ func Start(t testing.TB) *Server { t.Helper(); return StartServer(t) }
 
 func requireBinary(t testing.TB) {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skipf("redis-server is not installed (scripts/test.sh installs it): %v", err)
+	if err := lookBinary(); err != nil {
+		t.Skipf("%v (scripts/test.sh installs it)", err)
 	}
+}
+
+// ErrNoRedisServer is NewCluster's error when redis-server is not on PATH.
+var ErrNoRedisServer = errors.New("redis-server is not installed")
+
+func lookBinary() error {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return fmt.Errorf("%w: %v", ErrNoRedisServer, err)
+	}
+	return nil
 }
 
 // Addr is host:port.
@@ -61,10 +78,13 @@ func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
 // URL is the redis:// URL of the server.
 func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
 
-// Client returns a client of this server alone, closed when the test ends.
+// Client returns a client of this server alone, closed when the test ends
+// (a server of NewCluster's has no test: the caller closes it).
 func (s *Server) Client() *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
-	s.t.Cleanup(func() { _ = c.Close() })
+	if s.t != nil {
+		s.t.Cleanup(func() { _ = c.Close() })
+	}
 	return c
 }
 
@@ -72,9 +92,8 @@ func (s *Server) Client() *redis.Client {
 // port +10000) that nobody listens on, and starts the server there. Another
 // process may take the port between the check and the bind, so a server
 // that exits at once is tried again on another port.
-func (s *Server) startOnFreePort(cluster bool) {
-	s.t.Helper()
-	var lastErr error
+func (s *Server) startOnFreePort(cluster bool) error {
+	lastErr := errors.New("no free port found")
 	for range 20 {
 		port := freePort(cluster)
 		if port == 0 {
@@ -82,10 +101,10 @@ func (s *Server) startOnFreePort(cluster bool) {
 		}
 		s.Port = port
 		if lastErr = s.start(); lastErr == nil {
-			return
+			return nil
 		}
 	}
-	s.t.Fatalf("could not start redis-server on a free port: %v", lastErr)
+	return fmt.Errorf("could not start redis-server on a free port: %w", lastErr)
 }
 
 // freePort returns a port below 40000 that is free on loopback, and whose
@@ -117,7 +136,7 @@ func (s *Server) start() error {
 	cmd := exec.Command("redis-server", args...)
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("start redis-server: %v", err)
+		return fmt.Errorf("start redis-server: %w", err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }() // ends when the process does; Stop waits for it
@@ -189,11 +208,17 @@ func (s *Server) Running() bool {
 // Restart kills the server and starts it again on the same port. Nothing
 // is persisted, so the data is gone; a cluster node keeps its
 // cluster-config-file, so it rejoins its cluster (as a replica, if it was
-// failed over meanwhile).
+// failed over meanwhile). It fails the test if the server does not come
+// back (a server of NewCluster's has no test to fail: it panics).
 func (s *Server) Restart() {
-	s.t.Helper()
+	if s.t != nil {
+		s.t.Helper()
+	}
 	s.Stop()
 	if err := s.start(); err != nil {
+		if s.t == nil {
+			panic(fmt.Sprintf("redistest: restart %s: %v", s, err))
+		}
 		s.t.Fatalf("restart: %v", err)
 	}
 }
