@@ -121,6 +121,7 @@ func (h *Hub) startBenchmark(ctx context.Context, s *Session) {
 	cancel()
 	if err == nil {
 		s.bench.Store(p.summary())
+		s.hub.cfg.Changes.Mark(s.NodeID)
 	}
 	h.maybeBenchmark(s, time.Now())
 }
@@ -158,6 +159,7 @@ func (h *Hub) benchmarkResult(s *Session, payload json.RawMessage) {
 	now := time.Now()
 	p := NewBenchmarkProfile(s.NodeID, payload, now.Sub(time.Unix(0, sent)), now)
 	s.bench.Store(p.summary())
+	s.hub.cfg.Changes.Mark(s.NodeID)
 	s.log.Info("benchmark measured", "avg_ms", p.AvgResponseMs, "passed", p.BenchmarkPassed)
 	h.bg.Add(1)
 	go func() {

@@ -24,10 +24,10 @@ type ClusterConfig struct {
 	// FlushGap: changes of local nodes' free slots, CPU or benchmark are
 	// written and published at most this often, batched (default 100ms).
 	FlushGap time.Duration
-	// ScanInterval: how often local nodes are compared, in memory, with
-	// what was last written, to catch changes nothing signals (CPU from a
-	// heartbeat, a benchmark). It costs no Redis command when nothing
-	// changed (default 1s).
+	// ScanInterval: how often every local node is compared, in memory,
+	// with what was last written: a backstop, since the hub marks each node
+	// that changes in Changes and the flush looks at those alone. It costs
+	// no Redis command when nothing changed (default 30s).
 	ScanInterval time.Duration
 	// BackstopInterval: a full re-read of every live instance's directory,
 	// in case an event was lost without a gap to show it (default 30s;
@@ -41,10 +41,10 @@ type ClusterConfig struct {
 	// PingInterval: an idle change-feed subscription is pinged this often,
 	// so a dead connection is noticed (default 5s).
 	PingInterval time.Duration
-	// Changed, when it fires, asks for an early flush (the hub's OnChange
-	// notifies it: a local node arrived or left). nil: the directory makes
-	// its own, fired only by Touch.
-	Changed Signal
+	// Changes is the hub's record of the local nodes that changed (the
+	// same *Changes as the hub's Config.Changes); a flush writes those.
+	// nil: the directory makes its own, marked only by Touch and Announce.
+	Changes *Changes
 	Logger  *slog.Logger
 }
 
@@ -59,7 +59,7 @@ func (c ClusterConfig) withDefaults() ClusterConfig {
 		c.FlushGap = 100 * time.Millisecond
 	}
 	if c.ScanInterval == 0 {
-		c.ScanInterval = time.Second
+		c.ScanInterval = 30 * time.Second
 	}
 	if c.BackstopInterval == 0 {
 		c.BackstopInterval = 30 * time.Second
@@ -73,8 +73,8 @@ func (c ClusterConfig) withDefaults() ClusterConfig {
 	if c.PingInterval == 0 {
 		c.PingInterval = 5 * time.Second
 	}
-	if c.Changed == nil {
-		c.Changed = NewSignal()
+	if c.Changes == nil {
+		c.Changes = NewChanges()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -131,7 +131,7 @@ type ClusterDirectory struct {
 	published map[string]pubState // node id → what its entry says
 	needReset bool                // the hash must be rewritten whole
 	withdrawn bool                // draining: nothing is written any more
-	touched   Signal              // local nodes changed, flush soon (ClusterConfig.Changed)
+	changes   *Changes            // local nodes that changed, flush soon (ClusterConfig.Changes)
 	checkOwn  chan struct{}       // cap 1: make sure this instance's hash exists
 	ps        atomic.Pointer[redis.PubSub]
 
@@ -189,7 +189,7 @@ func NewClusterDirectory(hub LocalNodes, rdb redis.UniversalClient, live func(ct
 	return &ClusterDirectory{
 		hub: hub, rdb: rdb, cfg: cfg, live: live, log: cfg.Logger.With("component", "directory"),
 		published: map[string]pubState{},
-		touched:   cfg.Changed,
+		changes:   cfg.Changes,
 		checkOwn:  make(chan struct{}, 1),
 		insts:     map[string]*instView{},
 		byID:      map[string]*remoteNode{},

@@ -77,9 +77,9 @@ func newTestInstance(t *testing.T, ns, id string, live []string, cfg ClusterConf
 	counter := &cmdCounter{}
 	rdb.AddHook(counter)
 	t.Cleanup(func() { _ = rdb.Close() })
-	changed := NewSignal()
-	hub := NewHub(Config{Instance: id, OnChange: changed.Notify}, nil, NewMemoryClaims(), nil)
-	cfg.Namespace, cfg.Instance, cfg.Changed = ns, id, changed
+	changes := NewChanges()
+	hub := NewHub(Config{Instance: id, Changes: changes}, nil, NewMemoryClaims(), nil)
+	cfg.Namespace, cfg.Instance, cfg.Changes = ns, id, changes
 	if cfg.BackstopInterval == 0 {
 		cfg.BackstopInterval = -1
 	}
@@ -424,10 +424,10 @@ func TestDirectoryRecoversFromRedisRestart(t *testing.T) {
 	mk := func(id string) *testInstance {
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: 1, DialTimeout: 200 * time.Millisecond})
 		t.Cleanup(func() { _ = rdb.Close() })
-		changed := NewSignal()
-		hub := NewHub(Config{Instance: id, OnChange: changed.Notify}, nil, NewMemoryClaims(), nil)
+		changes := NewChanges()
+		hub := NewHub(Config{Instance: id, Changes: changes}, nil, NewMemoryClaims(), nil)
 		dir := NewClusterDirectory(hub, rdb, func(context.Context) ([]string, error) { return live, nil },
-			ClusterConfig{Namespace: "sy", Instance: id, BackstopInterval: -1, ScanInterval: 50 * time.Millisecond, Changed: changed})
+			ClusterConfig{Namespace: "sy", Instance: id, BackstopInterval: -1, ScanInterval: 50 * time.Millisecond, Changes: changes})
 		return &testInstance{id: id, hub: hub, dir: dir, rdb: rdb}
 	}
 	a, b := mk("A"), mk("B")

@@ -18,25 +18,43 @@ type pubState struct {
 	gen    uint64
 	free   int
 	cpu    float64
+	cpuAt  time.Time // when cpu was written
 	has    bool
 	ms     float64
 	failed bool
 }
 
-// cpuStep: a node's CPU is rewritten only when it moved this many points
-// since it was last written; heartbeats would otherwise make every idle
-// node a write every 30 s (invariant 12).
-const cpuStep = 10
+// A node's CPU alone is rewritten only when it moved cpuStep points since
+// it was last written, and at most once per cpuMinAge: every heartbeat
+// (30 s) reports it, a host's CPU wanders, and an idle fleet must not be a
+// stream of writes (invariant 12). Routing weighs CPU lightly (0.15 of a
+// score whose random jitter is 0.10), so a few minutes' staleness is
+// noise; a change of slots, generation or benchmark is written at once,
+// and the CPU with it.
+const (
+	cpuStep   = 10
+	cpuMinAge = 5 * time.Minute
+)
 
 func stateOf(s *Session) pubState {
 	has, ms, failed := s.benchFields()
 	return pubState{gen: s.Gen, free: s.FreeSlots(), cpu: s.CPU(), has: has, ms: ms, failed: failed}
 }
 
-// differs reports whether st must be written over p.
-func (p pubState) differs(st pubState) bool {
+// differs reports whether st must be written over p at now.
+func (p pubState) differs(st pubState, now time.Time) bool {
 	return p.gen != st.gen || p.free != st.free || p.has != st.has || p.ms != st.ms || p.failed != st.failed ||
-		math.Abs(p.cpu-st.cpu) >= cpuStep
+		math.Abs(p.cpu-st.cpu) >= cpuStep && now.Sub(p.cpuAt) >= cpuMinAge
+}
+
+// compare returns what to keep as written for s, and whether to write it.
+func (d *ClusterDirectory) compare(s *Session, force bool, now time.Time) (pubState, bool) {
+	st := stateOf(s)
+	if old, ok := d.published[s.NodeID]; ok && !force && !old.differs(st, now) {
+		return old, false // unchanged (or only its CPU, too soon): what is written stays
+	}
+	st.cpuAt = now
+	return st, true
 }
 
 func (d *ClusterDirectory) entryOf(s *Session, st pubState) ([]byte, error) {
@@ -89,9 +107,9 @@ redis.call('PUBLISH', ARGV[1], '0 ' .. ARGV[2])
 return 1`)
 )
 
-// Touch asks for an early flush (a local node arrived or left, or Redis
-// came back); it never blocks. It fires the same Signal as ClusterConfig.Changed.
-func (d *ClusterDirectory) Touch() { d.touched.Notify() }
+// Touch asks for every local node to be compared with what was written,
+// soon; it never blocks.
+func (d *ClusterDirectory) Touch() { d.changes.MarkAll() }
 
 // Announce writes and publishes one node's arrival, synchronously and
 // within WriteTimeout: the hub calls it before it sends node_registered,
@@ -100,7 +118,7 @@ func (d *ClusterDirectory) Touch() { d.touched.Notify() }
 // registered here (invariant 10) and the flush loop writes it later.
 func (d *ClusterDirectory) Announce(ctx context.Context, s *Session) {
 	if !d.Healthy() {
-		d.Touch()
+		d.changes.Mark(s.NodeID)
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
@@ -111,45 +129,112 @@ func (d *ClusterDirectory) Announce(ctx context.Context, s *Session) {
 		return
 	}
 	if d.needReset {
-		if err := d.flushLocked(ctx, true); err != nil {
+		if err := d.flushLocked(ctx, flushReset); err != nil {
 			d.log.Warn("cannot publish a node's arrival", "node_id", s.NodeID, "err", err)
 		}
 		return
 	}
 	st := stateOf(s)
+	st.cpuAt = time.Now()
 	b, err := d.entryOf(s, st)
 	if err == nil {
 		err = d.writeLocked(ctx, []op{{NodeID: s.NodeID, Entry: b}}, false)
 	}
 	if err != nil {
 		d.log.Warn("cannot publish a node's arrival; it is routable here only until the next flush", "node_id", s.NodeID, "err", err)
-		d.Touch()
+		d.changes.Mark(s.NodeID)
 		return
 	}
 	d.published[s.NodeID] = st
 }
 
+// flushMode says what a flush looks at.
+type flushMode int
+
+const (
+	flushChanged flushMode = iota // the nodes Changes holds: the normal case
+	flushAll                      // every local node (the backstop scan, Touch)
+	flushReset                    // every local node, the hash rewritten whole
+)
+
 // flush writes what changed among the local nodes since the last write;
 // nothing when nothing did. reset rewrites the hash whole.
 func (d *ClusterDirectory) flush(ctx context.Context, reset bool) error {
+	mode := flushChanged
+	if reset {
+		mode = flushReset
+	}
 	d.wmu.Lock()
 	defer d.wmu.Unlock()
-	return d.flushLocked(ctx, reset)
+	return d.flushLocked(ctx, mode)
 }
 
-func (d *ClusterDirectory) flushLocked(ctx context.Context, reset bool) error {
+func (d *ClusterDirectory) flushLocked(ctx context.Context, mode flushMode) error {
 	if d.withdrawn {
 		return nil
 	}
-	reset = reset || d.needReset
+	if d.needReset {
+		mode = flushReset
+	}
+	ids, all := d.changes.take()
+	if all && mode == flushChanged {
+		mode = flushAll
+	}
+	if err := d.flushNodesLocked(ctx, mode, ids); err != nil {
+		d.changes.restore(ids, all) // written next time
+		return err
+	}
+	d.needReset = false
+	return nil
+}
+
+func (d *ClusterDirectory) flushNodesLocked(ctx context.Context, mode flushMode, ids map[string]struct{}) error {
+	now := time.Now()
+	var ops []op
+	if mode == flushChanged {
+		// Only the nodes the hub marked: an idle fleet costs nothing here.
+		next := map[string]pubState{}
+		var gone []string
+		for id := range ids {
+			s := d.hub.Session(id)
+			if s == nil {
+				if _, ok := d.published[id]; ok {
+					ops, gone = append(ops, op{NodeID: id}), append(gone, id)
+				}
+				continue
+			}
+			st, write := d.compare(s, false, now)
+			if !write {
+				continue
+			}
+			b, err := d.entryOf(s, st)
+			if err != nil {
+				return err
+			}
+			ops, next[id] = append(ops, op{NodeID: id, Entry: b}), st
+		}
+		if len(ops) == 0 {
+			return nil
+		}
+		if err := d.writeLocked(ctx, ops, false); err != nil {
+			return err
+		}
+		for id, st := range next {
+			d.published[id] = st
+		}
+		for _, id := range gone {
+			if d.hub.Session(id) == nil {
+				delete(d.published, id)
+			}
+		}
+		return nil
+	}
+	reset := mode == flushReset
 	sessions := d.hub.Sessions()
 	states := make(map[string]pubState, len(sessions))
-	var ops []op
 	for _, s := range sessions {
-		st := stateOf(s)
-		if old, ok := d.published[s.NodeID]; ok && !reset && !old.differs(st) {
-			st = old // unchanged (CPU within its step): what is written stays
-		} else {
+		st, write := d.compare(s, reset, now)
+		if write {
 			b, err := d.entryOf(s, st)
 			if err != nil {
 				return err
@@ -172,7 +257,6 @@ func (d *ClusterDirectory) flushLocked(ctx context.Context, reset bool) error {
 		return err
 	}
 	d.published = states
-	d.needReset = false
 	return nil
 }
 
@@ -208,7 +292,7 @@ func (d *ClusterDirectory) writeLocked(ctx context.Context, ops []op, reset bool
 			return fmt.Errorf("directory: reset refused")
 		}
 		d.needReset = true
-		return d.flushLocked(ctx, true)
+		return d.flushNodesLocked(ctx, flushReset, nil)
 	}
 	d.seq = uint64(seq)
 	return nil
@@ -264,10 +348,15 @@ func (d *ClusterDirectory) publishGone(ctx context.Context, instance string) err
 }
 
 // writeLoop writes local changes, coalesced: at most one write per
-// FlushGap, each a batch. Slot releases (the hub's capacity signal) and
-// arrivals or departures (Touch) ask for one; a scan every ScanInterval
-// catches what nothing signals. It also runs the backstop read.
+// FlushGap, each a batch of the nodes the hub marked in Changes since the
+// last (an arrival, a departure, a slot taken or given back, a heartbeat's
+// CPU, a benchmark). A scan every ScanInterval compares every local node
+// as a backstop. It also runs the backstop read of the other instances.
 func (d *ClusterDirectory) writeLoop(ctx context.Context) {
+	// tick runs the cheap checks (a re-read owed, instances carried); scan
+	// compares every local node, a backstop for a mark that went missing.
+	tick := time.NewTicker(min(d.cfg.ScanInterval, time.Second))
+	defer tick.Stop()
 	scan := time.NewTicker(d.cfg.ScanInterval)
 	defer scan.Stop()
 	var backstop <-chan time.Time
@@ -279,31 +368,18 @@ func (d *ClusterDirectory) writeLoop(ctx context.Context) {
 	gap := time.NewTimer(0)
 	defer gap.Stop()
 	gapArmed := true
-	// The loop waits for the hub's capacity signal only while no flush is
-	// due: a registered waiter makes every slot release close a channel
-	// and wake this goroutine, once per task at full load, for changes
-	// the coming flush writes anyway.
-	changed, doneWaiting := d.hub.Changed()
-	waiting := true
-	defer func() {
-		if waiting {
-			doneWaiting()
-		}
-	}()
 	pending := false
 	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-d.touched:
-			pending = true
-		case <-changed:
-			doneWaiting()
-			changed, waiting = nil, false
+		case <-d.changes.C():
 			pending = true
 		case <-scan.C:
+			d.changes.MarkAll()
 			pending = true
+		case <-tick.C:
 			if d.rereadPending.Load() {
 				rctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
 				if d.readAll(rctx) == nil && d.rereadPending.CompareAndSwap(true, false) {
@@ -334,10 +410,6 @@ func (d *ClusterDirectory) writeLoop(ctx context.Context) {
 			continue
 		}
 		pending, last = false, time.Now()
-		if !waiting { // before the flush reads the slots: a release during it is not missed
-			changed, doneWaiting = d.hub.Changed()
-			waiting = true
-		}
 		fctx, cancel := context.WithTimeout(ctx, d.cfg.WriteTimeout)
 		if err := d.flush(fctx, false); err != nil && ctx.Err() == nil {
 			d.log.Debug("directory flush failed", "err", err)

@@ -42,7 +42,7 @@ type Config struct {
 	MaxNodesPerAccount int           // default 5; nodes online per account, cluster-wide
 	DefaultConcurrency int           // default 4; max_concurrency of a node that does not declare one
 	RegisterTimeout    time.Duration // default 10s; the first message must arrive within it
-	PingInterval       time.Duration // default 20s
+	PingInterval       time.Duration // default 20s; a node silent this long (Heard) is pinged
 	PingTimeout        time.Duration // default 15s; an unanswered ping closes the socket
 	WriteTimeout       time.Duration // default 10s per message
 	SendQueue          int           // default 256 messages; a node further behind is dropped
@@ -73,10 +73,12 @@ type Config struct {
 	// another instance, so that instance can be told to close its socket of
 	// the node (any generation below gen): invariant 1 across instances.
 	OnReplaced func(nodeID, prevOwner string, gen uint64)
-	// OnChange is called when a node arrives or leaves (the cluster
-	// directory publishes early then). It runs with the hub's lock held and
-	// must not block: Signal.Notify is made for it.
-	OnChange func()
+	// Changes, if set, is told of every node whose directory entry may
+	// have changed: it arrived or left, took or gave back a slot, reported
+	// its CPU, got a benchmark. The cluster directory reads it, so that it
+	// writes what changed and never looks at idle nodes (invariant 12).
+	// Marking never blocks; nil: nothing is told.
+	Changes *Changes
 	// Announce runs after a node is attached here and before it is
 	// sent node_registered: the cluster directory writes and publishes the
 	// arrival there, so the node is routable from every instance once it is
@@ -131,9 +133,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OnReplaced == nil {
 		c.OnReplaced = func(string, string, uint64) {}
-	}
-	if c.OnChange == nil {
-		c.OnChange = func() {}
 	}
 	if c.Announce == nil {
 		c.Announce = func(context.Context, *Session) {}
@@ -216,7 +215,10 @@ func (h *Hub) notifyCapacity() {
 // idle node costs only its two small goroutines. ctx should be the server's
 // root context (never a hijacked request's). remote is the client's
 // address, for logs.
-func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string) error {
+func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string, heard *Heard) error {
+	if heard == nil {
+		heard = NewHeard() // only messages and pongs count then
+	}
 	h.mu.Lock()
 	if h.draining {
 		h.mu.Unlock()
@@ -269,6 +271,7 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string) er
 			ModelInfo: reg.ModelInfo, MaxConcurrency: maxc,
 		},
 		conn:       conn,
+		heard:      heard,
 		hub:        h,
 		log:        log,
 		wake:       make(chan struct{}, 1),
@@ -415,7 +418,7 @@ func (h *Hub) attach(s *Session) (*Session, bool) {
 	h.indexLocked(s)
 	h.metrics.connected.Set(float64(len(h.sessions)))
 	defer h.notifyCapacity()
-	defer h.cfg.OnChange()
+	defer h.cfg.Changes.Mark(s.NodeID)
 	return prev, fenced
 }
 
@@ -429,7 +432,7 @@ func (h *Hub) detach(s *Session) {
 	delete(h.sessions, s.NodeID)
 	h.unindexLocked(s)
 	h.metrics.connected.Set(float64(len(h.sessions)))
-	h.cfg.OnChange()
+	h.cfg.Changes.Mark(s.NodeID)
 }
 
 // indexLocked adds s to the capability index. Slices in the index are

@@ -34,28 +34,42 @@ type Pick struct {
 // whether some node would have, but for its slots being full.
 func Select(cands []Candidate, p Pick, standing func(nodeID string) Standing) (best Candidate, found, busy bool) {
 	bestScore := 0.0
+	full := false // a full node passed the cheap checks: maybe busy
 	for _, c := range cands {
-		if slices.Contains(p.Exclude, c.NodeID) {
-			continue
-		}
-		if p.Trust == TrustOfficial && c.Trust != TrustOfficial {
-			continue
-		}
-		st := standing(c.NodeID)
-		st.HasBench, st.BenchMs, st.BenchFailed = c.HasBench, c.BenchMs, c.BenchFailed
-		if st.Suspended {
+		if !p.admits(c) {
 			continue
 		}
 		if c.FreeSlots <= 0 {
-			busy = true
+			full = true // its standing is asked only if no node is free (below)
 			continue
 		}
+		st := standing(c.NodeID)
+		if st.Suspended {
+			continue
+		}
+		st.HasBench, st.BenchMs, st.BenchFailed = c.HasBench, c.BenchMs, c.BenchFailed
 		score := Score(st, c.CPU, rand.Float64())
 		if !found || score > bestScore {
 			best, bestScore, found = c, score, true
 		}
 	}
-	return best, found, busy && !found
+	if found || !full {
+		return best, found, false
+	}
+	// Busy means a node would qualify but for its slots: a suspended one
+	// would not.
+	for _, c := range cands {
+		if c.FreeSlots <= 0 && p.admits(c) && !standing(c.NodeID).Suspended {
+			return best, false, true
+		}
+	}
+	return best, false, false
+}
+
+// admits is what p asks of a node before its standing: not tried yet, and
+// of the demanded trust.
+func (p Pick) admits(c Candidate) bool {
+	return !slices.Contains(p.Exclude, c.NodeID) && (p.Trust != TrustOfficial || c.Trust == TrustOfficial)
 }
 
 // Score is GemmaNet's routing score for a node that has the capability:

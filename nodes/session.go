@@ -63,9 +63,10 @@ type Session struct {
 	Remote      string
 	ConnectedAt time.Time
 
-	conn *websocket.Conn
-	hub  *Hub
-	log  *slog.Logger
+	conn  *websocket.Conn
+	heard *Heard // when the node last said anything: pings go to silent nodes only
+	hub   *Hub
+	log   *slog.Logger
 
 	// The send queue: a slice behind a mutex rather than a channel, so that
 	// an idle connection costs no buffer (each idle node is budgeted at 32 KiB).
@@ -81,6 +82,7 @@ type Session struct {
 
 	inflight    atomic.Int32
 	cpuBits     atomic.Uint64                // float64 bits of the last heartbeat's cpu_percent
+	cpuMarked   float64                      // the CPU last marked as changed (the reader's alone)
 	benchSentAt atomic.Int64                 // unix nanos of the outstanding benchmark request; 0: none
 	bench       atomic.Pointer[benchSummary] // the latest benchmark, for routing
 }
@@ -97,6 +99,7 @@ func (s *Session) TryAcquire() bool {
 			return false
 		}
 		if s.inflight.CompareAndSwap(n, n+1) {
+			s.hub.cfg.Changes.Mark(s.NodeID)
 			return true
 		}
 	}
@@ -105,6 +108,7 @@ func (s *Session) TryAcquire() bool {
 // Release returns a slot taken by TryAcquire.
 func (s *Session) Release() {
 	s.inflight.Add(-1)
+	s.hub.cfg.Changes.Mark(s.NodeID)
 	s.hub.notifyCapacity()
 }
 
@@ -202,8 +206,10 @@ func (s *Session) writeLoop(ctx context.Context) {
 	for {
 		select {
 		case <-s.wake:
-		case <-ticker.C:
-			if pinging.CompareAndSwap(false, true) {
+		case now := <-ticker.C:
+			// Only a node silent for a whole interval is pinged: one that
+			// pings us or sends heartbeats has shown it is alive (Heard).
+			if s.heard.silentFor(now) >= s.hub.cfg.PingInterval && pinging.CompareAndSwap(false, true) {
 				pctx, cancel := context.WithTimeout(ctx, s.hub.cfg.PingTimeout)
 				stopPing = cancel
 				pinger.Go(func() {
@@ -245,7 +251,10 @@ func (s *Session) writeLoop(ctx context.Context) {
 // closing, or the server is) is not a dead node.
 func (s *Session) ping(ctx context.Context) {
 	err := s.conn.Ping(ctx)
-	if err != nil && !errors.Is(ctx.Err(), context.Canceled) {
+	switch {
+	case err == nil:
+		s.heard.mark()
+	case !errors.Is(ctx.Err(), context.Canceled):
 		s.Close(closeUnanswered, "ping unanswered")
 	}
 }
@@ -270,6 +279,9 @@ func (s *Session) shutdown() {
 func (s *Session) readLoop(ctx context.Context) {
 	for {
 		typ, data, err := s.conn.Read(ctx)
+		if err == nil {
+			s.heard.mark()
+		}
 		if err != nil {
 			code := websocket.CloseStatus(err)
 			switch {
@@ -303,6 +315,12 @@ func (s *Session) handle(data []byte) {
 	case MsgHeartbeat:
 		hb := DecodeHeartbeat(msg.Payload)
 		s.cpuBits.Store(math.Float64bits(hb.CPUPercent))
+		// The directory writes a CPU change of cpuStep points or more:
+		// smaller ones need not wake it (its 30 s scan catches the rest).
+		if math.Abs(hb.CPUPercent-s.cpuMarked) >= cpuStep {
+			s.cpuMarked = hb.CPUPercent
+			s.hub.cfg.Changes.Mark(s.NodeID)
+		}
 		s.hub.maybeBenchmark(s, time.Now())
 	case MsgTaskChunk:
 		c, err := DecodeChunk(msg.Payload)

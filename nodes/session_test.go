@@ -99,11 +99,12 @@ func serveHub(t *testing.T, cfg Config) testHub {
 	h := NewHub(cfg, oneAccount{}, NewMemoryClaims(), noEvents{})
 	root, cancel := context.WithCancel(context.Background())
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, nil)
+		heard := NewHeard() // as the server accepts node sockets
+		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{OnPingReceived: heard.OnPing})
 		if err != nil {
 			return
 		}
-		_ = h.Serve(root, c, r.RemoteAddr)
+		_ = h.Serve(root, c, r.RemoteAddr, heard)
 	}))
 	t.Cleanup(func() {
 		ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
@@ -136,6 +137,7 @@ const (
 	opText  byte = 0x1
 	opClose byte = 0x8
 	opPing  byte = 0x9
+	opPong  byte = 0xa
 )
 
 // rawPeer is a node socket spoken frame by frame, so a test decides what
@@ -267,4 +269,25 @@ func TestSendQueueBoundedInBytes(t *testing.T) {
 		t.Fatal("Send refused a message but the session is not closing")
 	}
 	t.Logf("dropped after %d messages of 64 KiB", accepted)
+}
+
+// A node that pings the server (GemmaNet's SDK and ours do, every 20 s) is
+// alive without the server's pings: it gets none while it keeps pinging,
+// only pongs. Once it falls silent for PingInterval, the server pings it.
+func TestNoPingsToANodeThatPings(t *testing.T) {
+	const every = 60 * time.Millisecond
+	h := serveHub(t, Config{PingInterval: every, PingTimeout: time.Minute})
+	p := dialRaw(t, h.url)
+	p.register(t, "pinger")
+	for i := range 20 { // 20 of the node's pings, 3 a PingInterval: 6 intervals
+		p.writeFrame(t, opPing, []byte{byte(i)})
+		op, payload := p.readFrame(t, 5*time.Second)
+		if op != opPong || len(payload) != 1 || payload[0] != byte(i) {
+			t.Fatalf("ping %d: the server sent frame %#x %q, want only the pong to it", i, op, payload)
+		}
+		time.Sleep(every / 3) // the node's own cadence: the time between its pings is the point
+	}
+	if op, _ := p.readFrame(t, 5*time.Second); op != opPing {
+		t.Fatalf("frame %#x once the node fell silent, want the server's ping", op)
+	}
 }

@@ -179,7 +179,7 @@ func (a *App) buildEngine(claims nodes.Claims) {
 	}
 	hubCfg.BeforeAttach = a.nodeArriving
 	if cfg.Multi() {
-		hubCfg.OnChange, hubCfg.OnReplaced = a.cluster.changed.Notify, a.cluster.replaced
+		hubCfg.Changes, hubCfg.OnReplaced = a.cluster.changes, a.cluster.replaced
 		hubCfg.Announce = a.cluster.announce // invariant 11: published before node_registered
 	}
 	deps := tasks.Deps{Bus: a.bus, Recorder: recorder{a}, Standings: standings{a},

@@ -32,12 +32,12 @@ type cluster struct {
 	lock     *bus.Lock               // single-instance mode with Redis only
 
 	redisOK   atomic.Bool
-	redisErr  atomic.Value  // string: why Redis is unreachable
-	lockLost  atomic.Value  // string: who took the single-instance lock
-	instances atomic.Int32  // live instances at the last look
-	resync    chan struct{} // cap 1: re-assert everything now
-	changed   nodes.Signal  // local nodes changed: the hub fires it, the directory publishes
-	keyCheck  chan struct{} // cap 1: check the keys in use now (auth events may have been missed)
+	redisErr  atomic.Value   // string: why Redis is unreachable
+	lockLost  atomic.Value   // string: who took the single-instance lock
+	instances atomic.Int32   // live instances at the last look
+	resync    chan struct{}  // cap 1: re-assert everything now
+	changes   *nodes.Changes // local nodes that changed: the hub marks them, the directory writes them
+	keyCheck  chan struct{}  // cap 1: check the keys in use now (auth events may have been missed)
 }
 
 // redisOptions tunes the client for failing fast: with Redis gone, a request
@@ -106,7 +106,7 @@ func (a *App) connectCluster(ctx context.Context) (*cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &cluster{app: a, rdb: rdb, resync: make(chan struct{}, 1), changed: nodes.NewSignal(), keyCheck: make(chan struct{}, 1)}
+	c := &cluster{app: a, rdb: rdb, resync: make(chan struct{}, 1), changes: nodes.NewChanges(), keyCheck: make(chan struct{}, 1)}
 	a.cluster = c // closed by closeAll from here on
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -135,11 +135,11 @@ func (a *App) connectCluster(ctx context.Context) (*cluster, error) {
 }
 
 // wire builds the cluster directory over the hub once it exists. The hub
-// was given c.changed (its OnChange) and c.replaced (its OnReplaced) in
+// was given c.changes (its Changes) and c.replaced (its OnReplaced) in
 // its config, so nothing is set on it afterwards.
 func (c *cluster) wire(a *App) {
 	c.dir = nodes.NewClusterDirectory(a.hub, c.rdb, c.liveIDs, nodes.ClusterConfig{
-		Namespace: a.cfg.Namespace, Instance: a.instanceID, TTL: a.cfg.LivenessTTL, Changed: c.changed, Logger: a.log})
+		Namespace: a.cfg.Namespace, Instance: a.instanceID, TTL: a.cfg.LivenessTTL, Changes: c.changes, Logger: a.log})
 }
 
 // replaced is the hub's OnReplaced. Invariant 1 across instances: the old

@@ -34,7 +34,7 @@ func TestDefaultConfigZeroFieldsAreDeliberate(t *testing.T) {
 	deliberate := []string{
 		"DatabaseURL", "InstanceName", "RedisURL", "RedisCluster", "SingleInstance",
 		"UnsafeNoWatcher", "OpenRegistration", "TrustProxy", "NoNodeBenchmarks",
-		"PprofListen", "PprofAllowRemote", "Logger",
+		"PprofListen", "PprofAllowRemote", "AdminToken", "Logger",
 		"RegisterTimeout", "BenchmarkMaxAge", // package nodes fills these
 	}
 	v := reflect.ValueOf(DefaultConfig())

@@ -12,6 +12,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
 
+	"switchyard/nodes"
 	"switchyard/ratelimit"
 )
 
@@ -45,13 +46,15 @@ func (a *App) nodeSocket(c echo.Context) error {
 	}
 	// Nodes authenticate with an API key in their first message, not with
 	// cookies, so cross-origin connections carry no CSRF risk.
-	conn, err := websocket.Accept(smallBuffers{c.Response()}, c.Request(), &websocket.AcceptOptions{InsecureSkipVerify: true})
+	heard := nodes.NewHeard() // the node's own pings show it is alive: ours go to silent nodes only
+	conn, err := websocket.Accept(smallBuffers{c.Response()}, c.Request(),
+		&websocket.AcceptOptions{InsecureSkipVerify: true, OnPingReceived: heard.OnPing})
 	if err != nil {
 		return nil // Accept has answered the client
 	}
 	// The request's context ends with the hijack; the session lives on the
 	// instance's root context instead.
-	_ = a.hub.Serve(a.root, conn, ip)
+	_ = a.hub.Serve(a.root, conn, ip, heard)
 	return nil
 }
 

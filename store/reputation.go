@@ -146,20 +146,18 @@ func NewReputation(st Store, w *Writer, cfg ReputationConfig) *Reputation {
 // Get returns a node's current view: fast, no I/O. An unknown node has the
 // new-node score, no average and no suspension.
 func (r *Reputation) Get(nodeID string) View {
+	// Routing asks this of every capable node for every request: computed
+	// under the read lock, without copying the node's stats.
+	now := r.cfg.Now()
 	r.mu.RLock()
+	defer r.mu.RUnlock()
 	p := r.nodes[nodeID]
-	var s NodeStats
-	if p != nil {
-		s = *p
-	}
-	r.mu.RUnlock()
 	if p == nil {
 		return View{Score: NewNodeScore}
 	}
-	now := r.cfg.Now()
-	v := View{Score: Score(s, now), Suspended: suspended(s, now)}
-	if s.TotalTasks > 0 {
-		v.AvgMs = float64(s.TotalMs) / float64(s.TotalTasks)
+	v := View{Score: Score(*p, now), Suspended: suspended(*p, now)}
+	if p.TotalTasks > 0 {
+		v.AvgMs = float64(p.TotalMs) / float64(p.TotalTasks)
 	}
 	return v
 }

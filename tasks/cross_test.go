@@ -87,7 +87,7 @@ func newInstance(t *testing.T, id string, b bus.Bus, dir tasks.Directory, cfg ta
 		if err != nil {
 			return
 		}
-		_ = in.hub.Serve(ctx, c, r.RemoteAddr)
+		_ = in.hub.Serve(ctx, c, r.RemoteAddr, nil)
 	}))
 	in.wsURL = "ws" + strings.TrimPrefix(srv.URL, "http")
 	t.Cleanup(func() {

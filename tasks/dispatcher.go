@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"switchyard/bus"
@@ -112,7 +113,13 @@ func (r *run) lookAgain(ctx context.Context) bool {
 func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 	d := r.d
 	var tried []string
-	var cands []nodes.Candidate
+	cp := candPool.Get().(*[]nodes.Candidate)
+	cands := (*cp)[:0]
+	defer func() {
+		clear(cands[:cap(cands)]) // the sessions they point to may go
+		*cp = cands[:0]
+		candPool.Put(cp)
+	}()
 	var queueDeadline time.Time
 	for r.attempts < d.cfg.MaxAttempts {
 		var c nodes.Candidate
@@ -191,6 +198,12 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 	}
 	return Outcome{}, &Error{Code: CodeNoNode, Message: msg}
 }
+
+// candPool holds the candidate lists of picks: every capable node is a
+// candidate, and with 3,000 of them a request allocated 288 KB for the
+// list; the collector then took 29 % of a loaded instance's CPU
+// (BENCHMARKS.md, "the fleet profile").
+var candPool = sync.Pool{New: func() any { return new([]nodes.Candidate) }}
 
 // refused takes in an owner's refusal of the attempt on c, so the next
 // pick is better informed:

@@ -106,7 +106,7 @@ ws://HOST:PORT/ws/node; clients call http://HOST:PORT/api/v1/…`, cfg.Listen, c
 	fs.IntVar(&cfg.PublicRate, "public-rate", cfg.PublicRate, "requests per minute per client IP on the public endpoints (-1: no limit)")
 	fs.IntVar(&cfg.RegisterRate, "register-rate", cfg.RegisterRate, "sign-ups per hour per client IP with --open-registration (-1: no limit)")
 	fs.IntVar(&cfg.HandshakeRate, "handshake-rate", cfg.HandshakeRate, "node connections per minute per client IP (-1: no limit)")
-	fs.DurationVar(&cfg.PingInterval, "ping-interval", cfg.PingInterval, "how often to ping node sockets to notice dead ones")
+	fs.DurationVar(&cfg.PingInterval, "ping-interval", cfg.PingInterval, "ping a node socket silent this long (no message, ping or pong from the node), to notice dead ones")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "on SIGTERM, how long to let tasks in flight finish")
 	fs.DurationVar(&cfg.ReadHeaderTimeout, "read-header-timeout", cfg.ReadHeaderTimeout, "a request's line and headers must arrive within this")
 	fs.DurationVar(&cfg.BodyReadTimeout, "body-read-timeout", cfg.BodyReadTimeout, "a request's body must arrive within this, from the end of its headers (a client that trickles a body is cut off)")
