@@ -46,6 +46,13 @@ type Config struct {
 	PingTimeout        time.Duration // default 15s; an unanswered ping closes the socket
 	WriteTimeout       time.Duration // default 10s per message
 	SendQueue          int           // default 256 messages; a node further behind is dropped
+	// MaxRegistering (default 64) bounds the registrations past their
+	// node_register in progress at once (each loads the node's reputation,
+	// takes its claim and announces it: store and Redis round trips). One
+	// more is closed with 1013 at once and retries with backoff: a
+	// reconnect storm is shed at the door instead of timing out in the
+	// store and Redis, and piling up retries (invariant 14).
+	MaxRegistering int
 	// SendQueueBytes (default 16 MiB) bounds the same queue in bytes, each
 	// message charged its length plus 64: 256 assigns of the largest
 	// content would otherwise hold hundreds of MiB for one slow node. A
@@ -113,6 +120,9 @@ func (c Config) withDefaults() Config {
 	if c.SendQueue == 0 {
 		c.SendQueue = 256
 	}
+	if c.MaxRegistering == 0 {
+		c.MaxRegistering = 64
+	}
 	if c.SendQueueBytes == 0 {
 		c.SendQueueBytes = 16 << 20
 	}
@@ -165,23 +175,26 @@ type Hub struct {
 	bg       sync.WaitGroup // benchmark saves in flight
 	fences   map[string]fence
 	idle     chan struct{} // closed when draining and serving reaches 0
+
+	registering chan struct{} // a slot per registration in progress (Config.MaxRegistering)
 }
 
 // NewHub returns a hub. events receives task traffic from every session.
 func NewHub(cfg Config, auth Authenticator, claims Claims, events Events) *Hub {
 	cfg = cfg.withDefaults()
 	return &Hub{
-		cfg:      cfg,
-		auth:     auth,
-		claims:   claims,
-		events:   events,
-		metrics:  newMetrics(cfg.Registerer),
-		log:      cfg.Logger,
-		sessions: make(map[string]*Session),
-		fences:   make(map[string]fence),
-		byCap:    make(map[string][]*Session),
-		idle:     make(chan struct{}),
-		slotCh:   make(chan struct{}),
+		cfg:         cfg,
+		auth:        auth,
+		claims:      claims,
+		events:      events,
+		metrics:     newMetrics(cfg.Registerer),
+		log:         cfg.Logger,
+		sessions:    make(map[string]*Session),
+		fences:      make(map[string]fence),
+		byCap:       make(map[string][]*Session),
+		idle:        make(chan struct{}),
+		slotCh:      make(chan struct{}),
+		registering: make(chan struct{}, cfg.MaxRegistering),
 	}
 }
 
@@ -239,6 +252,18 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string, he
 	if !ok {
 		return nil
 	}
+	select {
+	case h.registering <- struct{}{}:
+	default:
+		h.reject(conn, "busy", CodeUnavailable, "the coordinator is registering many nodes; retry shortly", CloseTryAgainLater)
+		return nil
+	}
+	registering := true
+	defer func() {
+		if registering {
+			<-h.registering
+		}
+	}()
 	nodeID := NodeID(acct.ID, reg.Name)
 	log := h.log.With("node_id", nodeID, "name", reg.Name, "remote", remote)
 	// Slow work (the store) before the claim, so the window between taking
@@ -300,6 +325,8 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string, he
 		s.Close(CloseReplaced, "replaced by a newer connection")
 	}
 	go s.writeLoop(ctx)
+	<-h.registering // registered: the rest (the benchmark probe, the replace) is cheap or its own
+	registering = false
 	h.startBenchmark(ctx, s)
 	if claim.PrevOwner != "" && claim.PrevOwner != h.cfg.Instance {
 		h.cfg.OnReplaced(nodeID, claim.PrevOwner, claim.Gen)

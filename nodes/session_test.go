@@ -291,3 +291,44 @@ func TestNoPingsToANodeThatPings(t *testing.T) {
 		t.Fatalf("frame %#x once the node fell silent, want the server's ping", op)
 	}
 }
+
+// Invariant 14: registrations past their node_register are bounded
+// (MaxRegistering); one more is closed with 1013 at once rather than left
+// to time out in the store or Redis with everyone else. Here the first
+// registration is held in its store work (BeforeAttach), the second is
+// turned away, and once the first is through a third registers.
+func TestRegistrationsBeyondTheBoundAreShed(t *testing.T) {
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	h := serveHub(t, Config{PingInterval: time.Hour, MaxRegistering: 1,
+		BeforeAttach: func(_ context.Context, _, _, name string) {
+			if name == "slow" {
+				entered <- struct{}{}
+				<-release
+			}
+		}})
+	regFrame := func(name string) []byte {
+		b, _ := json.Marshal(map[string]any{"msg_type": MsgNodeRegister, "payload": map[string]any{
+			"api_key": "k", "name": name, "capabilities": []string{"echo"}}})
+		return b
+	}
+	slow := dialRaw(t, h.url)
+	slow.writeFrame(t, opText, regFrame("slow"))
+	<-entered
+
+	start := time.Now()
+	shed := dialRaw(t, h.url)
+	shed.writeFrame(t, opText, regFrame("shed"))
+	op, payload := shed.readFrame(t, 5*time.Second)
+	if op != opClose || len(payload) < 2 || websocket.StatusCode(binary.BigEndian.Uint16(payload)) != CloseTryAgainLater {
+		t.Fatalf("a registration beyond the bound got frame %#x %q, want close 1013", op, payload)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("shed after %v, want at once", d)
+	}
+
+	close(release)
+	if op, payload := slow.readFrame(t, 5*time.Second); op != opText || !strings.Contains(string(payload), MsgNodeRegistered) {
+		t.Fatalf("the held registration got %#x %q, want node_registered", op, payload)
+	}
+	dialRaw(t, h.url).register(t, "after") // the slot is free again
+}
