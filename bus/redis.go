@@ -467,6 +467,7 @@ func (s *redisSub) awaitSlotMap() {
 		if err != nil {
 			continue
 		}
+		//lint:ignore SA1019 CLUSTER SLOTS names each slot range's serving master first, all this compares; SHARDS lists failed nodes too
 		slots, err := cc.ClusterSlots(s.ctx).Result()
 		if err != nil {
 			continue

@@ -29,7 +29,9 @@ func TestRegistryAndLock(t *testing.T) {
 
 func testRegistry(t *testing.T, rdb redis.UniversalClient, ns string) {
 	ctx := context.Background()
-	reg := bus.NewRegistry(rdb, bus.RegistryConfig{Namespace: ns, TTL: time.Minute})
+	clock := time.Now()
+	reg := bus.NewRegistry(rdb, bus.RegistryConfig{Namespace: ns, TTL: time.Minute, MissingFor: time.Second,
+		Now: func() time.Time { return clock }})
 	// Enough instances that, on a cluster, their alive keys span masters.
 	ids := []string{"i0", "i1", "i2", "i3", "i4", "i5", "i6", "i7"}
 	for _, id := range ids {
@@ -52,27 +54,69 @@ func testRegistry(t *testing.T, rdb redis.UniversalClient, ns string) {
 	if !slices.Equal(got, ids) {
 		t.Fatalf("Instances = %v, want %v", got, ids)
 	}
+	delAlive := func(id string) {
+		t.Helper()
+		if err := rdb.Del(ctx, ns+":inst:alive:"+id).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	alive := func(want map[string]bool) {
+		t.Helper()
+		got, err := reg.Alive(ctx, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids {
+			w, listed := want[id]
+			if !listed {
+				w = true
+			}
+			if got[id] != w {
+				t.Fatalf("Alive = %v; %s should be %v", got, id, w)
+			}
+		}
+	}
 
-	// i1 deregisters; i2's alive key expires (a crash): Alive tells them
-	// apart from the living, and Sweep removes only i2's index entry (i1's
-	// is gone already), calling onDead for it.
+	// i1 deregisters; i2's alive key is lost (a crash, or a Redis that
+	// lost its data): both still count as alive until their keys have been
+	// missing for MissingFor, since a live instance writes its key back (a
+	// drained one has left its channel too, which the watcher sees at
+	// once). The registry's listing drops i1 at once.
 	if err := reg.Deregister(ctx, "i1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.Del(ctx, ns+":inst:alive:i2").Err(); err != nil {
+	delAlive("i2")
+	alive(nil)
+	if live, n, err := reg.LiveIDs(ctx); err != nil || n != len(ids)-1 || slices.Contains(live, "i1") || !slices.Contains(live, "i2") {
+		t.Fatalf("LiveIDs = %v, %d alive, %v; want all but i1", live, n, err)
+	}
+	clock = clock.Add(time.Second)
+	alive(map[string]bool{"i1": false, "i2": false})
+
+	// A key lost and written back within MissingFor never makes its
+	// instance dead, even if it is lost again: a new span starts.
+	delAlive("i3")
+	alive(map[string]bool{"i1": false, "i2": false})
+	if err := reg.Register(ctx, bus.InstanceInfo{ID: "i3"}); err != nil {
 		t.Fatal(err)
 	}
-	alive, err := reg.Alive(ctx, ids)
-	if err != nil {
+	clock = clock.Add(600 * time.Millisecond)
+	alive(map[string]bool{"i1": false, "i2": false})
+	delAlive("i3")
+	clock = clock.Add(600 * time.Millisecond)
+	alive(map[string]bool{"i1": false, "i2": false})
+	if err := reg.Register(ctx, bus.InstanceInfo{ID: "i3"}); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range ids {
-		if want := id != "i1" && id != "i2"; alive[id] != want {
-			t.Fatalf("Alive = %v; %s should be %v", alive, id, want)
-		}
-	}
+
+	// The sweeper's own key, lost for longer than MissingFor: never dead to
+	// itself. Sweep removes only i2's index entry (i1's is gone already),
+	// calling onDead for it.
+	delAlive("i0")
+	alive(map[string]bool{"i1": false, "i2": false})
+	clock = clock.Add(time.Second)
 	var cleaned []string
-	live, dead, err := reg.Sweep(ctx, func(_ context.Context, id string) error { cleaned = append(cleaned, id); return nil })
+	live, dead, err := reg.Sweep(ctx, "i0", func(_ context.Context, id string) error { cleaned = append(cleaned, id); return nil })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -267,7 +267,7 @@ func (c *cluster) heartbeat(ctx context.Context) {
 				reassert = false
 			}
 		}
-		live, dead, err := c.registry.Sweep(hctx, func(ctx context.Context, id string) error {
+		live, dead, err := c.registry.Sweep(hctx, a.instanceID, func(ctx context.Context, id string) error {
 			if err := c.claims.Purge(ctx, id); err != nil {
 				return err
 			}
@@ -313,17 +313,11 @@ func (c *cluster) keepLock(ctx context.Context) {
 
 // liveIDs lists the live instances (for the directory).
 func (c *cluster) liveIDs(ctx context.Context) ([]string, error) {
-	infos, err := c.registry.Instances(ctx)
+	ids, alive, err := c.registry.LiveIDs(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ids := make([]string, 0, len(infos))
-	for _, i := range infos {
-		if !i.Draining {
-			ids = append(ids, i.ID)
-		}
-	}
-	c.instances.Store(int32(len(infos)))
+	c.instances.Store(int32(alive))
 	return ids, nil
 }
 

@@ -60,7 +60,8 @@ func (keyAuth) AuthenticateNode(_ context.Context, key string) (nodes.Account, e
 
 // newInstance starts an instance on b, built the way server.App builds
 // one. dir is where its dispatcher looks for nodes; nil means its own hub.
-func newInstance(t *testing.T, id string, b bus.Bus, dir tasks.Directory, cfg tasks.Config) *instance {
+// alive, if given, is its Liveness (the registry's alive keys).
+func newInstance(t *testing.T, id string, b bus.Bus, dir tasks.Directory, cfg tasks.Config, alive ...tasks.Liveness) *instance {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -69,14 +70,18 @@ func newInstance(t *testing.T, id string, b bus.Bus, dir tasks.Directory, cfg ta
 	if cfg.WatchInterval == 0 {
 		cfg.WatchInterval = 20 * time.Millisecond
 	}
-	in.eng = tasks.New(cfg, tasks.Deps{Bus: b, Recorder: in.rec,
+	deps := tasks.Deps{Bus: b, Recorder: in.rec,
 		Nodes: func(ev nodes.Events) tasks.NodeSide {
 			in.hub = nodes.NewHub(nodes.Config{Instance: id, Logger: log}, keyAuth{}, nodes.NewMemoryClaims(), ev)
 			if dir == nil {
 				dir = in.hub
 			}
 			return tasks.NodeSide{Sessions: in.hub, Directory: dir}
-		}})
+		}}
+	if len(alive) > 0 {
+		deps.Liveness = alive[0]
+	}
+	in.eng = tasks.New(cfg, deps)
 	sub, err := b.Subscribe(ctx, id, in.eng.HandleEnvelope)
 	if err != nil {
 		t.Fatal(err)
@@ -218,6 +223,46 @@ func TestInvariant5RequesterGoneFreesTheNode(t *testing.T) {
 		t.Logf("owner noticed the requester was gone after %s", time.Since(start))
 		waitUntil(t, func() bool { return o.eng.Forwarding() == 0 })
 	})
+}
+
+// aliveKeys is a Liveness whose instances lose their alive key on demand.
+type aliveKeys struct {
+	mu   sync.Mutex
+	dead map[string]bool
+}
+
+func (a *aliveKeys) kill(id string) { a.mu.Lock(); a.dead[id] = true; a.mu.Unlock() }
+
+func (a *aliveKeys) Alive(_ context.Context, ids []string) (map[string]bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[string]bool{}
+	for _, id := range ids {
+		out[id] = !a.dead[id]
+	}
+	return out, nil
+}
+
+// A requester taken for gone while it is alive (Redis lost its alive key,
+// its subscription stayed): the owner cancels its task on the node, and
+// the requester hears so at once with 503, not at the task timeout.
+func TestRequesterTakenForGoneHearsAtOnce(t *testing.T) {
+	b := bus.NewMemory()
+	t.Cleanup(func() { _ = b.Close() })
+	alive := &aliveKeys{dead: map[string]bool{}}
+	cfg := tasks.Config{TaskTimeout: time.Minute}
+	o := newInstance(t, "O", b, nil, cfg, alive)
+	r := newInstance(t, "R", b, o.hub, cfg)
+	n := nodetest.Connect(t, o.wsURL, nodetest.Reg("good", "w", "echo"))
+	ch := run(t, r, context.Background(), tasks.Request{TaskID: "p1", TaskType: "echo"}, tasks.Hooks{})
+	n.Expect("task_assign")
+	alive.kill("R")
+	if m := n.Expect("task_cancel"); m.TaskID() != "p1" || m.Payload["reason"] != "requester gone" {
+		t.Fatalf("cancel %v", m.Payload)
+	}
+	if got := wait(t, ch); code(got.err) != tasks.CodeUnavailable {
+		t.Fatalf("the requester got %+v, %v; want unavailable", got.out, got.err)
+	}
 }
 
 // Invariant 4: when the owner is gone, the requester fails its tasks with

@@ -230,11 +230,18 @@ func (o *owner) sweep(now time.Time) {
 }
 
 // requesterGone cancels every task of a requester instance that is gone
-// (DESIGN §5, invariant 5).
+// (DESIGN §5, invariant 5). Each task's failure is still posted to the
+// requester: if it was taken for gone wrongly (Redis lost its alive key
+// and it kept its subscription), its clients hear at once rather than at
+// the task timeout; if it is gone, the publish reaches nobody.
 func (o *owner) requesterGone(instance string) int {
 	ents := o.fwd.takeRequester(instance)
 	for _, ent := range ents {
 		o.cancelOnNode(ent, "requester gone")
+		o.post(ent, &bus.Envelope{Kind: bus.KindResult, Result: &bus.Result{
+			Code:    string(CodeUnavailable),
+			Message: "the instance holding the node took this instance for gone and cancelled the task; retry",
+		}})
 	}
 	return len(ents)
 }
