@@ -360,13 +360,17 @@ func (r *runner) injectFault(ctx context.Context, at, steadyEnd time.Time) {
 	r.alive.Store(&rest)
 	in := r.c.insts[v]
 	r.signalled.Store(int64(v + 1))
+	// The fault's time is taken before the signal, so everything it causes
+	// comes after it: a client of the victim can see its connection drop
+	// before kill returns here, and must not count as sent and done before
+	// the fault.
+	now := time.Now()
 	var err error
 	if r.fault.Kind == FaultKill {
 		err = in.kill()
 	} else {
 		err = in.terminate()
 	}
-	now := time.Now()
 	r.mu.Lock()
 	r.fault.AtMs = r.ledger.ms(now)
 	r.fault.InFlight = inFlight
