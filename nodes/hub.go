@@ -175,6 +175,8 @@ type Hub struct {
 	bg       sync.WaitGroup // benchmark saves in flight
 	fences   map[string]fence
 	idle     chan struct{} // closed when draining and serving reaches 0
+	pingStop chan struct{} // closed to stop the pinger (runs while serving > 0)
+	pingDone chan struct{} // closed when it has stopped
 
 	registering chan struct{} // a slot per registration in progress (Config.MaxRegistering)
 }
@@ -239,6 +241,10 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string, he
 		return ErrShuttingDown
 	}
 	h.serving++
+	if h.serving == 1 {
+		h.pingStop, h.pingDone = make(chan struct{}), make(chan struct{})
+		go h.pingLoop(h.pingStop, h.pingDone)
+	}
 	h.mu.Unlock()
 	handedOff := false
 	defer func() {
@@ -421,10 +427,44 @@ func (h *Hub) reject(conn *websocket.Conn, label, code, message string, close we
 func (h *Hub) done() {
 	h.mu.Lock()
 	h.serving--
+	var pinger chan struct{}
+	if h.serving == 0 {
+		close(h.pingStop)
+		pinger = h.pingDone
+	}
 	if h.draining && h.serving == 0 {
 		close(h.idle)
 	}
 	h.mu.Unlock()
+	if pinger != nil {
+		<-pinger // it scans under h.mu's read lock: waited for outside it
+	}
+}
+
+// pingLoop is the hub's one pinger, running while any connection is
+// served: every PingInterval/4 (at most a second) it asks the writer of
+// each node silent for PingInterval to ping it. One ticker for the hub
+// rather than one per session: each timer firing wakes the process, and
+// on an idle fleet of thousands of nodes those wakeups were a large part
+// of its CPU (BENCHMARKS.md, "the fleet profile").
+func (h *Hub) pingLoop(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(max(min(h.cfg.PingInterval/4, time.Second), time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			h.mu.RLock()
+			for _, s := range h.sessions {
+				if s.heard.silentFor(now) >= h.cfg.PingInterval {
+					s.wantPing()
+				}
+			}
+			h.mu.RUnlock()
+		}
+	}
 }
 
 // attach makes s the session of its node and returns the one it replaced,

@@ -76,7 +76,8 @@ type Session struct {
 	closing     bool
 	closeCode   websocket.StatusCode
 	closeReason string
-	wake        chan struct{} // cap 1: the queue has work, or the session is closing
+	wake        chan struct{} // cap 1: the queue has work, the session is closing, or a ping is due
+	pingDue     atomic.Bool   // set by the hub's pinger (the node has been silent), taken by the writer
 	writerDone  chan struct{}
 	closedOnce  sync.Once
 
@@ -183,19 +184,19 @@ func (s *Session) Close(code websocket.StatusCode, reason string) {
 }
 
 // writeLoop is the session's only writer of messages. It also pings the
-// node, so a dead socket is noticed even when nothing else is sent; but a
-// ping waits for its pong (up to PingTimeout for a sluggish node), and
-// assigns and cancels must not queue behind it, so each ping runs on a
-// goroutine of its own beside the writer: coder/websocket allows Ping
-// concurrently with Write (only Read and Reader are single-caller), and
-// the pong is read by the session's reader. One ping at a time; the writer
-// owns it, cancels it when the session closes, and waits for it. The
-// goroutine lives only while a ping is out, so an idle node still costs
-// two goroutines between pings.
+// node when the hub's pinger finds it silent (one ticker for the whole
+// hub, not one per session: on a large idle fleet each timer firing is a
+// wakeup of the process), so a dead socket is noticed even when nothing
+// else is sent. A ping waits for its pong (up to PingTimeout for a
+// sluggish node), and assigns and cancels must not queue behind it, so
+// each ping runs on a goroutine of its own beside the writer:
+// coder/websocket allows Ping concurrently with Write (only Read and
+// Reader are single-caller), and the pong is read by the session's reader.
+// One ping at a time; the writer owns it, cancels it when the session
+// closes, and waits for it. The goroutine lives only while a ping is out,
+// so an idle node costs two goroutines and no timer.
 func (s *Session) writeLoop(ctx context.Context) {
 	defer close(s.writerDone)
-	ticker := time.NewTicker(s.hub.cfg.PingInterval)
-	defer ticker.Stop()
 	var (
 		pinger   sync.WaitGroup
 		pinging  atomic.Bool
@@ -206,19 +207,6 @@ func (s *Session) writeLoop(ctx context.Context) {
 	for {
 		select {
 		case <-s.wake:
-		case now := <-ticker.C:
-			// Only a node silent for a whole interval is pinged: one that
-			// pings us or sends heartbeats has shown it is alive (Heard).
-			if s.heard.silentFor(now) >= s.hub.cfg.PingInterval && pinging.CompareAndSwap(false, true) {
-				pctx, cancel := context.WithTimeout(ctx, s.hub.cfg.PingTimeout)
-				stopPing = cancel
-				pinger.Go(func() {
-					defer pinging.Store(false)
-					s.ping(pctx)
-					cancel()
-				})
-			}
-			continue
 		case <-ctx.Done():
 			s.Close(CloseDraining, "server shutting down")
 		}
@@ -232,6 +220,15 @@ func (s *Session) writeLoop(ctx context.Context) {
 			s.shutdown()
 			return
 		}
+		if s.pingDue.Swap(false) && pinging.CompareAndSwap(false, true) {
+			pctx, cancel := context.WithTimeout(ctx, s.hub.cfg.PingTimeout)
+			stopPing = cancel
+			pinger.Go(func() {
+				defer pinging.Store(false)
+				s.ping(pctx)
+				cancel()
+			})
+		}
 		for i, msg := range batch {
 			wctx, cancel := context.WithTimeout(ctx, s.hub.cfg.WriteTimeout)
 			err := s.conn.Write(wctx, websocket.MessageText, msg)
@@ -243,6 +240,16 @@ func (s *Session) writeLoop(ctx context.Context) {
 				break
 			}
 		}
+	}
+}
+
+// wantPing asks the writer to ping the node (the hub's pinger found it
+// silent for PingInterval).
+func (s *Session) wantPing() {
+	s.pingDue.Store(true)
+	select {
+	case s.wake <- struct{}{}:
+	default:
 	}
 }
 
