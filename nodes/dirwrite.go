@@ -188,75 +188,55 @@ func (d *ClusterDirectory) flushLocked(ctx context.Context, mode flushMode) erro
 	return nil
 }
 
+// flushNodesLocked writes the nodes that differ from what was written, and
+// deletes the entries of nodes no longer here. It looks at the nodes the hub
+// marked (an idle fleet costs nothing here), or, for flushAll and
+// flushReset, at every local node and every entry written before.
 func (d *ClusterDirectory) flushNodesLocked(ctx context.Context, mode flushMode, ids map[string]struct{}) error {
 	now := time.Now()
-	var ops []op
-	if mode == flushChanged {
-		// Only the nodes the hub marked: an idle fleet costs nothing here.
-		next := map[string]pubState{}
-		var gone []string
-		for id := range ids {
-			s := d.hub.Session(id)
-			if s == nil {
-				if _, ok := d.published[id]; ok {
-					ops, gone = append(ops, op{NodeID: id}), append(gone, id)
-				}
-				continue
-			}
-			st, write := d.compare(s, false, now)
-			if !write {
-				continue
-			}
-			b, err := d.entryOf(s, st)
-			if err != nil {
-				return err
-			}
-			ops, next[id] = append(ops, op{NodeID: id, Entry: b}), st
-		}
-		if len(ops) == 0 {
-			return nil
-		}
-		if err := d.writeLocked(ctx, ops, false); err != nil {
-			return err
-		}
-		for id, st := range next {
-			d.published[id] = st
-		}
-		for _, id := range gone {
-			if d.hub.Session(id) == nil {
-				delete(d.published, id)
-			}
-		}
-		return nil
-	}
 	reset := mode == flushReset
-	sessions := d.hub.Sessions()
-	states := make(map[string]pubState, len(sessions))
-	for _, s := range sessions {
+	if mode != flushChanged {
+		ids = make(map[string]struct{}, len(d.published))
+		for _, s := range d.hub.Sessions() {
+			ids[s.NodeID] = struct{}{}
+		}
+		for id := range d.published {
+			ids[id] = struct{}{}
+		}
+	}
+	var ops []op
+	next := make(map[string]pubState, len(ids)) // what is written once ops are
+	for id := range ids {
+		s := d.hub.Session(id)
+		if s == nil {
+			if _, ok := d.published[id]; ok && !reset { // a reset rewrites the hash without it
+				ops = append(ops, op{NodeID: id})
+			}
+			continue
+		}
 		st, write := d.compare(s, reset, now)
 		if write {
 			b, err := d.entryOf(s, st)
 			if err != nil {
 				return err
 			}
-			ops = append(ops, op{NodeID: s.NodeID, Entry: b})
+			ops = append(ops, op{NodeID: id, Entry: b})
 		}
-		states[s.NodeID] = st
+		next[id] = st
 	}
-	if !reset {
-		for id := range d.published {
-			if _, ok := states[id]; !ok {
-				ops = append(ops, op{NodeID: id})
-			}
-		}
-		if len(ops) == 0 {
-			return nil
-		}
+	if len(ops) == 0 && !reset {
+		return nil
 	}
 	if err := d.writeLocked(ctx, ops, reset); err != nil {
 		return err
 	}
-	d.published = states
+	for id := range ids {
+		if st, ok := next[id]; ok {
+			d.published[id] = st
+		} else {
+			delete(d.published, id)
+		}
+	}
 	return nil
 }
 

@@ -114,9 +114,11 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 	d := r.d
 	var tried []string
 	cp := candPool.Get().(*[]nodes.Candidate)
-	cands := (*cp)[:0]
+	cands, used := (*cp)[:0], 0
 	defer func() {
-		clear(cands[:cap(cands)]) // the sessions they point to may go
+		// The sessions they point to may go. Only what this request wrote
+		// is cleared: the rest was cleared by the request before.
+		clear(cands[:used])
 		*cp = cands[:0]
 		candPool.Put(cp)
 	}()
@@ -125,12 +127,15 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 		var c nodes.Candidate
 		var ok, busy bool
 		cands, c, ok, busy = r.pick(cands, tried)
+		used = max(used, len(cands))
 		if busy {
 			// Register for the capacity signal, then look again, so a slot
 			// freed in between is not missed. Only a request that must wait
 			// registers: a registered waiter makes every slot release signal.
 			changed, doneWaiting := d.dir.Changed()
-			if cands, c, ok, busy = r.pick(cands, tried); busy {
+			cands, c, ok, busy = r.pick(cands, tried)
+			used = max(used, len(cands))
+			if busy {
 				if queueDeadline.IsZero() {
 					queueDeadline = time.Now().Add(d.cfg.QueueTimeout)
 				}
