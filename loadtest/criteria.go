@@ -33,12 +33,25 @@ const (
 // Criterion is one pass criterion judged on one run (Instances) or on the
 // comparison of runs.
 type Criterion struct {
-	Instances int    `json:"instances"` // the run judged
+	Instances int    `json:"instances"`       // the run judged
+	Scope     string `json:"scope,omitempty"` // what was judged when it is not a run: a sweep step ("5000/s")
 	Name      string `json:"name"`
 	Bar       string `json:"bar"`
 	Figure    string `json:"figure"` // what was measured
 	Status    string `json:"status"`
 	Detail    string `json:"detail,omitempty"` // for a FAIL, what missed and where
+}
+
+// scope names what c judged: a run ("2 inst"), a sweep step ("5000/s")
+// or all of them.
+func (c Criterion) scope() string {
+	switch {
+	case c.Scope != "":
+		return c.Scope
+	case c.Instances > 0:
+		return fmt.Sprintf("%d inst", c.Instances)
+	}
+	return "all"
 }
 
 // Evaluate judges every run against the bars, and the hop of each

@@ -180,22 +180,30 @@ func (f *fleet) awaitDirectory(ctx context.Context, limit time.Duration) error {
 		every = 500 * time.Millisecond
 	}
 	for _, in := range f.insts {
-		c := sdk.NewClient(in.URL, "", sdk.WithHTTPClient(hc))
-		for {
-			ns, err := c.Nodes(ctx, f.plain)
-			if err == nil && len(ns) >= f.cfg.Nodes {
-				break
-			}
-			if ctx.Err() != nil {
-				return fmt.Errorf("%s lists %d of %d nodes after %v (%v)", in.Name, len(ns), f.cfg.Nodes, limit, err)
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(every):
-			}
+		if err := awaitListed(ctx, hc, in, f.plain, f.cfg.Nodes, every); err != nil {
+			return fmt.Errorf("%w after %v", err, limit)
 		}
 	}
 	return nil
+}
+
+// awaitListed waits until instance in lists at least want nodes with
+// capability, asking every so often, until ctx ends.
+func awaitListed(ctx context.Context, hc *http.Client, in *Instance, capability string, want int, every time.Duration) error {
+	c := sdk.NewClient(in.URL, "", sdk.WithHTTPClient(hc))
+	for {
+		ns, err := c.Nodes(ctx, capability)
+		if err == nil && len(ns) >= want {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s lists %d of %d nodes (%v)", in.Name, len(ns), want, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(every):
+		}
+	}
 }
 
 // homedOn returns the nodes currently connected to instance inst.

@@ -33,16 +33,12 @@ pre{background:#f6f8fa;padding:8px;font-size:12px;overflow-x:auto}</style></head
 	r.WriteText(&text)
 	b.WriteString("<h2>Criteria</h2>\n<table><tr><th>status</th><th>run</th><th>criterion</th><th>figure</th><th>bar</th></tr>\n")
 	for _, c := range r.Criteria {
-		scope := "all"
-		if c.Instances > 0 {
-			scope = fmt.Sprintf("%d inst", c.Instances)
-		}
 		fig := html.EscapeString(c.Figure)
 		if c.Detail != "" {
 			fig += "<br><small>" + html.EscapeString(c.Detail) + "</small>"
 		}
 		fmt.Fprintf(&b, "<tr><td class=%q>%s</td><td>%s</td><td class=l>%s</td><td class=l>%s</td><td class=l>%s</td></tr>\n",
-			c.Status, c.Status, scope, html.EscapeString(c.Name), fig, html.EscapeString(c.Bar))
+			c.Status, c.Status, html.EscapeString(c.scope()), html.EscapeString(c.Name), fig, html.EscapeString(c.Bar))
 	}
 	b.WriteString("</table>\n<h2>Summary</h2>\n<pre>")
 	b.WriteString(html.EscapeString(text.String()))

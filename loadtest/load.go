@@ -80,11 +80,7 @@ type FaultReport struct {
 func newRunner(cfg Config, c *cluster, ledger *Ledger, f *fleet, s *sampler, progress io.Writer, t0 time.Time) *runner {
 	r := &runner{cfg: cfg, c: c, ledger: ledger, fleet: f, sampler: s, progress: progress, t0: t0,
 		counters: map[string]map[string]float64{}}
-	if fi, ok := progress.(*os.File); ok {
-		if st, err := fi.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			r.tty = true
-		}
-	}
+	r.tty = isTerminal(progress)
 	// Enough idle connections that a steady 100/s never opens new ones.
 	r.hc = &http.Client{Transport: &http.Transport{
 		MaxIdleConns: 4096, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 30 * time.Second,
@@ -480,6 +476,17 @@ func plural(n int) string {
 		return ""
 	}
 	return "s"
+}
+
+// isTerminal reports whether w is a terminal, where progress lines are
+// rewritten in place.
+func isTerminal(w io.Writer) bool {
+	fi, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := fi.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 // sleepUntil waits until t; false if ctx ended first.

@@ -449,11 +449,7 @@ func (r *Report) WriteText(w io.Writer) {
 
 	fmt.Fprintln(w, "\ncriteria (DESIGN §8, our bars):")
 	for _, c := range r.Criteria {
-		scope := "all"
-		if c.Instances > 0 {
-			scope = fmt.Sprintf("%d inst", c.Instances)
-		}
-		fmt.Fprintf(w, "  %-4s  %-7s %-28s %s (bar: %s)\n", c.Status, scope, c.Name, c.Figure, c.Bar)
+		fmt.Fprintf(w, "  %-4s  %-7s %-28s %s (bar: %s)\n", c.Status, c.scope(), c.Name, c.Figure, c.Bar)
 		if c.Detail != "" {
 			fmt.Fprintf(w, "        %s\n", c.Detail)
 		}
