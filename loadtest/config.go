@@ -27,16 +27,21 @@ type Bars struct {
 	// The fleet profile's (DESIGN §8 "at fleet scale", issue 9).
 	IdleCPUPercent float64 // busiest instance while idle, % of one core; default 5
 	IdleRedisOps   float64 // Redis commands/s while idle, every server together; default 3000
+
+	// The sweep profile's (issue 13): a switchyard mode's p99 over the
+	// embedded NATS baseline's at the same rate.
+	SweepLocal float64 // local at 5000 requests/s, at most this × NATS's p99; default 2
+	SweepCross float64 // cross at 2500 requests/s, at most this × NATS's p99; default 3
 }
 
 // DefaultBars are DESIGN §8's bars.
 var DefaultBars = Bars{HopP95: 2 * time.Millisecond, HopP99: 5 * time.Millisecond, CPUPercent: 15, MemGrowth: 0.03,
-	FaultToFail: 1500 * time.Millisecond, IdleCPUPercent: 5, IdleRedisOps: 3000}
+	FaultToFail: 1500 * time.Millisecond, IdleCPUPercent: 5, IdleRedisOps: 3000, SweepLocal: 2, SweepCross: 3}
 
 // Config is one invocation of the load test. Zero values mean the default
 // stated beside the field; the profile fills them before flags override.
 type Config struct {
-	Profile string // "seed", "smoke" or "fleet": only a label once the fields are filled
+	Profile string // "seed", "smoke", "fleet" or "sweep": only a label once the fields are filled
 
 	// Fleet selects the fleet profile's shape: once the nodes have
 	// registered (and Settle has passed), an idle window of Idle with no
@@ -45,6 +50,15 @@ type Config struct {
 	// and judged by the idle bars; no hop, memory or fault criteria.
 	Fleet bool
 	Idle  time.Duration // the fleet's idle window; default 60 s
+
+	// Sweep selects the sweep profile's shape (issue 13, sweep.go): for
+	// each of Modes in turn, one open-loop step per rate of Rates, each a
+	// warm-up second that is not counted and then Duration counted,
+	// against Nodes echo workers; no ramp, streams, fault or instance
+	// counts (the mode fixes the instances).
+	Sweep bool
+	Modes []string  // sweep modes, run in this order: nats, local, cross; default all three
+	Rates []float64 // sweep rates in requests/s, ascending; default 1000, 2500, 5000, 10000
 
 	// Where the instances come from: started here (Switchyard, RedisURL,
 	// DatabaseURL) or already running (Targets with APIKeys).
@@ -116,10 +130,18 @@ var Profiles = map[string]Config{
 		Fleet: true, Instances: []int{1, 2, 3}, Nodes: 10000, HandlerMin: 10 * time.Millisecond, HandlerMax: 50 * time.Millisecond,
 		Idle: 60 * time.Second, Rate: 100, Duration: 60 * time.Second, Fault: FaultNone,
 	},
+	// Issue 13's measuring tool: an open-loop rate sweep of echo requests
+	// on the embedded NATS baseline, one instance and two. The task
+	// timeout is short: an echo answers in milliseconds or not at all,
+	// and a saturated step should not hold the sweep for a minute.
+	"sweep": {
+		Sweep: true, Modes: []string{ModeNATS, ModeLocal, ModeCross}, Rates: []float64{1000, 2500, 5000, 10000},
+		Nodes: 20, Duration: 10 * time.Second, TaskTimeout: 10 * time.Second, Fault: FaultNone,
+	},
 }
 
 // profileNames lists the profiles for messages.
-const profileNames = "seed, smoke or fleet"
+const profileNames = "seed, smoke, fleet or sweep"
 
 // withDefaults validates c and returns a copy with the defaults filled.
 func (c Config) withDefaults() (Config, error) {
@@ -127,6 +149,8 @@ func (c Config) withDefaults() (Config, error) {
 	c.Targets = append([]string(nil), c.Targets...)
 	c.APIKeys = append([]string(nil), c.APIKeys...)
 	c.ServeArgs = append([]string(nil), c.ServeArgs...)
+	c.Modes = append([]string(nil), c.Modes...)
+	c.Rates = append([]float64(nil), c.Rates...)
 	if c.RedisURL == "" {
 		c.RedisURL = "redis://127.0.0.1:6379/0"
 	}
@@ -181,8 +205,20 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Bars.IdleRedisOps == 0 {
 		c.Bars.IdleRedisOps = DefaultBars.IdleRedisOps
 	}
+	if c.Bars.SweepLocal == 0 {
+		c.Bars.SweepLocal = DefaultBars.SweepLocal
+	}
+	if c.Bars.SweepCross == 0 {
+		c.Bars.SweepCross = DefaultBars.SweepCross
+	}
+	if c.Sweep {
+		return c, c.sweepErrors()
+	}
 
 	var errs []error
+	if len(c.Modes) > 0 || len(c.Rates) > 0 {
+		errs = append(errs, errors.New("--modes and --rates belong to the sweep profile (--profile sweep)"))
+	}
 	if len(c.Instances) == 0 {
 		errs = append(errs, errors.New("--instances must list at least one instance count"))
 	}
@@ -266,6 +302,9 @@ func (c Config) victim(n int) int {
 // summary is the one-line description of the load shape in the report.
 func (c Config) summary() string {
 	var b strings.Builder
+	if c.Sweep {
+		return c.sweepSummary()
+	}
 	if c.Fleet {
 		fmt.Fprintf(&b, "%d nodes (max_concurrency %d) connected at %g/s; idle for %v with no requests, then %g requests/s for %v (handlers %v–%v)",
 			c.Nodes, c.NodeConcurrency, c.ConnectRate, c.Idle, c.Rate, c.Duration, c.HandlerMin, c.HandlerMax)
@@ -293,8 +332,17 @@ func (c Config) summary() string {
 
 // fileReserve is the open files the load test needs besides one socket
 // per node: its HTTP clients' connections (the ramp's workers, the
-// streams, about two seconds of open-loop requests), Redis and PostgreSQL
-// pools, instance logs, and some slack.
+// streams, about two seconds of open-loop requests; for the sweep, one
+// second of its top rate, which holds as many connections only if every
+// answer takes a second), Redis and PostgreSQL pools, instance logs, and
+// some slack.
 func fileReserve(c Config) uint64 {
+	if c.Sweep {
+		top := 0.0
+		for _, r := range c.Rates {
+			top = max(top, r)
+		}
+		return 256 + uint64(top)
+	}
 	return 256 + uint64(max(c.RampTo, 0)) + uint64(max(c.Streams, 0)) + uint64(max(2*c.Rate, 0))
 }

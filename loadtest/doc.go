@@ -1,8 +1,9 @@
 // Command loadtest replays switchyard's scaling profile (seed 002 §4.1) and
 // judges it against DESIGN §8's bars; `loadtest --help` explains every
 // flag. Its profiles are seed (seed 002 exactly), smoke (the same shape in
-// a minute) and fleet (DESIGN §8 at fleet scale: 10,000 idle nodes, then
-// 100 requests/s).
+// a minute), fleet (DESIGN §8 at fleet scale: 10,000 idle nodes, then
+// 100 requests/s) and sweep (issue 13: an open-loop rate sweep against an
+// embedded NATS baseline).
 //
 // It owns the run and its verdict. For each instance count (1, 2, 3) it
 // starts that many `switchyard serve` processes on free loopback ports with
@@ -37,8 +38,27 @@
 // (html.go, svg.go). Exit status: 0 every criterion held, 1 one failed, 2
 // the run could not be carried out.
 //
+// The sweep profile (sweep.go) has a shape of its own. Its modes run one
+// after another, each with Nodes echo workers: nats, an embedded
+// nats-server with queue-group subscribers and one shared client
+// connection (sweepnats.go); local, one instance with SDK nodes running
+// sdk/handlers.Echo; cross, two instances sharing Redis and PostgreSQL,
+// every node on the first and every request sent to the second. Each mode
+// runs one step per rate (sweepstep.go): a second at that rate that is not
+// counted, then Duration counted, open loop: request i is due at
+// start + i/rate, goes out then from its own goroutine, and its latency
+// counts from the due time, so a generator that falls behind shows as
+// latency and as late sends rather than as a lighter load (no coordinated
+// omission). The echo takes no time, so the latency is the overhead. A
+// step's requests may be limited by the nodes' slots (Nodes ×
+// NodeConcurrency) rather than by the coordinator: when a step had as
+// many requests in flight as there are slots, the report says so.
+// sweepreport.go computes the rows (and each mode's knee, the first rate
+// whose p99 passes 10 ms) and criteria.go judges issue 13's bars.
+//
 // It must not look inside an instance: it imports no switchyard package but
-// sdk (and internal/redistest, to start a Redis Cluster), so it sees only
+// sdk (and internal/redistest, to start a Redis Cluster; nats-server and
+// nats.go are only the sweep's baseline), so it sees only
 // what a client, a node and an operator see (HTTP, the node WebSocket,
 // /metrics, /proc, Redis's INFO), and a verdict cannot rest on the server's
 // own account of itself. It must not touch Redis keys or schemas it did not

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -47,7 +48,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		progress = nil
 	}
 	rep, err := Run(ctx, cfg, progress)
-	if rep != nil && len(rep.Runs) > 0 {
+	if rep != nil && (len(rep.Runs) > 0 || rep.Sweep != nil) {
 		if werr := writeOutputs(rep, out, stdout); werr != nil {
 			fmt.Fprintln(stderr, "loadtest:", werr)
 			return exitError
@@ -128,7 +129,7 @@ func parseArgs(args []string, stderr io.Writer) (Config, outputs, error) {
 	fs.SetOutput(stderr)
 	fs.Usage = func() { usage(fs, stderr) }
 
-	fs.String("profile", name, "`name`: seed (seed 002 §4.1: ~35 min), smoke (the same shape in ~1 min) or fleet (10,000 idle nodes, then 100 requests/s: ~8 min); sets the defaults below")
+	fs.String("profile", name, "`name`: seed (seed 002 §4.1: ~35 min), smoke (the same shape in ~1 min), fleet (10,000 idle nodes, then 100 requests/s: ~8 min) or sweep (issue 13's open-loop rate sweep against a NATS baseline: ~3 min); sets the defaults below")
 	fs.StringVar(&cfg.Switchyard, "switchyard", "", "switchyard binary to start (default: go build ./cmd/switchyard into a temporary directory)")
 	fs.StringVar(&cfg.RedisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis for the instances started here (each run gets a fresh namespace, removed afterwards)")
 	fs.BoolVar(&cfg.RedisCluster, "redis-cluster", false, "instead of --redis-url, start a Redis Cluster of 3 masters (redis-server on free loopback ports, no persistence; removed at exit) and run every instance with --redis-cluster on it")
@@ -142,19 +143,21 @@ func parseArgs(args []string, stderr io.Writer) (Config, outputs, error) {
 	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "simulated nodes (Go SDK), node i on instance i mod N; each is an open socket here and on its instance, so RLIMIT_NOFILE bounds them")
 	fs.Float64Var(&cfg.ConnectRate, "connect-rate", 500, "nodes connected per second, paced, so that registration is not a thundering herd")
 	fs.DurationVar(&cfg.Idle, "idle", cfg.Idle, "fleet profile: the idle window (no requests at all) between the registration and the loaded window")
+	fs.Var((*modeList)(&cfg.Modes), "modes", "sweep profile: the modes to run, in order (`list` of nats, local, cross)")
+	fs.Var((*rateList)(&cfg.Rates), "rates", "sweep profile: the rates of each mode's steps, rising (`list` of requests/s, e.g. 1000,2500)")
 	fs.IntVar(&cfg.NodeConcurrency, "node-concurrency", 4, "max_concurrency each node declares (the server's default)")
 	fs.DurationVar(&cfg.HandlerMin, "handler-min", cfg.HandlerMin, "shortest plain handler sleep")
 	fs.DurationVar(&cfg.HandlerMax, "handler-max", cfg.HandlerMax, "longest plain handler sleep (uniform in between)")
 	fs.IntVar(&cfg.RampTo, "ramp-to", cfg.RampTo, "concurrent requests reached at the end of the ramp (closed loop)")
 	fs.DurationVar(&cfg.Ramp, "ramp", cfg.Ramp, "length of the ramp")
 	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "steady plain requests per second (open loop: sent on schedule whatever the answers)")
-	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of the steady phase")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of the steady phase (sweep: of each step's counted window, after its 1 s warm-up)")
 	fs.IntVar(&cfg.Streams, "streams", cfg.Streams, "concurrent streaming requests during the steady phase")
 	streamSec := fs.Float64("stream-seconds", cfg.StreamLength.Seconds(), "how long each stream's handler streams, in seconds (±10%)")
 	fs.IntVar(&cfg.StreamChunks, "stream-chunks", 0, "chunks per stream (default 4 per second)")
 	fs.IntVar(&cfg.ClientAccounts, "client-accounts", 8, "accounts (API keys) the clients spread over, when starting instances")
 	fs.IntVar(&cfg.NodeAccounts, "node-accounts", 4, "accounts the nodes spread over, when starting instances")
-	fs.DurationVar(&cfg.TaskTimeout, "task-timeout", 60*time.Second, "the instances' --task-timeout, and a plain request's deadline")
+	fs.DurationVar(&cfg.TaskTimeout, "task-timeout", cmp.Or(cfg.TaskTimeout, 60*time.Second), "the instances' --task-timeout, and a plain request's deadline")
 	fs.DurationVar(&cfg.Grace, "grace", 2*time.Second, "a request with no outcome this long past its deadline is LOST")
 
 	fs.StringVar(&cfg.Fault, "fault", cfg.Fault, "`mode`: none, kill (kill -9) or sigterm (drain) one instance mid-run; skipped on 1 instance")
@@ -172,6 +175,8 @@ func parseArgs(args []string, stderr io.Writer) (Config, outputs, error) {
 	fs.DurationVar(&cfg.Bars.FaultToFail, "bar-fault", cfg.Bars.FaultToFail, "bar: kill → 502 of the killed instance's in-flight tasks")
 	fs.Float64Var(&cfg.Bars.IdleCPUPercent, "bar-idle-cpu", cfg.Bars.IdleCPUPercent, "fleet bar: the busiest instance's CPU over the idle window, % of one core")
 	fs.Float64Var(&cfg.Bars.IdleRedisOps, "bar-idle-redis", cfg.Bars.IdleRedisOps, "fleet bar: Redis commands/s over the idle window, every server of the Redis together")
+	fs.Float64Var(&cfg.Bars.SweepLocal, "bar-sweep-local", cfg.Bars.SweepLocal, "sweep bar: the local mode's p99 at 5000 requests/s, at most this many times the NATS p99 at 5000")
+	fs.Float64Var(&cfg.Bars.SweepCross, "bar-sweep-cross", cfg.Bars.SweepCross, "sweep bar: the cross mode's p99 at 2500 requests/s, at most this many times the NATS p99 at 2500")
 
 	fs.StringVar(&out.json, "json", "", "write the JSON report (every request, every sample) to `file`")
 	fs.StringVar(&out.html, "html", "", "write the HTML report with its plots to `file`")
@@ -190,6 +195,9 @@ func parseArgs(args []string, stderr io.Writer) (Config, outputs, error) {
 		return Config{}, out, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	cfg.StreamLength = time.Duration(*streamSec * float64(time.Second))
+	if cfg.Sweep && instancesSet {
+		return Config{}, out, errors.New("--instances: the sweep's modes fix the instances (local: 1, cross: 2); choose them with --modes")
+	}
 	if cfg.RedisCluster && flagSet(fs, "redis-url") {
 		return Config{}, out, errors.New("--redis-cluster starts its own Redis Cluster: leave out --redis-url")
 	}
@@ -216,7 +224,7 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 }
 
 func usage(fs *flag.FlagSet, w io.Writer) {
-	fmt.Fprint(w, `Usage: loadtest [--profile seed|smoke|fleet] [flags]
+	fmt.Fprint(w, `Usage: loadtest [--profile seed|smoke|fleet|sweep] [flags]
 
 Replays switchyard's scaling profile (seed 002 §4.1) and judges it against
 DESIGN §8. For each instance count in --instances (1, then 2, then 3) it
@@ -253,6 +261,32 @@ single Redis, or every master and replica of the cluster). A Redis this
 program did not start (the default 127.0.0.1:6379) may carry other clients'
 traffic: it is counted too, and the report says so.
 
+The sweep profile (issue 13) measures switchyard against an embedded NATS
+baseline. Its --modes run one after another, each with --nodes echo
+workers that answer with the request's content at once:
+  nats     an embedded nats-server (random loopback port, no logging);
+           the workers are queue-group subscribers, each on its own
+           connection; every request goes out on one shared client
+           connection (nc.RequestWithContext)
+  local    one instance; SDK echo nodes (--node-concurrency slots each)
+           on it, and the requests sent to it
+  cross    two instances sharing Redis and PostgreSQL; every node on the
+           first, every request sent to the second
+For each rate of --rates (rising), a step: 1 s at that rate that is not
+counted, then --duration counted. Open loop: request i is due at
+start + i/rate and goes out then from its own goroutine, whatever the
+others are doing; its latency counts from that due time to its answer, so
+a generator that falls behind cannot hide the wait (no coordinated
+omission). A request that went out more than 10 ms after its due time is
+late. Every request ends ok, with an error (and its status), or as a
+timeout (no answer by --task-timeout plus --grace). The echo takes no
+time, so the latency is the overhead. The report has a row per mode and
+rate (sent, ok, errors, timeouts, late, worst lag, p50/p95/p99, the p99
+over the NATS p99 at that rate, the most requests in flight, the HTTP
+connections dialled), and per mode the first rate whose p99 passes 10 ms.
+When a step had as many requests in flight as the nodes have slots, the
+slots may be its limit: the report says so.
+
 Every node is an open socket in this process and one in its instance: the
 load test raises its RLIMIT_NOFILE to the hard limit (the instances inherit
 it) and refuses a --nodes that cannot fit under it (ulimit -Hn).
@@ -284,6 +318,14 @@ The fleet profile judges instead:
                              loaded window's requests (each gets exactly one
                              outcome, and succeeds)
 The loaded window's CPU and Redis figures are reported, not judged.
+The sweep profile judges instead (issue 13; a SKIP when its mode or rate,
+or the NATS step it compares with, did not run):
+  local p99 vs NATS          at 5000/s: ≤ 2× the NATS p99 (--bar-sweep-local)
+  cross p99 vs NATS          at 2500/s: ≤ 3× the NATS p99 (--bar-sweep-cross)
+  cross on schedule          at 5000/s: 0 late, 0 errors, 0 timeouts
+  every request one outcome, instances stay up   as above
+  A p99 leaves out requests that were not ok; a step where more than 1 %
+  were not fails its p99 bar (and is its mode's knee).
 
 Output: a progress line on stderr every second (while the nodes connect:
 how many have registered), a table on stdout, --json and --html reports.
@@ -299,6 +341,8 @@ Profiles (flags override them):
          50 requests/s for 15s; 10 streams of 2s; kill mid-run
   fleet  instances 1,2,3; 10,000 nodes connecting 500/s; idle 60s; then
          100 requests/s for 60s, handlers 10ms–50ms; no fault
+  sweep  modes nats,local,cross; rates 1000,2500,5000,10000; 20 echo
+         workers; each step 1s warm-up + 10s; task timeout 10s
 
 Examples:
   loadtest --profile smoke --html smoke.html
@@ -307,6 +351,8 @@ Examples:
   loadtest --profile smoke --redis-cluster
   loadtest --profile fleet --instances 3 --nodes 9000 --json fleet.json
   loadtest --profile fleet --redis-cluster --nodes 1000 --idle 20s --duration 20s
+  loadtest --profile sweep --json sweep.json
+  loadtest --profile sweep --modes nats,local --rates 500,1000 --duration 5s
   loadtest --target http://a:8800 --target http://b:8800 --api-key K1 --api-key K2 \
       --rate 50 --duration 2m
 
@@ -321,6 +367,39 @@ type stringList []string
 func (s *stringList) String() string { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error {
 	*s = append(*s, v)
+	return nil
+}
+
+// modeList is --modes; setting it replaces the profile's list.
+type modeList []string
+
+func (l *modeList) String() string { return strings.Join(*l, ",") }
+func (l *modeList) Set(v string) error {
+	m, err := parseModes(v)
+	if err != nil {
+		return err
+	}
+	*l = m
+	return nil
+}
+
+// rateList is --rates; setting it replaces the profile's list.
+type rateList []float64
+
+func (l *rateList) String() string {
+	parts := make([]string, len(*l))
+	for i, v := range *l {
+		parts[i] = strconv.FormatFloat(v, 'g', -1, 64)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l *rateList) Set(v string) error {
+	r, err := parseRates(v)
+	if err != nil {
+		return err
+	}
+	*l = r
 	return nil
 }
 

@@ -25,6 +25,7 @@ type Report struct {
 	Params   Params       `json:"params"`
 	Host     Host         `json:"host"`
 	Runs     []*RunReport `json:"runs"`
+	Sweep    *SweepReport `json:"sweep,omitempty"` // the sweep profile's, which has no runs
 	Criteria []Criterion  `json:"criteria"`
 	Pass     bool         `json:"pass"`
 	Notes    []string     `json:"notes,omitempty"`
@@ -58,6 +59,11 @@ type Params struct {
 	Fleet           bool     `json:"fleet,omitempty"`
 	IdleS           float64  `json:"idle_s,omitempty"`
 	Bars            BarsJSON `json:"bars"`
+
+	// The sweep profile's.
+	Sweep bool      `json:"sweep,omitempty"`
+	Modes []string  `json:"modes,omitempty"`
+	Rates []float64 `json:"rates,omitempty"`
 }
 
 // BarsJSON is Bars in plain units.
@@ -69,6 +75,8 @@ type BarsJSON struct {
 	FaultToFailMs float64 `json:"fault_to_502_ms"`
 	IdleCPU       float64 `json:"idle_cpu_percent"`
 	IdleRedisOps  float64 `json:"idle_redis_commands_per_s"`
+	SweepLocal    float64 `json:"sweep_local_p99_vs_nats"`
+	SweepCross    float64 `json:"sweep_cross_p99_vs_nats"`
 }
 
 func paramsOf(c Config) Params {
@@ -79,9 +87,11 @@ func paramsOf(c Config) Params {
 		StreamChunks: c.StreamChunks, Fault: c.Fault, FaultAtS: c.FaultAt.Seconds(), SettleS: c.Settle.Seconds(),
 		TaskTimeoutS: c.TaskTimeout.Seconds(), GraceS: c.Grace.Seconds(), ServeArgs: c.ServeArgs,
 		ConnectRate: c.ConnectRate, Fleet: c.Fleet, IdleS: c.Idle.Seconds(), RedisCluster: c.RedisCluster,
+		Sweep: c.Sweep, Modes: c.Modes, Rates: c.Rates,
 		Bars: BarsJSON{HopP95Ms: ms(c.Bars.HopP95), HopP99Ms: ms(c.Bars.HopP99), CPUPercent: c.Bars.CPUPercent,
 			MemGrowth: c.Bars.MemGrowth, FaultToFailMs: ms(c.Bars.FaultToFail),
-			IdleCPU: c.Bars.IdleCPUPercent, IdleRedisOps: c.Bars.IdleRedisOps},
+			IdleCPU: c.Bars.IdleCPUPercent, IdleRedisOps: c.Bars.IdleRedisOps,
+			SweepLocal: c.Bars.SweepLocal, SweepCross: c.Bars.SweepCross},
 	}
 	if c.spawn() {
 		p.RedisURL = c.RedisURL
@@ -352,9 +362,12 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "host: %d CPUs (%s), %s, %s; %s → %s\n\n", r.Host.CPUs, r.Host.CPUModel, r.Host.OS, r.Host.GoVersion,
 		r.Started.Format(time.RFC3339), r.Finished.Format(time.RFC3339))
 
-	if isFleet(r.Runs) {
+	switch {
+	case r.Sweep != nil:
+		r.writeSweep(w)
+	case isFleet(r.Runs):
 		r.writeFleetTable(w)
-	} else {
+	default:
 		r.writeTable(w)
 	}
 
@@ -447,7 +460,11 @@ func (r *Report) WriteText(w io.Writer) {
 		}
 	}
 
-	fmt.Fprintln(w, "\ncriteria (DESIGN §8, our bars):")
+	if r.Sweep != nil {
+		fmt.Fprintln(w, "\ncriteria (issue 13's bars):")
+	} else {
+		fmt.Fprintln(w, "\ncriteria (DESIGN §8, our bars):")
+	}
 	for _, c := range r.Criteria {
 		fmt.Fprintf(w, "  %-4s  %-7s %-28s %s (bar: %s)\n", c.Status, c.scope(), c.Name, c.Figure, c.Bar)
 		if c.Detail != "" {

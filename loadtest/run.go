@@ -34,7 +34,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	}
 
 	var bin, logDir string
-	if cfg.spawn() {
+	if cfg.spawn() && cfg.needsInstances() {
 		logDir = cfg.LogDir
 		tempLogs := logDir == ""
 		if tempLogs {
@@ -72,7 +72,25 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 			rep.Params.RedisURL = cfg.RedisURL
 		}
 	}
-	rep.Redis = describeRedis(ctx, cfg)
+	if cfg.needsInstances() {
+		rep.Redis = describeRedis(ctx, cfg)
+	}
+
+	if cfg.Sweep {
+		rep.Sweep, err = runSweep(ctx, cfg, bin, logDir, progress)
+		rep.Finished = time.Now()
+		if err != nil {
+			return rep, err
+		}
+		rep.Criteria = EvaluateSweep(rep.Sweep, cfg.Bars)
+		rep.Pass = Passed(rep.Criteria)
+		rep.Notes = rep.Sweep.notes()
+		if ctx.Err() != nil {
+			rep.Pass = false
+			rep.Notes = append(rep.Notes, "the load test was interrupted: the figures cover only part of the sweep")
+		}
+		return rep, nil
+	}
 
 	for _, n := range cfg.Instances {
 		fmt.Fprintf(progress, "== %d instance%s ==\n", n, plural(n))
