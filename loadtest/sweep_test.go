@@ -271,6 +271,7 @@ func TestSweepReportTextAndJSON(t *testing.T) {
 	s := sweepReport()
 	r := s.row(ModeLocal, 10000)
 	r.MaxInFlight, r.OK, r.Errors, r.NonOK = 80, r.OK-7, 7, map[string]int{"503 nodes_busy": 7}
+	r.Examples = map[string]string{"503 nodes_busy": "every node that can run this task type is busy"}
 	r.Latency.P99 = 25
 	s.finish()
 	cfg, _, err := parseArgs([]string{"--profile", "sweep"}, &bytes.Buffer{})
@@ -289,6 +290,7 @@ func TestSweepReportTextAndJSON(t *testing.T) {
 		"p99/NATS", "1.96×", // local at 5000
 		"p99 passes 10 ms at: nats none; local 10000/s; cross 5000/s",
 		"local at 10000/s, not ok: 503 nodes_busy ×7",
+		"e.g. 503 nodes_busy: every node that can run this task type is busy",
 		"may be the limit of: local at 10000/s (up to 80 in flight)",
 		"PASS  5000/s  local p99 vs NATS", "criteria (issue 13's bars)", "the latency is the overhead",
 		"nats: one shared client connection", "result: PASS",

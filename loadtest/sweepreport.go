@@ -44,8 +44,11 @@ type SweepRow struct {
 	NoOutcome int            `json:"no_outcome"`
 	Doubles   int            `json:"doubles"`
 	NonOK     map[string]int `json:"non_ok"` // "503 nodes_busy", "timeout", "transport"… → count
-	Late      int            `json:"late"`   // sent more than LateMs after their due time
-	MaxLagMs  float64        `json:"max_lag_ms"`
+	// Examples are the first error of each kind of NonOK, as the client
+	// saw it (a transport error's text says what failed: dial, read…).
+	Examples map[string]string `json:"examples,omitempty"`
+	Late     int               `json:"late"` // sent more than LateMs after their due time
+	MaxLagMs float64           `json:"max_lag_ms"`
 	// Lag is how late every counted request went out, in ms: the
 	// generator's (and the machine's) share of the latency.
 	Lag Dist `json:"lag_ms"`
@@ -166,9 +169,14 @@ func (r *Report) writeSweep(w io.Writer) {
 			parts = append(parts, fmt.Sprintf("%s ×%d", k, row.NonOK[k]))
 		}
 		if row.WarmupNotOK > 0 {
-			parts = append(parts, fmt.Sprintf("(and %d in the warm-up)", row.WarmupNotOK))
+			parts = append(parts, fmt.Sprintf("and %d in the warm-up", row.WarmupNotOK))
 		}
 		fmt.Fprintf(w, "  %s at %g/s, not ok: %s\n", row.Mode, row.Rate, strings.Join(parts, ", "))
+		for _, k := range keys {
+			if ex := row.Examples[k]; ex != "" && k != "timeout" {
+				fmt.Fprintf(w, "    e.g. %s: %s\n", k, ex)
+			}
+		}
 	}
 	for _, m := range s.Modes {
 		for _, in := range s.Members[m] {

@@ -73,6 +73,7 @@ type sweepSlot struct {
 	latency  time.Duration // from its due time until its outcome
 	outcome  string
 	key      string // a non-ok outcome's, see classifySweep
+	msg      string // a non-ok outcome's error, shortened
 	outcomes int    // outcomes written: exactly one once the step has ended
 }
 
@@ -150,6 +151,9 @@ func (s *sweepStep) send(ctx context.Context, i int) {
 		err = &sweepError{Code: "wrong_echo", Message: fmt.Sprintf("sent %q, got %.40q", body, echo)}
 	}
 	slot.outcome, slot.key = classifySweep(err, ctx.Err() != nil, rctx.Err() != nil)
+	if err != nil {
+		slot.msg = shorten(err.Error(), 160)
+	}
 	slot.latency = done.Sub(due)
 	slot.outcomes++
 	if slot.outcome == OutcomeOK {
@@ -157,6 +161,14 @@ func (s *sweepStep) send(ctx context.Context, i int) {
 	} else {
 		s.notOKN.Add(1)
 	}
+}
+
+// shorten cuts s to at most n bytes, marking the cut.
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // storeMax raises m to v if v is larger.
@@ -172,7 +184,7 @@ func storeMax(m *atomic.Int64, v int64) {
 // once run has returned.
 func (s *sweepStep) row() SweepRow {
 	r := SweepRow{Mode: s.mode, Rate: s.rate, Expected: s.total - s.warmup, NonOK: map[string]int{},
-		MaxInFlight: int(s.maxInFlight.Load())}
+		Examples: map[string]string{}, MaxInFlight: int(s.maxInFlight.Load())}
 	var lat, lags []float64
 	var maxLag time.Duration
 	for i := range s.slots {
@@ -205,10 +217,13 @@ func (s *sweepStep) row() SweepRow {
 			lat = append(lat, ms(sl.latency))
 		case OutcomeLost:
 			r.Timeouts++
-			r.NonOK[sl.key]++
 		default:
 			r.Errors++
-			r.NonOK[sl.key]++
+		}
+		if sl.outcome != OutcomeOK {
+			if r.NonOK[sl.key]++; r.NonOK[sl.key] == 1 {
+				r.Examples[sl.key] = sl.msg
+			}
 		}
 	}
 	r.MaxLagMs = round3(ms(maxLag))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,6 +82,9 @@ func TestSweepStep(t *testing.T) {
 	if r.Errors != 2 || r.NonOK["503 nodes_busy"] != 1 || r.NonOK["200 wrong_echo"] != 0 || r.NonOK["wrong_echo"] != 1 ||
 		r.Timeouts != 1 || r.NonOK["timeout"] != 1 || r.WarmupNotOK != 1 {
 		t.Errorf("outcomes: %+v", r)
+	}
+	if ex := r.Examples["wrong_echo"]; !strings.Contains(ex, `sent "request 41", got "something else"`) {
+		t.Errorf("the wrong echo's example: %q", ex)
 	}
 	if r.MaxInFlight < 5 {
 		t.Errorf("at most %d requests in flight: the generator waited for answers", r.MaxInFlight)
