@@ -48,6 +48,7 @@ type Redis struct {
 	cfg     RedisConfig
 	log     *slog.Logger
 	metrics *redisMetrics
+	batch   *batcher // every Publish goes out through it, in pipelines
 
 	// ctx is the parent of every subscription's context; Close cancels it.
 	ctx    context.Context
@@ -120,8 +121,14 @@ func NewRedis(rdb redis.UniversalClient, cfg RedisConfig) *Redis {
 		cfg.Registerer.MustRegister(m.publish, m.publishErrors, m.noReceiver, m.received, m.malformed, m.resubscribes, m.receiverChecks)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Redis{rdb: rdb, cfg: cfg, log: cfg.Logger.With("component", "bus"), metrics: m,
+	r := &Redis{rdb: rdb, cfg: cfg, log: cfg.Logger.With("component", "bus"), metrics: m,
 		ctx: ctx, cancel: cancel, subs: map[*redisSub]struct{}{}}
+	r.batch = newBatcher(rdb, cfg.Sharded, ctx.Done())
+	for range pipelines {
+		r.wg.Add(1)
+		go func() { defer r.wg.Done(); r.batch.run(ctx) }()
+	}
+	return r
 }
 
 // Channel is the pub/sub channel of an instance.
@@ -138,15 +145,10 @@ func (r *Redis) Publish(ctx context.Context, to string, e *Envelope) (int, error
 		return 0, err
 	}
 	start := time.Now()
-	var n int64
-	if r.cfg.Sharded {
-		// On a cluster go-redis sends it to the master of the channel's
-		// slot, where the receiver's SSUBSCRIBE lives too, so the count is
-		// the receiver's.
-		n, err = r.rdb.SPublish(ctx, r.Channel(to), b).Result()
-	} else {
-		n, err = r.rdb.Publish(ctx, r.Channel(to), b).Result()
-	}
+	// Sharded, go-redis sends it to the master of the channel's slot,
+	// where the receiver's SSUBSCRIBE lives too, so the count is the
+	// receiver's.
+	n, err := r.batch.publish(ctx, r.Channel(to), b)
 	if err != nil {
 		r.metrics.publishErrors.Inc()
 		return 0, fmt.Errorf("bus: publish %s to %s: %w", e.Kind, to, err)
