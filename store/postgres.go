@@ -259,27 +259,57 @@ func (s *pgStore) WriteTasks(ctx context.Context, recs []TaskRecord) error {
 	if err := checkTasks(recs); err != nil {
 		return err
 	}
-	// One round trip for the whole batch: the inserts are queued and sent
-	// together inside the transaction.
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		b := &pgx.Batch{}
-		for _, r := range recs {
-			r = cleanRecord(r)
-			var assigned *time.Time
-			if !r.AssignedAt.IsZero() {
-				assigned = timePtr(dbTime(r.AssignedAt))
-			}
-			b.Queue(`INSERT INTO tasks (id, account_id, task_type, stream, status, error_code,
-				node_ids, requester_instance, owner_instance, attempts, created_at, assigned_at, finished_at,
-				processing_ms, content_bytes, result_bytes, prompt_tokens, completion_tokens)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
-				ON CONFLICT (id) DO NOTHING`,
-				r.ID, r.AccountID, r.TaskType, r.Stream, r.Status, r.ErrorCode,
-				nonNil(r.NodeIDs), r.Requester, r.Owner, r.Attempts, dbTime(r.CreatedAt), assigned, dbTime(r.FinishedAt),
-				r.ProcessingMs, r.ContentBytes, r.ResultBytes, r.Usage.PromptTokens, r.Usage.CompletionTokens)
+	// One statement for the whole batch: the rows go as one array per
+	// column and are unnested on the server, where an INSERT per row (even
+	// sent together) was parsed, planned and run once per task. At 2,500
+	// tasks/s the PostgreSQL backends used 13 % of a core before, 10 %
+	// after (one run each; the indexes' work is the rest).
+	n := len(recs)
+	var (
+		ids, accounts, types, statuses, codes = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		nodeIDs, requesters, owners           = make([]string, n), make([]string, n), make([]string, n)
+		streams                               = make([]bool, n)
+		attempts                              = make([]int32, n)
+		created, finished                     = make([]time.Time, n), make([]time.Time, n)
+		assigned                              = make([]*time.Time, n)
+		procMs, contentB, resultB             = make([]int64, n), make([]int64, n), make([]int64, n)
+		promptT, completionT                  = make([]int64, n), make([]int64, n)
+	)
+	for i, r := range recs {
+		r = cleanRecord(r)
+		// A text[] per row does not fit an array of rows (PostgreSQL arrays
+		// are rectangular): each row's node ids go as a JSON array.
+		ns, err := json.Marshal(nonNil(r.NodeIDs))
+		if err != nil {
+			return wrapErr("write tasks", err)
 		}
-		return tx.SendBatch(ctx, b).Close()
-	})
+		ids[i], accounts[i], types[i], statuses[i], codes[i] = r.ID, r.AccountID, r.TaskType, r.Status, r.ErrorCode
+		nodeIDs[i], requesters[i], owners[i] = string(ns), r.Requester, r.Owner
+		streams[i], attempts[i] = r.Stream, int32(r.Attempts)
+		created[i], finished[i] = dbTime(r.CreatedAt), dbTime(r.FinishedAt)
+		if !r.AssignedAt.IsZero() {
+			assigned[i] = timePtr(dbTime(r.AssignedAt))
+		}
+		procMs[i], contentB[i], resultB[i] = r.ProcessingMs, r.ContentBytes, r.ResultBytes
+		promptT[i], completionT[i] = r.Usage.PromptTokens, r.Usage.CompletionTokens
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO tasks (id, account_id, task_type, stream, status, error_code,
+		node_ids, requester_instance, owner_instance, attempts, created_at, assigned_at, finished_at,
+		processing_ms, content_bytes, result_bytes, prompt_tokens, completion_tokens)
+		SELECT u.id, u.account_id, u.task_type, u.stream, u.status, u.error_code,
+			ARRAY(SELECT x.e FROM jsonb_array_elements_text(u.node_ids::jsonb) WITH ORDINALITY AS x(e, o) ORDER BY x.o), u.requester, u.owner, u.attempts,
+			u.created_at, u.assigned_at, u.finished_at,
+			u.processing_ms, u.content_bytes, u.result_bytes, u.prompt_tokens, u.completion_tokens
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::boolean[], $5::text[], $6::text[],
+			$7::text[], $8::text[], $9::text[], $10::integer[], $11::timestamptz[], $12::timestamptz[], $13::timestamptz[],
+			$14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[], $18::bigint[])
+			AS u(id, account_id, task_type, stream, status, error_code,
+			node_ids, requester, owner, attempts, created_at, assigned_at, finished_at,
+			processing_ms, content_bytes, result_bytes, prompt_tokens, completion_tokens)
+		ON CONFLICT (id) DO NOTHING`,
+		ids, accounts, types, streams, statuses, codes,
+		nodeIDs, requesters, owners, attempts, created, assigned, finished,
+		procMs, contentB, resultB, promptT, completionT)
 	return wrapErr("write tasks", err)
 }
 
