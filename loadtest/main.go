@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,6 +31,7 @@ const (
 type outputs struct {
 	json, html string
 	quiet      bool
+	cpuProfile string // the load test's own CPU profile (its clients and nodes)
 }
 
 func cli(args []string, stdout, stderr io.Writer) int {
@@ -43,6 +45,17 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if out.cpuProfile != "" {
+		f, err := os.Create(out.cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "loadtest: --cpuprofile:", err)
+			return exitError
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
 	var progress io.Writer = stderr
 	if out.quiet {
 		progress = nil
@@ -181,6 +194,7 @@ func parseArgs(args []string, stderr io.Writer) (Config, outputs, error) {
 	fs.StringVar(&out.json, "json", "", "write the JSON report (every request, every sample) to `file`")
 	fs.StringVar(&out.html, "html", "", "write the HTML report with its plots to `file`")
 	fs.BoolVar(&out.quiet, "quiet", false, "no progress lines on stderr")
+	fs.StringVar(&out.cpuProfile, "cpuprofile", "", "write the load test's own CPU profile (its clients and simulated nodes, not the instances: profile those with --serve-arg=--pprof-listen=127.0.0.1:PORT) to `file`")
 
 	instancesSet := false
 	if err := fs.Parse(args); err != nil {
