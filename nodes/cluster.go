@@ -88,7 +88,8 @@ type LocalNodes interface {
 	Candidates(dst []Candidate, capability string) []Candidate
 	List(capability string) []NodeView
 	Len() int
-	Changed() (<-chan struct{}, func())
+	WaitSlot(capability string) *Waiter
+	WakeSlots(capabilities []string, n int)
 	// Session returns the session of a node connected here, or nil.
 	Session(nodeID string) *Session
 	// Sessions returns the sessions connected here, ordered by node id.
@@ -234,30 +235,52 @@ func (d *ClusterDirectory) Candidates(dst []Candidate, capability string) []Cand
 	return dst
 }
 
-// Assigned notes that this instance gave a remote node a task, so it does
-// not count that slot as free until the task ends (release) or the owner
-// writes the node again, which starts a new count. Both are needed: a task
-// that ends within the owner's FlushGap leaves its free slots as they were
-// written, so no write comes, and a count that only a write could reset
-// would make the node look full for good after max_concurrency short tasks.
-func (d *ClusterDirectory) Assigned(nodeID string) (release func()) {
+// Reserve takes one of a remote node's free slots in this instance's view
+// before a task is sent to it, so that requests picking at the same moment
+// do not all send to the one slot left (each publish is a round trip, and
+// the owner refuses all but one: under load, a storm of refusals). It
+// reports false, taking nothing, when this instance already counts the node
+// full. The slot counts as taken until release is called (the attempt
+// ended) or the owner writes the node again, which starts a new count. Both
+// are needed: a task that ends within the owner's FlushGap leaves its free
+// slots as they were written, so no write comes, and a count that only a
+// write could reset would make the node look full for good after
+// max_concurrency short tasks. A node this instance does not list (its
+// entry went a moment ago) is left to its owner to judge.
+func (d *ClusterDirectory) Reserve(nodeID string) (release func(), ok bool) {
 	d.mu.RLock()
 	n := d.byID[nodeID]
+	var free int32
+	if n != nil {
+		free = int32(n.entry.FreeSlots)
+	}
 	d.mu.RUnlock()
 	if n == nil {
-		return noRelease
+		return noRelease, true
 	}
-	n.taken.Add(1)
-	// The entry this count belongs to: after a rewrite it is garbage, and
-	// giving the slot back to it changes nothing.
-	return func() {
-		for {
-			t := n.taken.Load()
-			if t <= 0 || n.taken.CompareAndSwap(t, t-1) {
-				return
-			}
+	for {
+		t := n.taken.Load()
+		if t >= free {
+			return noRelease, false
+		}
+		if n.taken.CompareAndSwap(t, t+1) {
+			break
 		}
 	}
+	// The entry this count belongs to: after a rewrite it is garbage, and
+	// giving the slot back to it changes nothing.
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			for {
+				t := n.taken.Load()
+				if t <= 0 || n.taken.CompareAndSwap(t, t-1) {
+					break
+				}
+			}
+			d.hub.WakeSlots(n.entry.Capabilities, 1)
+		})
+	}, true
 }
 
 // MarkFull notes that a remote node refused a task for want of a slot: this
@@ -395,9 +418,13 @@ func (d *ClusterDirectory) Online() int {
 	return n
 }
 
-// Changed implements Directory: local capacity signals; remote changes are
-// seen by the caller's periodic recheck.
-func (d *ClusterDirectory) Changed() (<-chan struct{}, func()) { return d.hub.Changed() }
+// WaitSlot implements Directory: one queue for local and remote slots. A
+// remote node's entry with free slots wakes it (reindexLocked), and so does
+// the end of an attempt this instance sent to a remote node (Reserve's
+// release); what neither shows (another instance's task on a remote node
+// ended, and its owner has not written the node since) the first waiter
+// finds on its timer.
+func (d *ClusterDirectory) WaitSlot(capability string) *Waiter { return d.hub.WaitSlot(capability) }
 
 // Start subscribes to the change feed (confirmed by Redis), reads every
 // live instance's directory, and writes this instance's whole; the

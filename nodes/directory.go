@@ -45,10 +45,11 @@ type Directory interface {
 	List(capability string) []NodeView
 	// Online counts the online nodes.
 	Online() int
-	// Changed returns a channel closed when capacity may have appeared (a
-	// slot freed, a node arrived), and a func to call when done waiting.
-	// Remote changes may not signal it; callers also re-check on a timer.
-	Changed() (<-chan struct{}, func())
+	// WaitSlot queues a request that found every node with capability
+	// full, until a slot may have freed for it (a slot freed, a node
+	// arrived). Remote changes may not wake it; the first waiter of a
+	// queue also re-checks on a timer.
+	WaitSlot(capability string) *Waiter
 }
 
 var _ Directory = (*Hub)(nil)

@@ -318,6 +318,9 @@ func (d *ClusterDirectory) reindexLocked(nodeID string) {
 			}
 			m[nodeID] = best
 		}
+		// A new entry starts a new count of this instance's takings: all
+		// its free slots may be taken.
+		d.hub.WakeSlots(best.entry.Capabilities, best.entry.FreeSlots)
 	}
 }
 

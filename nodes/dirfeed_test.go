@@ -204,7 +204,10 @@ func TestDirectoryAssignedSlotsComeBack(t *testing.T) {
 		t.Fatalf("n1 has %d free slots in B's view, want 2", got)
 	}
 	for i := range 5 {
-		release := b.dir.Assigned("n1")
+		release, ok := b.dir.Reserve("n1")
+		if !ok {
+			t.Fatalf("task %d: B cannot reserve a slot of n1 with 2 free", i)
+		}
 		if got := free(); got != 1 {
 			t.Fatalf("task %d: n1 has %d free slots while it runs, want 1", i, got)
 		}
@@ -213,12 +216,23 @@ func TestDirectoryAssignedSlotsComeBack(t *testing.T) {
 			t.Fatalf("task %d: n1 has %d free slots after it ended, want 2", i, got)
 		}
 	}
-	// Two at once fill the node; a third would be refused by A anyway.
-	r1, r2 := b.dir.Assigned("n1"), b.dir.Assigned("n1")
+	// Two at once fill the node; a third is not sent (A would refuse it).
+	r1, ok1 := b.dir.Reserve("n1")
+	r2, ok2 := b.dir.Reserve("n1")
+	if !ok1 || !ok2 {
+		t.Fatalf("reserving n1's two slots: %v, %v; want both", ok1, ok2)
+	}
 	if got := free(); got != 0 {
 		t.Fatalf("n1 has %d free slots with two tasks running, want 0", got)
 	}
+	if _, ok := b.dir.Reserve("n1"); ok {
+		t.Fatal("B reserved a third slot of n1, which has two")
+	}
 	r1()
+	r1() // a second release of the same attempt gives nothing back
+	if got := free(); got != 1 {
+		t.Fatalf("n1 has %d free slots after one of two ended (released twice), want 1", got)
+	}
 	r2()
 	if got := free(); got != 2 {
 		t.Fatalf("n1 has %d free slots after both ended, want 2", got)

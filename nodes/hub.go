@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -161,11 +160,8 @@ type Hub struct {
 	metrics *metrics
 	log     *slog.Logger
 
-	// Waiting for capacity: requests that found every capable node full
-	// wait on slotCh, which is closed (and replaced) when a slot frees up.
-	slotWaiters atomic.Int32
-	slotMu      sync.Mutex
-	slotCh      chan struct{}
+	// Requests that found every capable node full wait here for a slot.
+	waiters *Waiters
 
 	mu       sync.RWMutex
 	sessions map[string]*Session   // node id → its current session
@@ -184,43 +180,31 @@ type Hub struct {
 // NewHub returns a hub. events receives task traffic from every session.
 func NewHub(cfg Config, auth Authenticator, claims Claims, events Events) *Hub {
 	cfg = cfg.withDefaults()
+	ws := NewWaiters()
 	return &Hub{
 		cfg:         cfg,
 		auth:        auth,
 		claims:      claims,
 		events:      events,
-		metrics:     newMetrics(cfg.Registerer),
+		metrics:     newMetrics(cfg.Registerer, ws),
 		log:         cfg.Logger,
 		sessions:    make(map[string]*Session),
 		fences:      make(map[string]fence),
 		byCap:       make(map[string][]*Session),
 		idle:        make(chan struct{}),
-		slotCh:      make(chan struct{}),
+		waiters:     ws,
 		registering: make(chan struct{}, cfg.MaxRegistering),
 	}
 }
 
-// Changed returns a channel that is closed the next time a node slot frees
-// up or a node arrives here, and a func to call when done waiting.
-func (h *Hub) Changed() (<-chan struct{}, func()) {
-	h.slotWaiters.Add(1)
-	h.slotMu.Lock()
-	ch := h.slotCh
-	h.slotMu.Unlock()
-	return ch, func() { h.slotWaiters.Add(-1) }
-}
+// WaitSlot queues a request that found every node with capability full;
+// it is woken when a slot may have freed for it (see Waiters).
+func (h *Hub) WaitSlot(capability string) *Waiter { return h.waiters.Wait(capability) }
 
-// notifyCapacity wakes the requests waiting for a slot. It costs nothing
-// when none waits, which is the common case on the hot path.
-func (h *Hub) notifyCapacity() {
-	if h.slotWaiters.Load() == 0 {
-		return
-	}
-	h.slotMu.Lock()
-	close(h.slotCh)
-	h.slotCh = make(chan struct{})
-	h.slotMu.Unlock()
-}
+// WakeSlots wakes up to n waiters of each capability: a node with them has
+// n free slots more (here, or on another instance). It costs nothing when
+// none waits, which is the common case on the hot path.
+func (h *Hub) WakeSlots(capabilities []string, n int) { h.waiters.Wake(capabilities, n) }
 
 // Serve runs the handshake of one node connection on the calling goroutine
 // and, once the node is registered, hands the connection to two goroutines
@@ -484,7 +468,7 @@ func (h *Hub) attach(s *Session) (*Session, bool) {
 	}
 	h.indexLocked(s)
 	h.metrics.connected.Set(float64(len(h.sessions)))
-	defer h.notifyCapacity()
+	defer h.WakeSlots(s.Info.Capabilities, s.Info.MaxConcurrency)
 	defer h.cfg.Changes.Mark(s.NodeID)
 	return prev, fenced
 }

@@ -12,7 +12,7 @@ type metrics struct {
 	stolen     prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, ws *Waiters) *metrics {
 	m := &metrics{
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "switchyard", Subsystem: "nodes", Name: "connected",
@@ -44,7 +44,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.connected, m.registered, m.rejected, m.closes, m.sendDrops, m.invalid, m.stolen)
+		reg.MustRegister(m.connected, m.registered, m.rejected, m.closes, m.sendDrops, m.invalid, m.stolen,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Namespace: "switchyard", Subsystem: "tasks", Name: "waiting_for_slot",
+				Help: "Requests on this instance waiting for a free slot (every node of their task type was full).",
+			}, func() float64 { return float64(ws.Len()) }))
 	}
 	return m
 }

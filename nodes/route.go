@@ -21,9 +21,9 @@ func (h *Hub) MarkFull(nodeID string) {}
 // instance's nodes.
 func (h *Hub) MarkGone(instance string) {}
 
-// Assigned implements the dispatcher's directory: the Hub's slot counts are
-// exact.
-func (h *Hub) Assigned(nodeID string) (release func()) { return noRelease }
+// Reserve implements the dispatcher's directory: the Hub's slot counts are
+// exact, and its nodes' sessions take the slot themselves.
+func (h *Hub) Reserve(nodeID string) (release func(), ok bool) { return noRelease, true }
 
 func noRelease() {}
 

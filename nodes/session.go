@@ -110,7 +110,7 @@ func (s *Session) TryAcquire() bool {
 func (s *Session) Release() {
 	s.inflight.Add(-1)
 	s.hub.cfg.Changes.Mark(s.NodeID)
-	s.hub.notifyCapacity()
+	s.hub.WakeSlots(s.Info.Capabilities, 1)
 }
 
 // InFlight is the number of tasks the node holds now.

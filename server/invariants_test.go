@@ -323,3 +323,55 @@ func waitUntil(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// gaugeValue reads a gauge of the app's registry (0 if absent).
+func gaugeValue(t *testing.T, ta *testApp, name string) float64 {
+	t.Helper()
+	mfs, err := ta.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// Requests waiting for a busy node are served in the order they came, one
+// woken per freed slot: before, every freed slot woke every waiter, which
+// served them in no order and, with thousands waiting, spent an instance's
+// CPU on picking (issue 13).
+func TestWaitingRequestsServedInOrder(t *testing.T) {
+	ta := startApp(t, func(c *Config) { c.QueueTimeout = 10 * time.Second })
+	key := ta.account(t, "alice", "")
+	n := connectNode(t, ta.wsURL, map[string]any{"api_key": key, "name": "w", "capabilities": []string{"echo"}, "max_concurrency": 1})
+	first := ta.requestAsync(key, map[string]any{"task_type": "echo", "content": "first"})
+	held := n.Expect("task_assign").Payload["task_id"].(string)
+	const waiting = 8
+	replies := make([]<-chan reply, waiting)
+	for i := range waiting {
+		replies[i] = ta.requestAsync(key, map[string]any{"task_type": "echo", "content": fmt.Sprint(i)})
+		waitUntil(t, func() bool { return gaugeValue(t, ta, "switchyard_tasks_waiting_for_slot") == float64(i+1) })
+	}
+	n.Result(held, "completed", "first")
+	for i := range waiting {
+		m := n.Expect("task_assign")
+		if got := m.Payload["content"]; got != fmt.Sprint(i) {
+			t.Fatalf("slot %d went to the request sent %vth, want the %dth (the oldest waiting)", i, got, i)
+		}
+		n.Result(m.TaskID(), "completed", fmt.Sprint(i))
+	}
+	waitFor(t, first, 3*time.Second)
+	for i, ch := range replies {
+		if r := waitFor(t, ch, 3*time.Second); r.code != 200 {
+			t.Fatalf("request %d: %d %s", i, r.code, r.body)
+		}
+	}
+	if g := gaugeValue(t, ta, "switchyard_tasks_waiting_for_slot"); g != 0 {
+		t.Fatalf("waiting_for_slot = %v after every request was served, want 0", g)
+	}
+}

@@ -123,30 +123,37 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 		candPool.Put(cp)
 	}()
 	var queueDeadline time.Time
+	// This request's place in the queue for a slot, once it had to wait.
+	var w *nodes.Waiter
+	defer func() {
+		if w != nil {
+			w.Done()
+		}
+	}()
 	for r.attempts < d.cfg.MaxAttempts {
 		var c nodes.Candidate
 		var ok, busy bool
 		cands, c, ok, busy = r.pick(cands, tried)
 		used = max(used, len(cands))
-		if busy {
-			// Register for the capacity signal, then look again, so a slot
-			// freed in between is not missed. Only a request that must wait
-			// registers: a registered waiter makes every slot release signal.
-			changed, doneWaiting := d.dir.Changed()
+		if busy && w == nil {
+			// Queue, then look again, so a slot freed in between is not
+			// missed. Only a request that must wait queues.
+			w = d.dir.WaitSlot(r.req.TaskType)
 			cands, c, ok, busy = r.pick(cands, tried)
 			used = max(used, len(cands))
-			if busy {
-				if queueDeadline.IsZero() {
-					queueDeadline = time.Now().Add(d.cfg.QueueTimeout)
-				}
-				err := r.waitForSlot(ctx, changed, queueDeadline)
-				doneWaiting()
-				if err != nil {
-					return Outcome{}, err
-				}
-				continue
+		}
+		if busy {
+			if queueDeadline.IsZero() {
+				queueDeadline = time.Now().Add(d.cfg.QueueTimeout)
 			}
-			doneWaiting()
+			if err := r.waitForSlot(ctx, w, queueDeadline); err != nil {
+				return Outcome{}, err
+			}
+			continue
+		}
+		if w != nil {
+			w.Done()
+			w = nil
 		}
 		if !ok {
 			if r.lookAgain(ctx) {
@@ -264,17 +271,27 @@ func (r *run) pick(cands []nodes.Candidate, tried []string) (_ []nodes.Candidate
 	return cands, c, ok, busy
 }
 
-// waitForSlot waits until capacity may have appeared: a signal from the
-// directory, or a short recheck for changes on other instances.
-func (r *run) waitForSlot(ctx context.Context, changed <-chan struct{}, deadline time.Time) error {
+// slotRecheck is how often the first waiter of a queue looks again for a
+// slot nobody signalled (another instance's task on a remote node ended,
+// and the node's owner has not written it since).
+const slotRecheck = 25 * time.Millisecond
+
+// waitForSlot waits in the queue until a slot may have freed: a wake from
+// the directory, or, for the first waiter, a short recheck. Only the first
+// keeps a short timer: with thousands waiting, a 25 ms timer each was 40,000
+// wakeups a second per thousand requests.
+func (r *run) waitForSlot(ctx context.Context, w *nodes.Waiter, deadline time.Time) error {
 	left := time.Until(deadline)
 	if left <= 0 {
 		return &Error{Code: CodeBusy, Message: "every node that can run this task type is busy; retry later"}
 	}
-	t := time.NewTimer(min(left, 25*time.Millisecond))
+	if w.Again() {
+		left = min(left, slotRecheck)
+	}
+	t := time.NewTimer(left)
 	defer t.Stop()
 	select {
-	case <-changed:
+	case <-w.C:
 	case <-t.C:
 	case <-ctx.Done():
 		return &Error{Code: CodeCanceled, Message: "the client went away"}
@@ -283,9 +300,10 @@ func (r *run) waitForSlot(ctx context.Context, changed <-chan struct{}, deadline
 }
 
 // send hands the assign to the node's owner: directly when it is this
-// instance, else over the bus. A refusal is a *refusal. Once it is sent,
-// release gives the node's slot back in the directory's view when the
-// attempt ends (nodes.ClusterDirectory.Assigned).
+// instance, else over the bus. A refusal is a *refusal. A remote node's
+// slot is taken in the directory's view before the assign goes
+// (nodes.ClusterDirectory.Reserve), and release gives it back when the
+// attempt ends.
 func (d *dispatcher) send(ctx context.Context, c nodes.Candidate, req *Request, p *pending) (release func(), err error) {
 	e := &bus.Envelope{
 		Kind: bus.KindAssign, From: d.cfg.Instance, ReplyTo: d.cfg.Instance,
@@ -296,18 +314,25 @@ func (d *dispatcher) send(ctx context.Context, c nodes.Candidate, req *Request, 
 	if c.Owner == d.cfg.Instance {
 		return noRelease, d.owner.assign(e)
 	}
+	release, ok := d.dir.Reserve(c.NodeID)
+	if !ok {
+		// Another request here took its last slot since the pick.
+		return noRelease, &refusal{refusedFull, "the node has no free slot"}
+	}
 	d.metrics.hops.WithLabelValues(e.Kind.String()).Inc()
 	n, err := d.bus.Publish(ctx, c.Owner, e)
 	switch {
 	case err != nil:
+		release()
 		// The bus error names Redis's address and the instance id: logged,
 		// never shown to a client.
 		d.log.Warn("cannot publish an assign", "task_id", req.TaskID, "owner", c.Owner, "err", err)
 		return noRelease, &Error{Code: CodeUnavailable, Message: "cannot reach the instance that holds the node (Redis is unreachable); retry shortly"}
 	case n == 0:
+		release()
 		return noRelease, &refusal{refusedGone, "the node's instance is gone"}
 	}
-	return d.dir.Assigned(c.NodeID), nil
+	return release, nil
 }
 
 func noRelease() {}

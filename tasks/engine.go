@@ -96,9 +96,9 @@ type Bus interface {
 type Directory interface {
 	// Candidates appends the online nodes with capability to dst.
 	Candidates(dst []nodes.Candidate, capability string) []nodes.Candidate
-	// Changed returns a channel closed when capacity may have appeared,
-	// and a func to call when done waiting.
-	Changed() (<-chan struct{}, func())
+	// WaitSlot queues a request that found every node with capability
+	// full; the waiter is woken when a slot may have freed for it.
+	WaitSlot(capability string) *nodes.Waiter
 	// Hidden reports that nodes with capability exist, on an instance that
 	// is gone or out of reach for now (they reconnect elsewhere soon).
 	Hidden(capability string) bool
@@ -107,12 +107,13 @@ type Directory interface {
 	MarkFull(nodeID string)
 	// MarkGone says an instance cannot take tasks (gone or draining).
 	MarkGone(instance string)
-	// Assigned says a task went to a remote node, one slot fewer there,
-	// until release is called (the attempt ended) or the node's owner
-	// rewrites its entry, whichever comes first. The owner may never
-	// rewrite it: a slot taken and given back within one of its flush gaps
-	// is no change to write.
-	Assigned(nodeID string) (release func())
+	// Reserve takes a slot of a remote node before a task is sent to it,
+	// one slot fewer there until release is called (the attempt ended) or
+	// the node's owner rewrites its entry, whichever comes first. The owner
+	// may never rewrite it: a slot taken and given back within one of its
+	// flush gaps is no change to write. ok false: this instance already
+	// counts the node full, and nothing is taken.
+	Reserve(nodeID string) (release func(), ok bool)
 	// Refresh re-reads the cluster's nodes before a request is refused for
 	// want of one (invariant 11); an error means there was nothing new to
 	// read (one instance) or the read failed.

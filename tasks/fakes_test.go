@@ -77,10 +77,10 @@ type fakeDir struct {
 }
 
 func (d *fakeDir) Candidates(dst []nodes.Candidate, _ string) []nodes.Candidate { return dst }
-func (d *fakeDir) Changed() (<-chan struct{}, func())                           { return nil, func() {} }
+func (d *fakeDir) WaitSlot(c string) *nodes.Waiter                              { return nodes.NewWaiters().Wait(c) }
 func (d *fakeDir) Hidden(string) bool                                           { return false }
 func (d *fakeDir) MarkFull(string)                                              {}
-func (d *fakeDir) Assigned(string) func()                                       { return func() {} }
+func (d *fakeDir) Reserve(string) (func(), bool)                                { return func() {}, true }
 func (d *fakeDir) Refresh(context.Context) error                                { return nodes.ErrNoRemote }
 func (d *fakeDir) MarkGone(instance string) {
 	d.mu.Lock()
