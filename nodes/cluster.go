@@ -183,6 +183,17 @@ type dirEntry struct {
 	BenchFailed bool    `json:"benchmark_failed,omitempty"`
 }
 
+// view is the entry as the listing shows it: its load from the free slots
+// its owner wrote (which count the tasks of every requester), whatever an
+// older writer put in active_tasks, load and online.
+func (e *dirEntry) view() NodeView {
+	v := e.NodeView
+	v.ActiveTasks = max(v.MaxConcurrency-e.FreeSlots, 0)
+	v.Load = load(v.ActiveTasks, v.MaxConcurrency)
+	v.Online = true // listed only while its instance is live and not marked gone
+	return v
+}
+
 // NewClusterDirectory returns a directory over hub and the Redis at rdb.
 // live lists the live instance ids (the registry's). Start it, then Run it.
 func NewClusterDirectory(hub LocalNodes, rdb redis.UniversalClient, live func(ctx context.Context) ([]string, error), cfg ClusterConfig) *ClusterDirectory {
@@ -394,7 +405,7 @@ func (d *ClusterDirectory) List(capability string) []NodeView {
 		if seen[n.entry.NodeID] || gone.has(n.entry.Instance) || (capability != "" && !contains(n.entry.Capabilities, capability)) {
 			continue
 		}
-		out = append(out, n.entry.NodeView)
+		out = append(out, n.entry.view())
 	}
 	d.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })

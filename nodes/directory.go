@@ -31,8 +31,14 @@ type NodeView struct {
 	CPUPercent     float64         `json:"cpu_percent"`
 	ActiveTasks    int             `json:"active_tasks"`
 	MaxConcurrency int             `json:"max_concurrency"`
-	Instance       string          `json:"instance,omitempty"` // the owning instance's id: the directory's and operators', not public
-	ConnectedAt    time.Time       `json:"connected_at"`
+	// Online and Load are what GemmaNet's client SDK reads into NodeInfo
+	// (it defaults them to true and 0.0): every listed node is online
+	// (connected to a live instance), and Load is the fraction of its slots
+	// in use, active_tasks / max_concurrency, from 0 to 1.
+	Online      bool      `json:"online"`
+	Load        float64   `json:"load"`
+	Instance    string    `json:"instance,omitempty"` // the owning instance's id: the directory's and operators', not public
+	ConnectedAt time.Time `json:"connected_at"`
 }
 
 // Directory is routing's view of the online nodes. The Hub is the
@@ -91,8 +97,17 @@ func (s *Session) View(instance string) NodeView {
 		NodeID: s.NodeID, Name: s.Info.Name, Capabilities: s.Info.Capabilities,
 		Languages: s.Info.Languages, ModelInfo: s.Info.ModelInfo, Trust: s.Info.Trust,
 		CPUPercent: s.CPU(), ActiveTasks: s.InFlight(), MaxConcurrency: s.Info.MaxConcurrency,
+		Online: true, Load: load(s.InFlight(), s.Info.MaxConcurrency),
 		Instance: instance, ConnectedAt: s.ConnectedAt.UTC(),
 	}
+}
+
+// load is the fraction of a node's slots in use, from 0 to 1.
+func load(active, maxConcurrency int) float64 {
+	if maxConcurrency <= 0 {
+		return 0
+	}
+	return min(max(float64(active)/float64(maxConcurrency), 0), 1)
 }
 
 func contains(list []string, s string) bool {

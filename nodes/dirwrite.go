@@ -61,6 +61,7 @@ func (d *ClusterDirectory) entryOf(s *Session, st pubState) ([]byte, error) {
 	v := s.View(d.cfg.Instance)
 	v.CPUPercent = st.cpu
 	v.ActiveTasks = s.Info.MaxConcurrency - st.free
+	v.Load = load(v.ActiveTasks, s.Info.MaxConcurrency)
 	return json.Marshal(dirEntry{NodeView: v, Gen: st.gen, FreeSlots: st.free, HasBench: st.has, BenchMs: st.ms, BenchFailed: st.failed})
 }
 

@@ -283,7 +283,7 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string, he
 		Info: Info{
 			Name: reg.Name, AccountID: acct.ID, Trust: acct.Trust, KeyPrefix: acct.KeyPrefix,
 			Capabilities: reg.Capabilities, Languages: reg.Languages,
-			ModelInfo: reg.ModelInfo, MaxConcurrency: maxc,
+			ModelInfo: reg.ModelInfo, MaxConcurrency: maxc, TaskCancel: reg.TaskCancel,
 		},
 		conn:       conn,
 		heard:      heard,

@@ -19,7 +19,20 @@ const (
 	maxLanguages       = 64
 	maxLanguageChars   = 16
 	maxModelInfoChars  = 2048
+	maxFeatures        = 32
+	maxFeatureChars    = 64
 	MaxNodeConcurrency = 1024 // the largest max_concurrency a node may declare
+)
+
+// Features a node may declare in node_register's "features" (ours): the
+// extensions of the protocol it understands. GemmaNet's SDK declares none,
+// so it is sent nothing it cannot parse. Names this version does not know
+// are ignored, so a newer node can declare newer ones.
+const (
+	// FeatureTaskCancel: the node understands task_cancel. A node that does
+	// not declare it is never sent one; its slot stays taken by a cancelled
+	// task until it answers the task or the task's timeout passes.
+	FeatureTaskCancel = "task_cancel"
 )
 
 var capabilityRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
@@ -32,6 +45,7 @@ type Registration struct {
 	Languages      []string
 	ModelInfo      json.RawMessage // a JSON object
 	MaxConcurrency int             // 0 when the node did not say
+	TaskCancel     bool            // it declared FeatureTaskCancel
 }
 
 // DecodeRegister decodes and validates a node_register payload. Its error
@@ -44,6 +58,7 @@ func DecodeRegister(p json.RawMessage) (Registration, error) {
 		Languages      []string        `json:"languages"`
 		ModelInfo      json.RawMessage `json:"model_info"`
 		MaxConcurrency json.RawMessage `json:"max_concurrency"`
+		Features       []string        `json:"features"`
 	}
 	var r Registration
 	if err := json.Unmarshal(p, &raw); err != nil {
@@ -66,6 +81,16 @@ func DecodeRegister(p json.RawMessage) (Registration, error) {
 		return r, fmt.Errorf("%w: capabilities has more than %d items", ErrInvalidMessage, maxCapabilities)
 	case len(raw.Languages) > maxLanguages:
 		return r, fmt.Errorf("%w: languages has more than %d items", ErrInvalidMessage, maxLanguages)
+	case len(raw.Features) > maxFeatures:
+		return r, fmt.Errorf("%w: features has more than %d items", ErrInvalidMessage, maxFeatures)
+	}
+	for _, f := range raw.Features {
+		if n := utf8.RuneCountInString(f); n == 0 || n > maxFeatureChars {
+			return r, fmt.Errorf("%w: each feature must be 1-%d characters", ErrInvalidMessage, maxFeatureChars)
+		}
+		if f == FeatureTaskCancel {
+			r.TaskCancel = true
+		}
 	}
 	for _, c := range raw.Capabilities {
 		if !capabilityRE.MatchString(c) {

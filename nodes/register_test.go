@@ -59,6 +59,15 @@ func TestDecodeRegister(t *testing.T) {
 		{"name with emoji and ZWJ", `{"api_key":"k","name":"👩\u200d💻 node-1 é","capabilities":["echo"]}`, ""},
 		{"language with RLO", ok(`,"languages":["en\u202e"]`), "languages must not contain"},
 		{"capabilities wrong type", `{"api_key":"k","name":"n","capabilities":"echo"}`, "capabilities must be an array"},
+		{"features", ok(`,"features":["task_cancel"]`), ""},
+		{"features unknown", ok(`,"features":["from-the-future","task_cancel"]`), ""},
+		{"features null", ok(`,"features":null`), ""},
+		{"features empty", ok(`,"features":[]`), ""},
+		{"features wrong type", ok(`,"features":"task_cancel"`), "features must be an array"},
+		{"features not strings", ok(`,"features":[1]`), "features must be a string"},
+		{"features too many", ok(`,"features":` + caps(33)), "features has more than 32"},
+		{"feature empty", ok(`,"features":[""]`), "each feature must be 1-64 characters"},
+		{"feature too long", ok(`,"features":["` + long(65) + `"]`), "each feature must be 1-64 characters"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -78,10 +87,28 @@ func TestDecodeRegisterDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(r.ModelInfo) != "{}" || len(r.Languages) != 0 || r.Languages == nil || r.MaxConcurrency != 0 {
+	if string(r.ModelInfo) != "{}" || len(r.Languages) != 0 || r.Languages == nil || r.MaxConcurrency != 0 || r.TaskCancel {
 		t.Fatalf("defaults: %+v", r)
 	}
 	if strings.Join(r.Capabilities, ",") != "a,b" {
 		t.Fatalf("duplicate capabilities kept: %v", r.Capabilities)
+	}
+}
+
+// task_cancel is sent only to a node that asked for it in features;
+// names this version does not know are ignored.
+func TestDecodeRegisterFeatures(t *testing.T) {
+	for in, want := range map[string]bool{
+		``:                                     false, // GemmaNet's SDK sends no features
+		`,"features":[]`:                       false,
+		`,"features":["future"]`:               false,
+		`,"features":["future","task_cancel"]`: true,
+		`,"features":["task_cancel"]`:          true,
+		`,"features":["TASK_CANCEL"]`:          false,
+	} {
+		r, err := DecodeRegister(json.RawMessage(`{"api_key":"k","name":"n","capabilities":["a"]` + in + `}`))
+		if err != nil || r.TaskCancel != want {
+			t.Errorf("%s: TaskCancel %v, %v; want %v", in, r.TaskCancel, err, want)
+		}
 	}
 }

@@ -38,6 +38,9 @@ type Info struct {
 	Languages      []string
 	ModelInfo      json.RawMessage
 	MaxConcurrency int
+	// TaskCancel: the node declared FeatureTaskCancel. Only such a node is
+	// sent task_cancel; GemmaNet's SDK cannot parse it.
+	TaskCancel bool
 }
 
 // Events receives what a session's node sends about tasks. The tasks

@@ -20,7 +20,7 @@ const (
 	MsgTaskAssign      = "task_assign"
 	MsgTaskChunk       = "task_chunk"
 	MsgTaskResult      = "task_result"
-	MsgTaskCancel      = "task_cancel" // ours: GemmaNet's SDK logs and ignores it
+	MsgTaskCancel      = "task_cancel" // ours: only to nodes that declared FeatureTaskCancel (GemmaNet's SDK cannot parse it)
 	MsgBenchmark       = "benchmark"
 	MsgBenchmarkResult = "benchmark_result"
 	MsgError           = "error"

@@ -102,6 +102,23 @@ type NodeInfo struct {
 	ActiveTasks  int            `json:"active_tasks,omitempty"`
 	// MaxConcurrency is switchyard's extension; GemmaNet does not send it.
 	MaxConcurrency int `json:"max_concurrency,omitempty"`
+	// Online and Load are the fields of GemmaNet's NodeInfo: every listed
+	// node is online, and Load is the fraction of its slots in use (0 to 1).
+	// A server that sends neither (GemmaNet's) reads as online, load 0, the
+	// defaults of GemmaNet's NodeInfo.
+	Online bool    `json:"online"`
+	Load   float64 `json:"load"`
+}
+
+// UnmarshalJSON reads a listed node, online unless it says otherwise.
+func (n *NodeInfo) UnmarshalJSON(b []byte) error {
+	type plain NodeInfo // without this method
+	p := plain{Online: true}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*n = NodeInfo(p)
+	return nil
 }
 
 // TaskInfo is a task's record (GET /api/v1/tasks/{id}).

@@ -209,7 +209,7 @@ func TestClientOtherEndpoints(t *testing.T) {
 				fmt.Fprint(w, `{"nodes":[{"node_id":"n2"}]}`)
 				return
 			}
-			fmt.Fprint(w, `[{"node_id":"n1","name":"w","capabilities":["chat"],"languages":[],"model_info":{},"trust":"official","cpu_percent":12.5,"active_tasks":2,"max_concurrency":4}]`)
+			fmt.Fprint(w, `[{"node_id":"n1","name":"w","capabilities":["chat"],"languages":[],"model_info":{},"trust":"official","cpu_percent":12.5,"active_tasks":2,"max_concurrency":4,"online":true,"load":0.5}]`)
 		case "/api/v1/tasks/a b":
 			fmt.Fprint(w, `{"task_id":"a b","status":"completed","node_ids":["n1"],"created_at":"2026-01-02T03:04:05Z","finished_at":null,"processing_time_ms":40}`)
 		default:
@@ -229,14 +229,15 @@ func TestClientOtherEndpoints(t *testing.T) {
 	}
 	<-reqs
 	nodes, err := c.Nodes(ctx, "chat")
-	want := []sdk.NodeInfo{{NodeID: "n1", Name: "w", Capabilities: []string{"chat"}, Languages: []string{}, ModelInfo: map[string]any{}, Trust: "official", CPUPercent: 12.5, ActiveTasks: 2, MaxConcurrency: 4}}
+	want := []sdk.NodeInfo{{NodeID: "n1", Name: "w", Capabilities: []string{"chat"}, Languages: []string{}, ModelInfo: map[string]any{}, Trust: "official", CPUPercent: 12.5, ActiveTasks: 2, MaxConcurrency: 4, Online: true, Load: 0.5}}
 	if err != nil || !reflect.DeepEqual(nodes, want) {
 		t.Errorf("Nodes = %+v, %v", nodes, err)
 	}
 	if r := <-reqs; r.URL.RawQuery != "capability=chat" {
 		t.Errorf("Nodes query %q", r.URL.RawQuery)
 	}
-	if nodes, err := c.Nodes(ctx, "wrapped"); err != nil || len(nodes) != 1 || nodes[0].NodeID != "n2" {
+	// Without online and load (GemmaNet sends neither): GemmaNet's defaults.
+	if nodes, err := c.Nodes(ctx, "wrapped"); err != nil || len(nodes) != 1 || nodes[0].NodeID != "n2" || !nodes[0].Online || nodes[0].Load != 0 {
 		t.Errorf("Nodes (wrapped) = %+v, %v", nodes, err)
 	}
 	<-reqs

@@ -11,8 +11,9 @@
 //     ratings, status, nodes and task lookups, with the server's error body
 //     decoded into an error that carries its code (apierror.go);
 //   - its own copy of the wire shapes (wire.go): GemmaNet's wire protocol plus
-//     switchyard's extensions (max_concurrency in node_register,
-//     task_cancel, status "rejected" for a task_assign it cannot decode),
+//     switchyard's extensions (max_concurrency in node_register, and
+//     features: ["task_cancel"] there, which asks for task_cancel; status
+//     "rejected" for a task_assign it cannot decode),
 //     as docs/PROTOCOL.md documents them.
 //
 // It must not import any other switchyard package: it is what third parties

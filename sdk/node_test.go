@@ -156,6 +156,7 @@ func TestRegistration(t *testing.T) {
 		"languages":       []any{"en", "de"},
 		"model_info":      map[string]any{"model": "tiny"},
 		"max_concurrency": 3.0,
+		"features":        []any{"task_cancel"},
 	}
 	for k, v := range want {
 		if got, _ := json.Marshal(raw[k]); string(got) != mustJSON(t, v) {

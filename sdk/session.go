@@ -77,6 +77,9 @@ func (s *session) register(ctx context.Context) (string, error) {
 		Languages:      c.Languages,
 		ModelInfo:      c.ModelInfo,
 		MaxConcurrency: c.MaxConcurrency,
+		// The node stops a cancelled task's handler (task.go), so the
+		// server may tell it to and free the slot at once.
+		Features: []string{FeatureTaskCancel},
 	})
 	if err != nil {
 		return "", fmt.Errorf("sdk: send node_register: %w", err)

@@ -23,6 +23,11 @@ const (
 	MsgBenchmarkResult = "benchmark_result" // node → server
 )
 
+// FeatureTaskCancel is what a node lists in node_register's features
+// (switchyard extension) to say it understands task_cancel; switchyard
+// sends task_cancel to no other node. The Node declares it.
+const FeatureTaskCancel = "task_cancel"
+
 // Close codes the server uses on the node WebSocket beyond the standard ones.
 const (
 	CloseReplaced       = 4000 // a newer connection of the same identity took over
@@ -107,6 +112,9 @@ type RegisterPayload struct {
 	ModelInfo    map[string]any `json:"model_info"`
 	// MaxConcurrency is switchyard's extension; GemmaNet ignores it.
 	MaxConcurrency int `json:"max_concurrency,omitempty"`
+	// Features are the protocol extensions the node understands
+	// (switchyard's; GemmaNet ignores them), such as FeatureTaskCancel.
+	Features []string `json:"features,omitempty"`
 }
 
 // RegisteredPayload is node_registered.

@@ -216,6 +216,9 @@ func (a *App) registerMetrics() {
 			Help: "Tasks waiting for their outcome on this (requesting) instance."}, func() float64 { return float64(a.engine.Requesting()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "switchyard", Subsystem: "tasks", Name: "forwarding",
 			Help: "Tasks held by nodes connected to this (owning) instance."}, func() float64 { return float64(a.engine.Forwarding()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "switchyard", Subsystem: "tasks", Name: "cancelled_holding",
+			Help: "Cancelled tasks still running on nodes of this instance that do not take task_cancel: their slots stay taken until they answer."},
+			func() float64 { return float64(a.engine.Holding()) }),
 	)
 	a.metrics = newHTTPMetrics(a.registry)
 }

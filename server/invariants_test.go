@@ -195,11 +195,12 @@ func TestInvariant3ExactlyOneOutcome(t *testing.T) {
 }
 
 // Invariant 6: a client that goes away, or a deadline that passes, sends
-// task_cancel to the node and frees its slot.
+// task_cancel to the node and frees its slot (a node that declared
+// task_cancel; for one that did not, see TestCancelHeldForNodesWithoutTaskCancel).
 func TestInvariant6CancelTravels(t *testing.T) {
 	ta := startApp(t, func(c *Config) { c.TaskTimeout = 300 * time.Millisecond })
 	key := ta.account(t, "alice", "")
-	n := connectNode(t, ta.wsURL, map[string]any{"api_key": key, "name": "w", "capabilities": []string{"echo"}, "max_concurrency": 1})
+	n := connectNode(t, ta.wsURL, nodetest.WithCancel(map[string]any{"api_key": key, "name": "w", "capabilities": []string{"echo"}, "max_concurrency": 1}))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := async(func() error {

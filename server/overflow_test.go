@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"switchyard/internal/nodetest"
 	"switchyard/tasks"
 )
 
@@ -32,7 +33,7 @@ func heapInuse() uint64 {
 func TestSlowStreamReaderFloodStaysFlat(t *testing.T) {
 	a := startApp(t, func(c *Config) { c.ResultMaxBytes, c.MaxMessageBytes = 1<<30, 1<<30 })
 	key := a.account(t, "flood", "")
-	n := connectNode(t, a.wsURL, reg(key, "n", "echo"))
+	n := connectNode(t, a.wsURL, nodetest.WithCancel(reg(key, "n", "echo")))
 
 	conn, err := net.Dial("tcp", a.Addr())
 	if err != nil {

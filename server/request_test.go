@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"switchyard/internal/nodetest"
 )
 
 func TestRequestBodyErrors(t *testing.T) {
@@ -275,7 +277,7 @@ func TestStreamWholeResultWhenNothingStreamed(t *testing.T) {
 func TestStreamTimeouts(t *testing.T) {
 	ta := startApp(t, func(c *Config) { c.TaskTimeout = 300 * time.Millisecond; c.StreamMax = 5 * time.Second })
 	key := ta.account(t, "alice", "")
-	n := connectNode(t, ta.wsURL, reg(key, "w", "echo"))
+	n := connectNode(t, ta.wsURL, nodetest.WithCancel(reg(key, "w", "echo")))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, _ := ta.stream(t, ctx, key, map[string]any{"task_type": "echo", "content": "x"})
@@ -335,7 +337,7 @@ func TestResultCap(t *testing.T) {
 	const limit = 1 << 20
 	ta := startApp(t, nil)
 	key := ta.account(t, "alice", "")
-	n := connectNode(t, ta.wsURL, reg(key, "w", "echo"))
+	n := connectNode(t, ta.wsURL, nodetest.WithCancel(reg(key, "w", "echo")))
 	run := func(size int) reply {
 		ch := ta.requestAsync(key, map[string]any{"task_type": "echo", "content": "x"})
 		m := n.Expect("task_assign")

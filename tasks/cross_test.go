@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"switchyard/bus"
@@ -196,7 +197,7 @@ func TestCrossInstancePlainAndStream(t *testing.T) {
 func TestInvariant5RequesterGoneFreesTheNode(t *testing.T) {
 	t.Run("stream", func(t *testing.T) {
 		r, o, _ := pair(t, tasks.Config{})
-		n := nodetest.Connect(t, o.wsURL, nodetest.Reg("good", "w", "echo"))
+		n := nodetest.Connect(t, o.wsURL, nodetest.WithCancel(nodetest.Reg("good", "w", "echo")))
 		got := make(chan string, 16)
 		run(t, r, context.Background(), tasks.Request{TaskID: "s1", TaskType: "echo", Stream: true},
 			tasks.Hooks{Chunk: func(d string) error { got <- d; return nil }})
@@ -212,7 +213,7 @@ func TestInvariant5RequesterGoneFreesTheNode(t *testing.T) {
 	})
 	t.Run("plain", func(t *testing.T) {
 		r, o, _ := pair(t, tasks.Config{})
-		n := nodetest.Connect(t, o.wsURL, nodetest.Reg("good", "w", "echo"))
+		n := nodetest.Connect(t, o.wsURL, nodetest.WithCancel(nodetest.Reg("good", "w", "echo")))
 		run(t, r, context.Background(), tasks.Request{TaskID: "p1", TaskType: "echo"}, tasks.Hooks{})
 		n.Expect("task_assign")
 		start := time.Now()
@@ -253,7 +254,7 @@ func TestRequesterTakenForGoneHearsAtOnce(t *testing.T) {
 	cfg := tasks.Config{TaskTimeout: time.Minute}
 	o := newInstance(t, "O", b, nil, cfg, alive)
 	r := newInstance(t, "R", b, o.hub, cfg)
-	n := nodetest.Connect(t, o.wsURL, nodetest.Reg("good", "w", "echo"))
+	n := nodetest.Connect(t, o.wsURL, nodetest.WithCancel(nodetest.Reg("good", "w", "echo")))
 	ch := run(t, r, context.Background(), tasks.Request{TaskID: "p1", TaskType: "echo"}, tasks.Hooks{})
 	n.Expect("task_assign")
 	alive.kill("R")
@@ -284,7 +285,7 @@ func TestInvariant4OwnerGoneFailsTasksFast(t *testing.T) {
 // on the node, through the bus.
 func TestInvariant6CancelCrossesTheBus(t *testing.T) {
 	r, o, _ := pair(t, tasks.Config{})
-	n := nodetest.Connect(t, o.wsURL, map[string]any{"api_key": "good", "name": "w", "capabilities": []string{"echo"}, "max_concurrency": 1})
+	n := nodetest.Connect(t, o.wsURL, nodetest.WithCancel(map[string]any{"api_key": "good", "name": "w", "capabilities": []string{"echo"}, "max_concurrency": 1}))
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := run(t, r, ctx, tasks.Request{TaskID: "c1", TaskType: "echo"}, tasks.Hooks{})
 	n.Expect("task_assign")
@@ -301,6 +302,62 @@ func TestInvariant6CancelCrossesTheBus(t *testing.T) {
 	if got := wait(t, ch); got.err != nil {
 		t.Fatal(got.err)
 	}
+}
+
+// Across instances too, a node that did not declare task_cancel is sent
+// none when the client on the requesting instance goes away: its owner
+// holds the node's slot until the node answers, and discards the answer
+// without counting it as a stray (invariant 7: the waiting task gets the
+// slot only then).
+func TestCancelHeldAcrossTheBus(t *testing.T) {
+	b := bus.NewMemory()
+	t.Cleanup(func() { _ = b.Close() })
+	reg := prometheus.NewRegistry()
+	o := newInstance(t, "O", b, nil, tasks.Config{Registerer: reg})
+	r := newInstance(t, "R", b, o.hub, tasks.Config{})
+	n := nodetest.Connect(t, o.wsURL, map[string]any{"api_key": "good", "name": "w", "capabilities": []string{"echo"}, "max_concurrency": 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := run(t, r, ctx, tasks.Request{TaskID: "h1", TaskType: "echo"}, tasks.Hooks{})
+	n.Expect("task_assign")
+	cancel()
+	if got := wait(t, ch); code(got.err) != tasks.CodeCanceled {
+		t.Fatalf("%v", got.err)
+	}
+	waitUntil(t, func() bool { return o.eng.Holding() == 1 }) // the cancel crossed the bus
+	if s := o.hub.Session(n.ID); s == nil || s.FreeSlots() != 0 {
+		t.Fatal("the node's one slot is free while it still runs the cancelled task")
+	}
+	ch = run(t, r, context.Background(), tasks.Request{TaskID: "h2", TaskType: "echo"}, tasks.Hooks{})
+	waitUntil(t, func() bool { return r.eng.Requesting() == 1 })
+	n.Result("h1", "completed", "too late")
+	if m := n.Recv(5 * time.Second); m.MsgType != "task_assign" || m.TaskID() != "h2" {
+		t.Fatalf("after its late answer the node got %s %v, want task_assign h2", m.MsgType, m.Payload)
+	}
+	n.Result("h2", "completed", "ok")
+	if got := wait(t, ch); got.err != nil || got.out.Result != "ok" {
+		t.Fatalf("%+v", got)
+	}
+	if d, h := gathered(t, reg, "switchyard_tasks_dropped_events_total"), gathered(t, reg, "switchyard_tasks_cancel_holds_ended_total"); d != 0 || h != 1 || o.eng.Holding() != 0 {
+		t.Fatalf("dropped %v, holds ended %v, holding %d; want 0, 1, 0", d, h, o.eng.Holding())
+	}
+}
+
+// gathered adds up every series of a metric in reg.
+func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }
 
 // Invariant 7 across instances: the owner refuses an assign beyond the

@@ -356,7 +356,7 @@ func (r *run) await(ctx context.Context) (Outcome, error) {
 		select {
 		case <-r.p.signal:
 		case <-timer.C:
-			r.cancel("deadline passed")
+			r.cancel(reasonDeadline)
 			return Outcome{}, &Error{Code: CodeTimeout, Message: "the task timed out"}
 		case <-ctx.Done():
 			reason := "client gone"

@@ -281,8 +281,15 @@ func (e *Engine) Drain() { e.owner.draining.Store(true) }
 // Requesting is the number of tasks waiting for their outcome here.
 func (e *Engine) Requesting() int { return e.tracker.Len() }
 
-// Forwarding is the number of tasks this instance's nodes hold now.
+// Forwarding is the number of tasks this instance's nodes hold now for a
+// requester that waits for them (a drain waits for these).
 func (e *Engine) Forwarding() int { return e.owner.fwd.len() }
+
+// Holding is the number of cancelled tasks that nodes of this instance
+// still run, not having declared task_cancel: their slots stay taken until
+// they answer, disconnect, or the task's timeout passes. Nobody waits for
+// them.
+func (e *Engine) Holding() int { return e.owner.fwd.holding() }
 
 // Tracker is the requester side's read-only view (status, task lookup).
 func (e *Engine) Tracker() *Tracker { return e.tracker }

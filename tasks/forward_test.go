@@ -39,7 +39,7 @@ func TestForwardTableTransitions(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ft := newForwardTable()
+			ft := newForwardTable(time.Minute)
 			e := &fwdEntry{taskID: "t", nodeID: "n", replyTo: "R", sess: s1, gen: 1, deadline: t0}
 			for i, st := range c.steps {
 				var got, gone bool
@@ -54,17 +54,19 @@ func TestForwardTableTransitions(t *testing.T) {
 				case "unsent":
 					got, gone = ft.sent(e, false)
 				case "take":
-					got = ft.take("t", s1) != nil
+					got = first(ft.take("t", s1)) != nil
 				case "takeOther":
-					got = ft.take("t", s2) != nil
+					got = first(ft.take("t", s2)) != nil
 				case "takeAny":
-					got = ft.take("t", nil) != nil
+					got = first(ft.take("t", nil)) != nil
 				case "takeSession":
-					got = len(ft.takeSession(s1)) == 1
+					live, _ := ft.takeSession(s1)
+					got = len(live) == 1
 				case "expired":
-					got = len(ft.expired(t0.Add(time.Second))) == 1
+					live, _ := ft.expired(t0.Add(time.Second))
+					got = len(live) == 1
 				case "takeRequester":
-					got = len(ft.takeRequester("R")) == 1
+					got = len(ft.takeRequester("R", t0)) == 1
 				}
 				if got != st.want || gone != st.gone || ft.len() != st.wantLen {
 					t.Fatalf("step %d %s: got %v gone %v len %d; want %v gone %v len %d", i, st.op, got, gone, ft.len(), st.want, st.gone, st.wantLen)
@@ -77,6 +79,132 @@ func TestForwardTableTransitions(t *testing.T) {
 	}
 }
 
+func first(e *fwdEntry, _ bool) *fwdEntry { return e }
+
+// A cancelled task of a node that did not declare task_cancel is held: its
+// entry, and so the node's slot, stays until the node answers (the answer
+// is the taker's, marked held: it goes nowhere), its connection ends, or
+// the task's timeout passes (invariant 7), never past the deadline. It is
+// not live: not counted as forwarding, not a requester's.
+func TestForwardTableHeld(t *testing.T) {
+	const hold = time.Minute
+	t0 := time.Now() // chunk reads the clock itself
+	plain, aware := &nodes.Session{}, &nodes.Session{Info: nodes.Info{TaskCancel: true}}
+	setup := func(sess *nodes.Session, stream bool, deadline time.Time) (*forwardTable, *fwdEntry) {
+		ft := newForwardTable(hold)
+		e := &fwdEntry{taskID: "t", replyTo: "R", sess: sess, stream: stream, deadline: deadline}
+		ft.add(e)
+		ft.sent(e, true)
+		return ft, e
+	}
+	check := func(t *testing.T, ft *forwardTable, live, held int) {
+		t.Helper()
+		if ft.len() != live || ft.holding() != held {
+			t.Fatalf("live %d held %d, want %d and %d", ft.len(), ft.holding(), live, held)
+		}
+	}
+
+	t.Run("held until the node answers", func(t *testing.T) {
+		ft, _ := setup(plain, false, t0.Add(10*time.Minute))
+		if e, held := ft.cancel("t", nil, t0, true); e == nil || !held {
+			t.Fatalf("cancel: %v held %v, want the entry, held", e, held)
+		}
+		check(t, ft, 0, 1)
+		if len(ft.requesters("self")) != 0 {
+			t.Fatal("a held task's requester is watched")
+		}
+		if e, _ := ft.cancel("t", nil, t0, true); e != nil {
+			t.Fatal("a second cancel took the held entry")
+		}
+		if e, _ := ft.take("t", &nodes.Session{}); e != nil {
+			t.Fatal("another connection answered a held task")
+		}
+		if e, held := ft.take("t", plain); e == nil || !held {
+			t.Fatalf("the node's answer: %v held %v, want the entry, held", e, held)
+		}
+		check(t, ft, 0, 0)
+	})
+	t.Run("a node that takes task_cancel is not held", func(t *testing.T) {
+		ft, _ := setup(aware, false, t0.Add(10*time.Minute))
+		if e, held := ft.cancel("t", nil, t0, true); e == nil || held {
+			t.Fatalf("cancel: %v held %v, want the entry, not held", e, held)
+		}
+		check(t, ft, 0, 0)
+	})
+	t.Run("past the timeout nothing is held", func(t *testing.T) {
+		ft, _ := setup(plain, false, t0.Add(10*time.Minute))
+		if e, held := ft.cancel("t", nil, t0, false); e == nil || held {
+			t.Fatalf("cancel: %v held %v, want the entry, not held", e, held)
+		}
+		check(t, ft, 0, 0)
+		ft, _ = setup(plain, false, t0) // the deadline is now
+		if e, held := ft.cancel("t", nil, t0, true); e == nil || held {
+			t.Fatalf("cancel at the deadline: %v held %v, want the entry, not held", e, held)
+		}
+	})
+	t.Run("the hold runs out at the timeout, capped by the deadline", func(t *testing.T) {
+		ft, _ := setup(plain, false, t0.Add(10*time.Minute))
+		ft.cancel("t", nil, t0, true)
+		if live, unheld := ft.expired(t0.Add(hold - time.Millisecond)); len(live)+len(unheld) != 0 {
+			t.Fatal("the hold ran out before the task timeout")
+		}
+		if live, unheld := ft.expired(t0.Add(hold + time.Millisecond)); len(live) != 0 || len(unheld) != 1 {
+			t.Fatalf("after the timeout: %d live, %d unheld; want 0 and 1", len(live), len(unheld))
+		}
+		check(t, ft, 0, 0)
+		ft, _ = setup(plain, false, t0.Add(time.Second))
+		ft.cancel("t", nil, t0, true)
+		if _, unheld := ft.expired(t0.Add(2 * time.Second)); len(unheld) != 1 {
+			t.Fatal("the hold outlived the task's deadline")
+		}
+	})
+	t.Run("a stream's chunks extend the hold", func(t *testing.T) {
+		ft, _ := setup(plain, true, t0.Add(10*time.Minute))
+		cancelled := t0.Add(-hold / 2) // held until t0 + hold/2
+		ft.cancel("t", nil, cancelled, true)
+		if _, res := ft.chunk("t", plain, 1, 1<<20); res != chunkHeld { // at t0 or a little later
+			t.Fatalf("a held task's chunk: %v, want chunkHeld", res)
+		}
+		if _, unheld := ft.expired(t0.Add(hold * 3 / 4)); len(unheld) != 0 {
+			t.Fatal("a streaming node's hold ran out a timeout after the cancel, not after its last chunk")
+		}
+		check(t, ft, 0, 1)
+		if _, unheld := ft.expired(time.Now().Add(hold + time.Millisecond)); len(unheld) != 1 {
+			t.Fatal("the hold did not run out a timeout after the last chunk")
+		}
+	})
+	t.Run("the connection's end frees held slots", func(t *testing.T) {
+		ft, _ := setup(plain, false, t0.Add(10*time.Minute))
+		ft.add(&fwdEntry{taskID: "u", replyTo: "R", sess: plain, deadline: t0.Add(10 * time.Minute), state: stateSent})
+		ft.cancel("t", nil, t0, true)
+		live, held := ft.takeSession(plain)
+		if len(live) != 1 || live[0].taskID != "u" || held != 1 {
+			t.Fatalf("takeSession: %d live, %d held; want u, and 1", len(live), held)
+		}
+		check(t, ft, 0, 0)
+	})
+	t.Run("the result cap and a gone requester hold too", func(t *testing.T) {
+		ft, _ := setup(plain, true, t0.Add(10*time.Minute))
+		if e, res := ft.chunk("t", plain, 100, 10); res != chunkTooLarge || e.state != stateHeld {
+			t.Fatalf("over the cap: %v state %v, want chunkTooLarge, held", res, e.state)
+		}
+		check(t, ft, 0, 1)
+		ft, _ = setup(plain, false, t0.Add(10*time.Minute))
+		if st := ft.takeRequester("R", t0); len(st) != 1 || !st[0].held {
+			t.Fatalf("takeRequester: %+v, want one held", st)
+		}
+		check(t, ft, 0, 1)
+	})
+	t.Run("an entry still being sent is not held", func(t *testing.T) {
+		ft := newForwardTable(hold)
+		ft.add(&fwdEntry{taskID: "t", sess: plain, deadline: t0.Add(10 * time.Minute)})
+		if e, held := ft.cancel("t", nil, t0, true); e == nil || held {
+			t.Fatalf("cancel while sending: %v held %v, want the entry, not held", e, held)
+		}
+		check(t, ft, 0, 0)
+	})
+}
+
 // Chunks: only the assigned connection's count, in sequence, against the
 // result cap; going over fails the task and removes the entry.
 // Empty deltas are not free (invariant 13): each costs ChunkOverhead, so a
@@ -84,7 +212,7 @@ func TestForwardTableTransitions(t *testing.T) {
 // limit/ChunkOverhead of them.
 func TestForwardTableEmptyChunksCost(t *testing.T) {
 	s := &nodes.Session{}
-	ft := newForwardTable()
+	ft := newForwardTable(time.Minute)
 	e := &fwdEntry{taskID: "t", sess: s, stream: true}
 	ft.add(e)
 	ft.sent(e, true)
@@ -104,8 +232,8 @@ func TestForwardTableEmptyChunksCost(t *testing.T) {
 }
 
 func TestForwardTableChunks(t *testing.T) {
-	s1, s2 := &nodes.Session{}, &nodes.Session{}
-	ft := newForwardTable()
+	s1, s2 := &nodes.Session{Info: nodes.Info{TaskCancel: true}}, &nodes.Session{}
+	ft := newForwardTable(time.Minute)
 	e := &fwdEntry{taskID: "t", sess: s1, stream: true}
 	ft.add(e)
 	ft.sent(e, true)

@@ -56,7 +56,7 @@ func BenchmarkTrackerParallel(b *testing.B) {
 // BenchmarkForwardTable is one task's life on the owner side: add, mark
 // sent, one chunk, take it with the result.
 func BenchmarkForwardTable(b *testing.B) {
-	ft := newForwardTable()
+	ft := newForwardTable(time.Minute)
 	sess := &nodes.Session{}
 	b.ReportAllocs()
 	i := 0
@@ -69,7 +69,7 @@ func BenchmarkForwardTable(b *testing.B) {
 		if _, res := ft.chunk(e.taskID, sess, 10, 1<<20); res != chunkForward {
 			b.Fatal("chunk dropped")
 		}
-		if ft.take(e.taskID, sess) == nil {
+		if e, _ := ft.take(e.taskID, sess); e == nil {
 			b.Fatal("not taken")
 		}
 		i++

@@ -10,6 +10,7 @@ type Metrics struct {
 	refusals   *prometheus.CounterVec
 	dropped    *prometheus.CounterVec
 	cancels    *prometheus.CounterVec
+	holdEnds   *prometheus.CounterVec
 	hops       *prometheus.CounterVec
 	ownerDied  prometheus.Counter
 	outDropped *prometheus.CounterVec
@@ -42,8 +43,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind"}),
 		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "switchyard", Subsystem: "tasks", Name: "cancels_total",
-			Help: "task_cancel messages sent to nodes, by reason.",
+			Help: "Tasks cancelled on their nodes, by reason: task_cancel sent to a node that declared it; to any other, nothing sent and its slot held until it answers.",
 		}, []string{"reason"}),
+		holdEnds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "tasks", Name: "cancel_holds_ended_total",
+			Help: "Slots held for cancelled tasks on nodes that do not take task_cancel, freed by how: answered (the answer was discarded), expired (the task's timeout passed first) or disconnected.",
+		}, []string{"how"}),
 		hops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "switchyard", Subsystem: "tasks", Name: "cross_instance_envelopes_total",
 			Help: "Envelopes this instance published to another instance, by kind.",
@@ -58,7 +63,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.outcomes, m.latency, m.overhead, m.refusals, m.dropped, m.cancels, m.hops, m.ownerDied, m.outDropped)
+		reg.MustRegister(m.outcomes, m.latency, m.overhead, m.refusals, m.dropped, m.cancels, m.holdEnds, m.hops, m.ownerDied, m.outDropped)
 	}
 	return m
 }

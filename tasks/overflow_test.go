@@ -43,7 +43,7 @@ func TestStreamOverflowSlowClient(t *testing.T) {
 				o = newInstance(t, "A", b, nil, cfg)
 				r = o
 			}
-			n := nodetest.Connect(t, o.wsURL, nodetest.Reg("good", "w", "echo"))
+			n := nodetest.Connect(t, o.wsURL, nodetest.WithCancel(nodetest.Reg("good", "w", "echo")))
 			release := make(chan struct{})
 			first := make(chan struct{}, 1)
 			ch := run(t, r, context.Background(), tasks.Request{TaskID: "flood", TaskType: "echo", Stream: true},
@@ -94,7 +94,7 @@ func TestStreamOverflowSlowClient(t *testing.T) {
 // of a task is bounded too).
 func TestEmptyChunksHitTheResultCap(t *testing.T) {
 	r, o, _ := pair(t, tasks.Config{ResultMaxBytes: 64 * tasks.ChunkOverhead})
-	n := nodetest.Connect(t, o.wsURL, nodetest.Reg("good", "w", "echo"))
+	n := nodetest.Connect(t, o.wsURL, nodetest.WithCancel(nodetest.Reg("good", "w", "echo")))
 	chunks := 0
 	ch := run(t, r, context.Background(), tasks.Request{TaskID: "e", TaskType: "echo", Stream: true},
 		tasks.Hooks{Chunk: func(string) error { chunks++; return nil }})

@@ -34,7 +34,7 @@ type owner struct {
 func newOwner(ctx context.Context, cfg Config, b Bus, local func(*bus.Envelope) bool, out *outbound, m *Metrics) *owner {
 	return &owner{
 		instance: cfg.Instance, resultMax: cfg.ResultMaxBytes, ctx: ctx,
-		bus: b, local: local, out: out, fwd: newForwardTable(), metrics: m, log: cfg.Logger,
+		bus: b, local: local, out: out, fwd: newForwardTable(cfg.TaskTimeout), metrics: m, log: cfg.Logger,
 	}
 }
 
@@ -86,19 +86,34 @@ func (o *owner) assign(e *bus.Envelope) error {
 	return nil
 }
 
-// cancel stops a task at the requester's word: the node is told, and its
-// slot is free again (DESIGN §5, invariant 6).
+// reasonDeadline is the cancel reason of a task whose timeout passed.
+const reasonDeadline = "deadline passed"
+
+// cancel stops a task at the requester's word (DESIGN §5, invariant 6).
 func (o *owner) cancel(e *bus.Envelope) {
-	ent := o.fwd.take(e.TaskID, nil)
+	// Once the task's timeout has passed, its slot is not held for an
+	// answer any longer, even on a node that cannot be told to stop.
+	ent, held := o.fwd.cancel(e.TaskID, nil, time.Now(), e.Reason != reasonDeadline)
 	if ent == nil {
 		return
 	}
-	o.cancelOnNode(ent, e.Reason)
+	o.cancelOnNode(ent, held, e.Reason)
 }
 
-func (o *owner) cancelOnNode(ent *fwdEntry, reason string) {
-	ent.sess.Release()
-	ent.sess.Send(nodes.Encode(nodes.MsgTaskCancel, nodes.CancelPayload{TaskID: ent.taskID, Reason: reason}))
+// cancelOnNode stops a task on its node. A node that declared task_cancel
+// is told, and its slot is free at once (invariant 6). Any other node
+// (GemmaNet's SDK, which cannot parse task_cancel) is sent nothing and runs
+// the task to its end, so its slot stays taken while the entry is held
+// (held): freed when the node answers, when its connection ends, or when
+// the task's timeout passes (invariant 7). A cancel after the timeout
+// frees the slot at once: that is how long a slot waits for an answer.
+func (o *owner) cancelOnNode(ent *fwdEntry, held bool, reason string) {
+	if !held {
+		ent.sess.Release()
+	}
+	if ent.sess.Info.TaskCancel {
+		ent.sess.Send(nodes.Encode(nodes.MsgTaskCancel, nodes.CancelPayload{TaskID: ent.taskID, Reason: reason}))
+	}
 	o.metrics.cancels.WithLabelValues(reason).Inc()
 }
 
@@ -107,8 +122,10 @@ func (o *owner) chunk(s *nodes.Session, c nodes.ChunkPayload) {
 	switch res {
 	case chunkDrop:
 		o.metrics.dropped.WithLabelValues("chunk").Inc()
+	case chunkHeld:
+		// A cancelled task's node streams on, not knowing: not a fault.
 	case chunkTooLarge:
-		o.cancelOnNode(&ent, string(CodeResultTooLarge))
+		o.cancelOnNode(&ent, ent.state == stateHeld, string(CodeResultTooLarge))
 		o.reply(&ent, &bus.Envelope{Kind: bus.KindResult, Result: &bus.Result{
 			Code: string(CodeResultTooLarge), Message: o.tooLarge(),
 		}})
@@ -119,20 +136,26 @@ func (o *owner) chunk(s *nodes.Session, c nodes.ChunkPayload) {
 		if o.reply(&ent, &bus.Envelope{Kind: bus.KindChunk, Seq: ent.seq, Delta: c.Delta}) <= 0 {
 			// Invariant 5: the requester is gone (or out of reach: a lost
 			// chunk breaks its stream anyway), so nobody will read the rest.
-			if gone := o.fwd.take(c.TaskID, s); gone != nil {
-				o.cancelOnNode(gone, "requester gone")
+			if gone, held := o.fwd.cancel(c.TaskID, s, time.Now(), true); gone != nil {
+				o.cancelOnNode(gone, held, "requester gone")
 			}
 		}
 	}
 }
 
 func (o *owner) result(s *nodes.Session, r nodes.ResultPayload) {
-	ent := o.fwd.take(r.TaskID, s)
+	ent, held := o.fwd.take(r.TaskID, s)
 	if ent == nil {
 		o.metrics.dropped.WithLabelValues("result").Inc()
 		return
 	}
 	s.Release()
+	if held {
+		// The answer to a task cancelled on a node that was not told: the
+		// node has done what it was asked, and nobody waits for it.
+		o.metrics.holdEnds.WithLabelValues("answered").Inc()
+		return
+	}
 	res := &bus.Result{
 		Status: r.Status, Text: r.Result, ProcessingMs: r.ProcessingMs, Chunks: ent.seq,
 		HasUsage: r.HasUsage, PromptTokens: r.PromptTokens, OutputTokens: r.OutputTokens,
@@ -144,11 +167,15 @@ func (o *owner) result(s *nodes.Session, r nodes.ResultPayload) {
 }
 
 func (o *owner) badResult(s *nodes.Session, taskID string, err error) {
-	ent := o.fwd.take(taskID, s)
+	ent, held := o.fwd.take(taskID, s)
 	if ent == nil {
 		return
 	}
 	s.Release()
+	if held {
+		o.metrics.holdEnds.WithLabelValues("answered").Inc()
+		return
+	}
 	o.reply(ent, &bus.Envelope{Kind: bus.KindResult, Result: &bus.Result{
 		Status: string(StatusFailed), Text: "the node sent an invalid task_result: " + err.Error(), Chunks: ent.seq,
 		ProcessingMs: -1,
@@ -156,7 +183,12 @@ func (o *owner) badResult(s *nodes.Session, taskID string, err error) {
 }
 
 func (o *owner) closed(s *nodes.Session) {
-	for _, ent := range o.fwd.takeSession(s) {
+	live, held := o.fwd.takeSession(s)
+	for range held {
+		s.Release()
+		o.metrics.holdEnds.WithLabelValues("disconnected").Inc()
+	}
+	for _, ent := range live {
 		s.Release()
 		o.reply(ent, &bus.Envelope{Kind: bus.KindNodeGone, Reason: "node disconnected"})
 	}
@@ -222,10 +254,17 @@ func (o *owner) handleEnvelope(e *bus.Envelope) {
 }
 
 // sweep cancels tasks past their deadline whose requester never said so
-// (it died, or its cancel was lost), so no entry outlives its task.
+// (it died, or its cancel was lost), and frees the slots of held tasks
+// whose node stayed silent past the task's timeout, so no entry outlives
+// its task.
 func (o *owner) sweep(now time.Time) {
-	for _, ent := range o.fwd.expired(now) {
-		o.cancelOnNode(ent, "deadline passed")
+	live, unheld := o.fwd.expired(now)
+	for _, ent := range live {
+		o.cancelOnNode(ent, false, reasonDeadline)
+	}
+	for _, ent := range unheld {
+		ent.sess.Release()
+		o.metrics.holdEnds.WithLabelValues("expired").Inc()
 	}
 }
 
@@ -235,10 +274,10 @@ func (o *owner) sweep(now time.Time) {
 // and it kept its subscription), its clients hear at once rather than at
 // the task timeout; if it is gone, the publish reaches nobody.
 func (o *owner) requesterGone(instance string) int {
-	ents := o.fwd.takeRequester(instance)
-	for _, ent := range ents {
-		o.cancelOnNode(ent, "requester gone")
-		o.post(ent, &bus.Envelope{Kind: bus.KindResult, Result: &bus.Result{
+	ents := o.fwd.takeRequester(instance, time.Now())
+	for _, st := range ents {
+		o.cancelOnNode(st.e, st.held, "requester gone")
+		o.post(st.e, &bus.Envelope{Kind: bus.KindResult, Result: &bus.Result{
 			Code:    string(CodeUnavailable),
 			Message: "the instance holding the node took this instance for gone and cancelled the task; retry",
 		}})

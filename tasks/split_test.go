@@ -106,7 +106,7 @@ func TestRunSplitFailedPartCancelsSiblings(t *testing.T) {
 	r, o, _ := pair(t, tasks.Config{})
 	var ns []*nodetest.Node
 	for _, name := range []string{"a", "b", "c"} {
-		ns = append(ns, nodetest.Connect(t, o.wsURL, nodetest.Reg("good", name, "translate")))
+		ns = append(ns, nodetest.Connect(t, o.wsURL, nodetest.WithCancel(nodetest.Reg("good", name, "translate"))))
 	}
 	ch := make(chan outcome, 1)
 	go func() {

@@ -50,6 +50,14 @@ func Reg(key, name string, caps ...string) map[string]any {
 	return map[string]any{"api_key": key, "name": name, "capabilities": caps}
 }
 
+// WithCancel declares in reg that the node understands task_cancel
+// (node_register's "features"); a node that does not declare it is never
+// sent one, as GemmaNet's SDK is not.
+func WithCancel(reg map[string]any) map[string]any {
+	reg["features"] = []string{"task_cancel"}
+	return reg
+}
+
 // Connect registers a node and fails the test unless node_registered is
 // its first message.
 func Connect(t testing.TB, url string, reg map[string]any) *Node {
