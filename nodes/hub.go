@@ -299,6 +299,11 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string, he
 		prev.Close(CloseReplaced, "replaced by a newer connection")
 	}
 	h.cfg.Announce(ctx, s)
+	// Registered: what is left (the answer, the benchmark probe, the
+	// replace) is cheap or its own. The slot goes back before the answer,
+	// so a node that has node_registered finds it free.
+	<-h.registering
+	registering = false
 	// node_registered is written once the node is routable (so a node that
 	// has it can be sent tasks at once) and before the writer starts (so it
 	// is always the node's first message, even if this connection is
@@ -315,8 +320,6 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string, he
 		s.Close(CloseReplaced, "replaced by a newer connection")
 	}
 	go s.writeLoop(ctx)
-	<-h.registering // registered: the rest (the benchmark probe, the replace) is cheap or its own
-	registering = false
 	h.startBenchmark(ctx, s)
 	if claim.PrevOwner != "" && claim.PrevOwner != h.cfg.Instance {
 		h.cfg.OnReplaced(nodeID, claim.PrevOwner, claim.Gen)
