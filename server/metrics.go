@@ -30,9 +30,29 @@ func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
 	return m
 }
 
+// ctxStart holds when the request reached the instance (a time.Time).
+const ctxStart = "switchyard.start"
+
+// setServerTiming puts a Server-Timing header on a plain task's answer: the
+// coordinator's own time (since the request arrived, less the node's) and
+// the node's processing time as it reported it, so a user can tell which
+// side a slow answer spent its time on. A browser shows it in its network
+// panel.
+func setServerTiming(c echo.Context, processingMs int64) {
+	start, ok := c.Get(ctxStart).(time.Time)
+	if !ok {
+		return
+	}
+	node := max(processingMs, 0)
+	own := max(time.Since(start)-time.Duration(node)*time.Millisecond, 0)
+	c.Response().Header().Set("Server-Timing", "coordinator;dur="+strconv.FormatFloat(float64(own.Microseconds())/1000, 'f', 2, 64)+
+		`;desc="switchyard", node;dur=`+strconv.FormatInt(node, 10)+`;desc="node processing"`)
+}
+
 func (m *httpMetrics) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
+		c.Set(ctxStart, start)
 		err := next(c)
 		if err != nil {
 			c.Error(err) // write the answer now, so its status is counted

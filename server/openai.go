@@ -263,6 +263,7 @@ func (a *App) chatCompletions(c echo.Context) error {
 		return nodeFailure(out)
 	}
 	if !body.Stream {
+		setServerTiming(c, out.ProcessingMs)
 		return c.JSON(http.StatusOK, newCompletion(req.TaskID, body.Model, out))
 	}
 	sse := newSSE(c.Response())

@@ -86,6 +86,7 @@ func (a *App) request(c echo.Context) error {
 	if err != nil {
 		return taskError(err)
 	}
+	setServerTiming(c, out.ProcessingMs)
 	return c.JSON(http.StatusOK, resultJSON(out))
 }
 

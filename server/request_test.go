@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -475,4 +476,46 @@ func TestRejectedTaskIsNotHeldAgainstTheNode(t *testing.T) {
 	if rep["total_tasks"] != 0.0 {
 		t.Fatalf("reputation after a rejected task: %v", rep)
 	}
+}
+
+// A plain answer says in Server-Timing how long the coordinator took and
+// how long the node said it worked, on the GemmaNet and the OpenAI route.
+func TestServerTimingSplitsCoordinatorAndNode(t *testing.T) {
+	ta := startApp(t, nil)
+	key := ta.account(t, "alice", "")
+	n := connectNode(t, ta.wsURL, reg(key, "w", "echo", "chat"))
+	answer := func(m nodetest.Msg) {
+		n.MustSend("task_result", map[string]any{"task_id": m.TaskID(), "node_id": n.ID, "status": "completed",
+			"result": "ok", "processing_time_ms": 1234, "usage": nil})
+	}
+	check := func(route, h string) {
+		t.Helper()
+		var own float64
+		var node int64
+		if _, err := fmt.Sscanf(h, `coordinator;dur=%g;desc="switchyard", node;dur=%d;desc="node processing"`, &own, &node); err != nil {
+			t.Fatalf("%s: Server-Timing %q: %v", route, h, err)
+		}
+		if node != 1234 || own < 0 || own > 1000 {
+			t.Fatalf("%s: Server-Timing %q: node %d ms (want 1234, what it reported), coordinator %.2f ms (want 0 to 1000)", route, h, node, own)
+		}
+	}
+
+	plain := async(func() chatReply {
+		code, b, h, err := ta.do(http.MethodPost, "/api/v1/request", key, map[string]any{"task_type": "echo", "content": "x"})
+		return chatReply{reply{code, b, err}, h}
+	})
+	answer(nextTask(t, n))
+	r := <-plain
+	if r.code != 200 {
+		t.Fatalf("request: %d %s", r.code, r.body)
+	}
+	check("/api/v1/request", r.header.Get("Server-Timing"))
+
+	chat := ta.chatAsync(key, map[string]any{"model": "gemmanet/chat", "messages": []map[string]string{{"role": "user", "content": "hi"}}})
+	answer(nextTask(t, n))
+	cr := <-chat
+	if cr.code != 200 {
+		t.Fatalf("chat: %d %s", cr.code, cr.body)
+	}
+	check("/v1/chat/completions", cr.header.Get("Server-Timing"))
 }
