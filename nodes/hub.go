@@ -201,6 +201,9 @@ func NewHub(cfg Config, auth Authenticator, claims Claims, events Events) *Hub {
 // it is woken when a slot may have freed for it (see Waiters).
 func (h *Hub) WaitSlot(capability string) *Waiter { return h.waiters.Wait(capability) }
 
+// Waiting returns the requests waiting here for a slot, by capability.
+func (h *Hub) Waiting() map[string]WaitStat { return h.waiters.Waiting() }
+
 // WakeSlots wakes up to n waiters of each capability: a node with them has
 // n free slots more (here, or on another instance). It costs nothing when
 // none waits, which is the common case on the hot path.

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Waiters queues the requests waiting for a free slot, one queue per
@@ -33,6 +34,7 @@ type Waiter struct {
 	C          chan struct{}
 	ws         *Waiters
 	capability string
+	since      time.Time     // when it began waiting
 	e          *list.Element // its place while queued; nil once woken or done
 	woken      bool          // taken out of the queue by a wake it has not answered
 }
@@ -42,7 +44,7 @@ func NewWaiters() *Waiters { return &Waiters{q: map[string]*list.List{}} }
 
 // Wait queues a new waiter for capability at the back of its queue.
 func (ws *Waiters) Wait(capability string) *Waiter {
-	w := &Waiter{C: make(chan struct{}, 1), ws: ws, capability: capability}
+	w := &Waiter{C: make(chan struct{}, 1), ws: ws, capability: capability, since: time.Now()}
 	ws.mu.Lock()
 	l := ws.q[capability]
 	if l == nil {
@@ -113,6 +115,34 @@ func (ws *Waiters) Wake(capabilities []string, n int) {
 
 // Len is the number of waiters queued.
 func (ws *Waiters) Len() int { return int(ws.n.Load()) }
+
+// WaitStat is one capability's queue: how many wait, and since when the
+// one waiting longest has.
+type WaitStat struct {
+	N     int
+	Since time.Time
+}
+
+// Waiting returns the queues that are not empty, by capability (a waiter
+// woken a moment ago and looking again is not in them).
+func (ws *Waiters) Waiting() map[string]WaitStat {
+	out := map[string]WaitStat{}
+	if ws.n.Load() == 0 {
+		return out
+	}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for c, l := range ws.q {
+		st := WaitStat{N: l.Len()}
+		for e := l.Front(); e != nil; e = e.Next() {
+			if w := e.Value.(*Waiter); st.Since.IsZero() || w.since.Before(st.Since) {
+				st.Since = w.since
+			}
+		}
+		out[c] = st
+	}
+	return out
+}
 
 func (ws *Waiters) wakeLocked(capability string, n int) {
 	l := ws.q[capability]

@@ -219,6 +219,7 @@ func (a *App) registerMetrics() {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "switchyard", Subsystem: "tasks", Name: "cancelled_holding",
 			Help: "Cancelled tasks still running on nodes of this instance that do not take task_cancel: their slots stay taken until they answer."},
 			func() float64 { return float64(a.engine.Holding()) }),
+		newDemandGauges(a),
 	)
 	a.metrics = newHTTPMetrics(a.registry)
 }

@@ -184,9 +184,10 @@ func (c *cluster) run(a *App) {
 		go func() { defer a.bg.Done(); c.keepLock(a.root) }()
 	}
 	if c.registry != nil {
-		a.bg.Add(2)
+		a.bg.Add(3)
 		go func() { defer a.bg.Done(); c.heartbeat(a.root) }()
 		go func() { defer a.bg.Done(); c.dir.Run(a.root) }()
+		go func() { defer a.bg.Done(); c.publishDemand(a.root) }()
 	}
 }
 

@@ -49,6 +49,7 @@ func (a *App) routes() *echo.Echo {
 	v1.DELETE("/account", a.deleteAccount, a.requireAccount, public)
 	get(v1, "/status", a.status, public)
 	get(v1, "/nodes", a.nodes, public)
+	get(v1, "/capabilities", a.capabilitiesRoute, public)
 	get(v1, "/reputation/:node_id", a.reputation, public)
 	get(v1, "/leaderboard", a.leaderboard, public)
 	get(v1, "/benchmark/:node_id", a.benchmark, public)

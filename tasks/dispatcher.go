@@ -63,6 +63,7 @@ type dispatcher struct {
 	rec      Recorder
 	metrics  *Metrics
 	log      *slog.Logger
+	served   *served // tasks finished per task type over the last minute
 }
 
 // run is Run with two more hooks for RunSplit: onNode hears which node got
@@ -449,6 +450,9 @@ func (d *dispatcher) finish(r *run, out Outcome, err error) {
 	now := time.Now()
 	var nodeOutcome *store.Outcome
 	if err == nil {
+		if !r.req.subtask {
+			d.served.add(r.req.TaskType, now)
+		}
 		nodeOutcome = &store.Outcome{NodeID: r.nodeID, Account: r.req.AccountID, Success: out.Status == StatusCompleted,
 			ElapsedMs: now.Sub(r.assigned).Milliseconds(), At: now}
 		if !r.req.Stream && out.ProcessingMs >= 0 {

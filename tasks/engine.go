@@ -224,6 +224,7 @@ func New(cfg Config, deps Deps) *Engine {
 	e.disp = &dispatcher{
 		cfg: cfg, dir: ns.Directory, standing: deps.Standings.Standing, health: deps.Health,
 		owner: e.owner, bus: deps.Bus, tracker: e.tracker, rec: deps.Recorder, metrics: e.metrics, log: e.log,
+		served: newServed(),
 	}
 	e.watcher = newWatcher(cfg, deps.Bus, deps.Liveness, ns.Directory, e.tracker, e.owner, e.metrics)
 	g, gctx := errgroup.WithContext(e.ctx)
@@ -293,6 +294,10 @@ func (e *Engine) Holding() int { return e.owner.fwd.holding() }
 
 // Tracker is the requester side's read-only view (status, task lookup).
 func (e *Engine) Tracker() *Tracker { return e.tracker }
+
+// Served returns, per task type, the requests this instance finished with
+// a node's outcome (completed or failed) over the last minute.
+func (e *Engine) Served() map[string]int { return e.disp.served.lastMinute(time.Now()) }
 
 // Resubscribed tells the engine that this instance's bus subscription was
 // lost and is back (Redis restarted or dropped us). Whatever other
