@@ -16,11 +16,12 @@ import (
 // 54 % of its CPU went into waiters picking and re-arming their timers).
 //
 // A woken waiter that finds no slot (a request that was not waiting took
-// it) goes back to the front. One that takes its slot, or gives up, passes
-// the wake on to the next, so a burst of freed slots drains the queue in
-// order even where a slot's freeing was not signalled (a remote node whose
-// owner has not written it yet): only the first waiter of a queue rechecks
-// on a timer.
+// it) goes back to the front. Only the first waiter of a queue rechecks on
+// a timer, for slots whose freeing was not signalled (a remote node whose
+// owner has not written it yet); when it leaves, the next is nudged to
+// take its place and its timer. A wake given and not used (the waiter gave
+// up) goes on to the next waiter. Slots go to the front of the queue only,
+// so waiters are served in order.
 type Waiters struct {
 	n  atomic.Int32 // waiters queued: Wake costs nothing when none is
 	mu sync.Mutex
@@ -82,21 +83,27 @@ func (w *Waiter) Again() (first bool) {
 	return l.Front() == w.e
 }
 
-// Done ends the wait: the waiter got a slot or gives up. A wake it was
-// given goes on to the next waiter: if this one took the slot, the next may
-// find another (the freeing of a remote node's slot is not always
-// signalled); if it gave up, the slot is the next one's.
-func (w *Waiter) Done() {
+// Done ends the wait: the waiter got a slot (served), or gives up. The
+// new first waiter of the queue is nudged, to look once and keep its
+// place with the first waiter's timer (the freeing of a remote node's slot
+// is not always signalled). A wake the waiter was given and did not use
+// (it gives up) goes on to the next waiter: the slot is theirs.
+func (w *Waiter) Done(served bool) {
 	ws := w.ws
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if w.e != nil {
 		ws.removeLocked(w)
+		ws.nudgeLocked(w.capability)
 		return
 	}
 	if w.woken {
 		w.woken = false
-		ws.wakeLocked(w.capability, 1)
+		if served {
+			ws.nudgeLocked(w.capability)
+		} else {
+			ws.wakeLocked(w.capability, 1)
+		}
 	}
 }
 
@@ -152,6 +159,17 @@ func (ws *Waiters) wakeLocked(capability string, n int) {
 		w.woken = true
 		select {
 		case w.C <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// nudgeLocked signals the first waiter of a queue without taking it out:
+// it looks again and keeps its place.
+func (ws *Waiters) nudgeLocked(capability string) {
+	if l := ws.q[capability]; l != nil && l.Len() > 0 {
+		select {
+		case l.Front().Value.(*Waiter).C <- struct{}{}:
 		default:
 		}
 	}

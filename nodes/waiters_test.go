@@ -62,29 +62,40 @@ func TestWaitersAgainKeepsThePlace(t *testing.T) {
 	}
 }
 
-// A waiter that leaves after its wake (it took a slot, or gave up) passes
-// the wake on; one that leaves while queued takes nothing with it.
+// A waiter that leaves after its wake without using it (it gave up)
+// passes the wake on; one that took its slot nudges the new first waiter,
+// which keeps its place; one that leaves while queued nudges the new first
+// if it was first, and takes nothing with it.
 func TestWaitersDonePassesTheWakeOn(t *testing.T) {
 	ws := NewWaiters()
-	a, b, c := ws.Wait("chat"), ws.Wait("chat"), ws.Wait("chat")
-	b.Done() // gives up while queued
-	if ws.Len() != 2 {
-		t.Fatalf("Len = %d after a queued waiter left, want 2", ws.Len())
+	a, b, c, d := ws.Wait("chat"), ws.Wait("chat"), ws.Wait("chat"), ws.Wait("chat")
+	b.Done(false) // gives up while queued, not first: nobody is nudged
+	if ws.Len() != 3 || woken(c) {
+		t.Fatalf("Len = %d after a queued waiter left (want 3), or the one behind it was signalled", ws.Len())
 	}
 	ws.Wake([]string{"chat"}, 1)
 	if !woken(a) {
 		t.Fatal("a was not woken")
 	}
-	a.Done()
-	if !woken(c) {
-		t.Fatal("a left after its wake, and c, next in line, was not woken")
+	a.Done(true) // took its slot
+	if !woken(c) || ws.Len() != 2 {
+		t.Fatalf("after a took its slot, c (now first) was not nudged, or it left the queue (Len %d, want 2)", ws.Len())
 	}
-	c.Done()
-	if ws.Len() != 0 {
-		t.Fatalf("Len = %d, want 0", ws.Len())
+	// c looked, found nothing, and keeps its place ahead of d.
+	if !c.Again() {
+		t.Fatal("the nudged waiter is not first")
 	}
-	if len(ws.q) != 0 {
-		t.Fatalf("empty queues are kept: %v", ws.q)
+	ws.Wake([]string{"chat"}, 1)
+	if !woken(c) || woken(d) {
+		t.Fatal("the next slot did not go to c, first in line")
+	}
+	c.Done(false) // gives up with the wake unused: the slot is d's
+	if !woken(d) {
+		t.Fatal("c gave up its wake and d, next in line, did not get it")
+	}
+	d.Done(true)
+	if ws.Len() != 0 || len(ws.q) != 0 {
+		t.Fatalf("Len = %d, queues %v; want none", ws.Len(), ws.q)
 	}
 }
 

@@ -128,7 +128,7 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 	var w *nodes.Waiter
 	defer func() {
 		if w != nil {
-			w.Done()
+			w.Done(false) // gave up, or failed: a wake it holds goes on
 		}
 	}()
 	for r.attempts < d.cfg.MaxAttempts {
@@ -152,10 +152,6 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 			}
 			continue
 		}
-		if w != nil {
-			w.Done()
-			w = nil
-		}
 		if !ok {
 			if r.lookAgain(ctx) {
 				continue
@@ -167,6 +163,8 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 		r.p.retarget(c.Owner, c.NodeID, c.Gen, r.attempts)
 		release, err := d.send(ctx, c, r.req, r.p)
 		if isRefused(err) {
+			// A waiter keeps its place: another request took the slot
+			// between this one's pick and its claim.
 			if err := r.refused(c, err, &tried, &queueDeadline); err != nil {
 				return Outcome{}, err
 			}
@@ -174,6 +172,12 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 		}
 		if err != nil {
 			return Outcome{}, err
+		}
+		if w != nil {
+			// The slot is this request's (or, on another instance, its
+			// assign is on the way there): the next waiter is first now.
+			w.Done(true)
+			w = nil
 		}
 		r.assigned, r.owner, r.nodeID = time.Now(), c.Owner, c.NodeID
 		r.p.markAssigned(r.assigned)
