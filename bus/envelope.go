@@ -18,9 +18,10 @@ const (
 	KindNodeGone Kind = 4 // owner → requester: the node's socket closed mid-task
 	KindReplace  Kind = 5 // new owner → old owner: close your socket of this node
 	KindCancel   Kind = 6 // requester → owner: stop this task
+	KindControl  Kind = 7 // any instance → owner: pause, resume or drain this node (Reason: the action; Content: why)
 )
 
-var kindNames = [...]string{"", "assign", "chunk", "result", "node_gone", "replace", "cancel"}
+var kindNames = [...]string{"", "assign", "chunk", "result", "node_gone", "replace", "cancel", "control"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) && k != 0 {
@@ -117,6 +118,10 @@ func (e *Envelope) Validate() error {
 	case KindReplace:
 		if e.NodeID == "" {
 			return fmt.Errorf("%w: replace needs a node id", ErrMalformed)
+		}
+	case KindControl:
+		if e.NodeID == "" || e.Reason == "" {
+			return fmt.Errorf("%w: control needs a node id and an action", ErrMalformed)
 		}
 	default:
 		return fmt.Errorf("%w: unknown kind %d", ErrMalformed, uint8(e.Kind))

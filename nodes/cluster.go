@@ -188,7 +188,13 @@ type dirEntry struct {
 // older writer put in active_tasks, load and online.
 func (e *dirEntry) view() NodeView {
 	v := e.NodeView
-	v.ActiveTasks = max(v.MaxConcurrency-e.FreeSlots, 0)
+	if v.State == "" || v.State == StateServing {
+		// A paused node writes no free slot, and its active_tasks is right.
+		v.ActiveTasks = max(v.MaxConcurrency-e.FreeSlots, 0)
+	}
+	if v.State == "" {
+		v.State = StateServing // written by a version without states
+	}
 	v.Load = load(v.ActiveTasks, v.MaxConcurrency)
 	v.Online = true // listed only while its instance is live and not marked gone
 	return v

@@ -35,8 +35,15 @@ type NodeView struct {
 	// (it defaults them to true and 0.0): every listed node is online
 	// (connected to a live instance), and Load is the fraction of its slots
 	// in use, active_tasks / max_concurrency, from 0 to 1.
-	Online      bool      `json:"online"`
-	Load        float64   `json:"load"`
+	Online bool    `json:"online"`
+	Load   float64 `json:"load"`
+	// State is serving, paused or draining (ours); StateReason why, as the
+	// pause or drain said.
+	State string `json:"state"`
+	// AccountID is the node's account: the directory's and operators'
+	// (who may pause a node: its own account or the admin), not public.
+	AccountID   string    `json:"account_id,omitempty"`
+	StateReason string    `json:"state_reason,omitempty"`
 	Instance    string    `json:"instance,omitempty"` // the owning instance's id: the directory's and operators', not public
 	ConnectedAt time.Time `json:"connected_at"`
 }
@@ -93,7 +100,9 @@ func (h *Hub) Online() int { return h.Len() }
 
 // View describes the session's node for listings.
 func (s *Session) View(instance string) NodeView {
+	state, reason := s.State()
 	return NodeView{
+		State: state, StateReason: reason, AccountID: s.Info.AccountID,
 		NodeID: s.NodeID, Name: s.Info.Name, Capabilities: s.Info.Capabilities,
 		Languages: s.Info.Languages, ModelInfo: s.Info.ModelInfo, Trust: s.Info.Trust,
 		CPUPercent: s.CPU(), ActiveTasks: s.InFlight(), MaxConcurrency: s.Info.MaxConcurrency,

@@ -16,7 +16,10 @@ import (
 // pubState is what this instance last wrote about one of its nodes.
 type pubState struct {
 	gen    uint64
-	free   int
+	free   int // none while the node is not serving
+	active int
+	state  string
+	reason string
 	cpu    float64
 	cpuAt  time.Time // when cpu was written
 	has    bool
@@ -38,12 +41,15 @@ const (
 
 func stateOf(s *Session) pubState {
 	has, ms, failed := s.benchFields()
-	return pubState{gen: s.Gen, free: s.FreeSlots(), cpu: s.CPU(), has: has, ms: ms, failed: failed}
+	state, reason := s.State()
+	return pubState{gen: s.Gen, free: s.FreeSlots(), active: s.InFlight(), state: state, reason: reason,
+		cpu: s.CPU(), has: has, ms: ms, failed: failed}
 }
 
 // differs reports whether st must be written over p at now.
 func (p pubState) differs(st pubState, now time.Time) bool {
-	return p.gen != st.gen || p.free != st.free || p.has != st.has || p.ms != st.ms || p.failed != st.failed ||
+	return p.gen != st.gen || p.free != st.free || p.active != st.active || p.state != st.state || p.reason != st.reason ||
+		p.has != st.has || p.ms != st.ms || p.failed != st.failed ||
 		math.Abs(p.cpu-st.cpu) >= cpuStep && now.Sub(p.cpuAt) >= cpuMinAge
 }
 
@@ -60,7 +66,7 @@ func (d *ClusterDirectory) compare(s *Session, force bool, now time.Time) (pubSt
 func (d *ClusterDirectory) entryOf(s *Session, st pubState) ([]byte, error) {
 	v := s.View(d.cfg.Instance)
 	v.CPUPercent = st.cpu
-	v.ActiveTasks = s.Info.MaxConcurrency - st.free
+	v.ActiveTasks, v.State, v.StateReason = st.active, st.state, st.reason
 	v.Load = load(v.ActiveTasks, s.Info.MaxConcurrency)
 	return json.Marshal(dirEntry{NodeView: v, Gen: st.gen, FreeSlots: st.free, HasBench: st.has, BenchMs: st.ms, BenchFailed: st.failed})
 }

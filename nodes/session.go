@@ -85,6 +85,7 @@ type Session struct {
 	closedOnce  sync.Once
 
 	inflight    atomic.Int32
+	state       atomic.Pointer[nodeState]    // nil: serving
 	cpuBits     atomic.Uint64                // float64 bits of the last heartbeat's cpu_percent
 	cpuMarked   float64                      // the CPU last marked as changed (the reader's alone)
 	benchSentAt atomic.Int64                 // unix nanos of the outstanding benchmark request; 0: none
@@ -99,7 +100,7 @@ func (s *Session) TryAcquire() bool {
 	maxc := int32(s.Info.MaxConcurrency)
 	for {
 		n := s.inflight.Load()
-		if n >= maxc || s.isClosing() {
+		if n >= maxc || s.isClosing() || !s.serving() {
 			return false
 		}
 		if s.inflight.CompareAndSwap(n, n+1) {
@@ -114,13 +115,20 @@ func (s *Session) Release() {
 	s.inflight.Add(-1)
 	s.hub.cfg.Changes.Mark(s.NodeID)
 	s.hub.WakeSlots(s.Info.Capabilities, 1)
+	s.closeIfDrained()
 }
 
 // InFlight is the number of tasks the node holds now.
 func (s *Session) InFlight() int { return int(s.inflight.Load()) }
 
-// FreeSlots is max_concurrency minus the tasks in flight.
-func (s *Session) FreeSlots() int { return max(s.Info.MaxConcurrency-s.InFlight(), 0) }
+// FreeSlots is max_concurrency minus the tasks in flight; none while the
+// node is paused or draining.
+func (s *Session) FreeSlots() int {
+	if !s.serving() {
+		return 0
+	}
+	return max(s.Info.MaxConcurrency-s.InFlight(), 0)
+}
 
 // CPU is the cpu_percent of the node's last heartbeat.
 func (s *Session) CPU() float64 { return math.Float64frombits(s.cpuBits.Load()) }

@@ -171,7 +171,9 @@ func (a *App) tasksToday(ctx context.Context) int64 {
 func (a *App) nodes(c echo.Context) error {
 	list := a.dir.List(c.QueryParam("capability"))
 	for i := range list {
-		list[i].Instance = "" // which instance holds a node is for operators (GET /admin/api/nodes)
+		// Which instance holds a node, and whose it is, are for operators
+		// (GET /admin/api/nodes).
+		list[i].Instance, list[i].AccountID = "", ""
 	}
 	return c.JSON(http.StatusOK, list)
 }

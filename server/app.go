@@ -367,6 +367,13 @@ func (a *App) handleEnvelope(e *bus.Envelope) {
 		}
 		return
 	}
+	if e.Kind == bus.KindControl {
+		// From the instance that took the request (it checked who may).
+		if _, err := a.hub.Control(e.NodeID, e.Reason, e.Content); err != nil {
+			a.log.Info("cannot apply a node state change from another instance", "node_id", e.NodeID, "action", e.Reason, "err", err)
+		}
+		return
+	}
 	a.engine.HandleEnvelope(e)
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"switchyard/nodes"
 	"switchyard/ratelimit"
 )
 
@@ -50,6 +51,9 @@ func (a *App) routes() *echo.Echo {
 	get(v1, "/status", a.status, public)
 	get(v1, "/nodes", a.nodes, public)
 	get(v1, "/capabilities", a.capabilitiesRoute, public)
+	for _, action := range []string{nodes.ActionPause, nodes.ActionResume, nodes.ActionDrain} {
+		v1.POST("/nodes/:id/"+action, a.nodeControl(action), a.adminOrAccount, public)
+	}
 	get(v1, "/reputation/:node_id", a.reputation, public)
 	get(v1, "/leaderboard", a.leaderboard, public)
 	get(v1, "/benchmark/:node_id", a.benchmark, public)

@@ -24,6 +24,8 @@ Usage:
                                    manage API keys
   switchyard migrate [flags]       apply database migrations and exit
   switchyard status [flags]        print a server's status and health
+  switchyard nodes list|pause|resume|drain ...
+                                   list the cluster's nodes; pause, resume or drain one
   switchyard version               print the version
 
 Run "switchyard COMMAND --help" for a command's flags. Every flag can also be
@@ -63,6 +65,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runMigrate(ctx, args, stdout, stderr)
 	case "status":
 		return runStatus(ctx, args, stdout, stderr)
+	case "nodes":
+		return runNodes(ctx, args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, version)
 		return nil

@@ -359,3 +359,37 @@ func TestServePprofOffByDefault(t *testing.T) {
 		t.Errorf("serve started a profiling endpoint without --pprof-listen:\n%s", s.stderr.String())
 	}
 }
+
+// `switchyard nodes` lists a running cluster's nodes and pauses, resumes
+// and drains one, with the node's account key or the admin token.
+func TestNodesCommand(t *testing.T) {
+	s := startServe(t, "--admin-token", testAdminToken)
+	key := lastLine(t, mustCLI(t, "accounts", "create", "--data-dir", s.dataDir, "--name", "ops"))
+	ws := "ws" + strings.TrimPrefix(s.base, "http") + "/ws/node"
+	node := startCLI(t, "node", "--url", ws, "--api-key", key, "--name", "w1", "--capability", "echo", "--handler", "echo")
+	nodeID := strings.TrimPrefix(node.waitLine(t, false, "node_id="), "node_id=")
+
+	out := mustCLI(t, "nodes", "list", "--url", s.base)
+	if !regexp.MustCompile(`(?m)^` + nodeID + `\s+w1\s+serving\s+0/\d+\s+echo\s*$`).MatchString(out) {
+		t.Fatalf("nodes list:\n%s", out)
+	}
+	out = mustCLI(t, "nodes", "pause", "--url", s.base, "--api-key", key, nodeID, "--reason", "disk swap")
+	if !strings.Contains(out, "node "+nodeID+" is paused") {
+		t.Fatalf("nodes pause printed %q", out)
+	}
+	out = mustCLI(t, "nodes", "list", "--url", s.base, "--admin-token", testAdminToken)
+	if !regexp.MustCompile(nodeID + `\s+w1\s+paused \(disk swap\)\s+0/\d+\s+echo\s+\S+\s+\S+`).MatchString(out) {
+		t.Fatalf("nodes list --admin-token after the pause:\n%s", out)
+	}
+	if _, _, err := cli(t, "nodes", "resume", "--url", s.base, nodeID); err == nil {
+		t.Fatal("nodes resume with neither key nor token succeeded")
+	}
+	_, _, err := cli(t, "nodes", "resume", "--url", s.base, "--api-key", "gn_not_a_key", nodeID)
+	wantErr(t, "nodes resume with a wrong key", err, "HTTP 401")
+	mustCLI(t, "nodes", "resume", "--url", s.base, "--admin-token", testAdminToken, nodeID)
+	if out := mustCLI(t, "nodes", "list", "--url", s.base); !strings.Contains(out, "serving") {
+		t.Fatalf("nodes list after the resume:\n%s", out)
+	}
+	_, _, err = cli(t, "nodes", "drain", "--url", s.base, "--api-key", key)
+	wantErr(t, "nodes drain without an id", err, "needs the NODE_ID")
+}
