@@ -19,6 +19,7 @@ func sampleEnvelopes() []*bus.Envelope {
 		{Kind: bus.KindNodeGone, From: "b", TaskID: "t1", NodeID: "n1", Gen: 3, Reason: "node disconnected"},
 		{Kind: bus.KindReplace, From: "c", NodeID: "n1", Gen: 4},
 		{Kind: bus.KindCancel, From: "a", TaskID: "t1", NodeID: "n1", Gen: 3, Reason: "client gone", ReplyTo: "a"},
+		{Kind: bus.KindControl, From: "b", NodeID: "n1", Reason: "pause", Content: "new driver"},
 	}
 }
 
@@ -46,6 +47,8 @@ func TestDecodeRefusesWhatCannotBeActedOn(t *testing.T) {
 		{Kind: bus.KindChunk},
 		{Kind: bus.KindResult, TaskID: "t"}, // no result
 		{Kind: bus.KindReplace},
+		{Kind: bus.KindControl, NodeID: "n"},     // no action
+		{Kind: bus.KindControl, Reason: "pause"}, // no node
 	}
 	for _, e := range bad {
 		b, err := bus.Encode(e)
