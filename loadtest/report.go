@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -381,16 +382,7 @@ func (r *Report) WriteText(w io.Writer) {
 			fmt.Fprintln(w)
 		}
 		if len(run.Errors) > 0 {
-			keys := make([]string, 0, len(run.Errors))
-			for k := range run.Errors {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			parts := make([]string, 0, len(keys))
-			for _, k := range keys {
-				parts = append(parts, fmt.Sprintf("%s ×%d", k, run.Errors[k]))
-			}
-			fmt.Fprintf(w, "  non-ok outcomes: %s\n", strings.Join(parts, ", "))
+			fmt.Fprintf(w, "  non-ok outcomes: %s\n", strings.Join(countParts(run.Errors), ", "))
 		}
 		if run.Fleet != nil {
 			writeFleetRun(w, run)
@@ -578,4 +570,13 @@ func (t *table) write(w io.Writer) {
 	for _, r := range t.rows {
 		line(r)
 	}
+}
+
+// countParts lists a count per kind as "kind ×n", the kinds sorted.
+func countParts(m map[string]int) []string {
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s ×%d", k, m[k]))
+	}
+	return parts
 }

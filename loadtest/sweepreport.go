@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -159,20 +160,12 @@ func (r *Report) writeSweep(w io.Writer) {
 		if len(row.NonOK) == 0 && row.WarmupNotOK == 0 {
 			continue
 		}
-		keys := make([]string, 0, len(row.NonOK))
-		for k := range row.NonOK {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		parts := make([]string, 0, len(keys))
-		for _, k := range keys {
-			parts = append(parts, fmt.Sprintf("%s ×%d", k, row.NonOK[k]))
-		}
+		parts := countParts(row.NonOK)
 		if row.WarmupNotOK > 0 {
 			parts = append(parts, fmt.Sprintf("and %d in the warm-up", row.WarmupNotOK))
 		}
 		fmt.Fprintf(w, "  %s at %g/s, not ok: %s\n", row.Mode, row.Rate, strings.Join(parts, ", "))
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(row.NonOK)) {
 			if ex := row.Examples[k]; ex != "" && k != "timeout" {
 				fmt.Fprintf(w, "    e.g. %s: %s\n", k, ex)
 			}
