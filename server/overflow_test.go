@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -88,6 +90,7 @@ slow:
 	// the deadline is on silence, not on the whole rest.
 	rest, err := readUntilEOF(conn, 10*time.Second)
 	if err != nil {
+		_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
 		t.Fatalf("reading the rest (%d bytes, ends %q): %v", len(rest), rest[max(len(rest)-200, 0):], err)
 	}
 	if !strings.HasPrefix(head.String(), "HTTP/1.1 200") {
