@@ -419,16 +419,7 @@ func (r *Report) WriteText(w io.Writer) {
 			if len(cs) == 0 {
 				continue
 			}
-			keys := make([]string, 0, len(cs))
-			for k := range cs {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			parts := make([]string, len(keys))
-			for i, k := range keys {
-				parts[i] = fmt.Sprintf("%s %g", k, cs[k])
-			}
-			fmt.Fprintf(w, "  %s counters: %s\n", m.Name, strings.Join(parts, ", "))
+			fmt.Fprintf(w, "  %s counters: %s\n", m.Name, strings.Join(counterParts(cs), ", "))
 		}
 		for _, e := range run.Events {
 			fmt.Fprintf(w, "  %7.2fs  %s\n", e.T, e.What)
@@ -573,10 +564,15 @@ func (t *table) write(w io.Writer) {
 }
 
 // countParts lists a count per kind as "kind ×n", the kinds sorted.
-func countParts(m map[string]int) []string {
+func countParts(m map[string]int) []string { return sortedParts(m, "%s ×%d") }
+
+// counterParts lists an instance's counters as "name value", sorted.
+func counterParts(m map[string]float64) []string { return sortedParts(m, "%s %g") }
+
+func sortedParts[V any](m map[string]V, format string) []string {
 	parts := make([]string, 0, len(m))
 	for _, k := range slices.Sorted(maps.Keys(m)) {
-		parts = append(parts, fmt.Sprintf("%s ×%d", k, m[k]))
+		parts = append(parts, fmt.Sprintf(format, k, m[k]))
 	}
 	return parts
 }

@@ -175,16 +175,7 @@ func (r *Report) writeSweep(w io.Writer) {
 		for _, in := range s.Members[m] {
 			fmt.Fprintf(w, "  %s: instance %d %s %s pid %d", m, in.Index+1, in.Name, in.URL, in.PID)
 			if cs := s.Counters[m][in.Name]; len(cs) > 0 {
-				keys := make([]string, 0, len(cs))
-				for k := range cs {
-					keys = append(keys, k)
-				}
-				slices.Sort(keys)
-				parts := make([]string, len(keys))
-				for i, k := range keys {
-					parts[i] = fmt.Sprintf("%s %g", k, cs[k])
-				}
-				fmt.Fprintf(w, "; counters: %s", strings.Join(parts, ", "))
+				fmt.Fprintf(w, "; counters: %s", strings.Join(counterParts(cs), ", "))
 			}
 			fmt.Fprintln(w)
 		}
