@@ -7,9 +7,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"switchyard/internal/pgtest"
-	"switchyard/internal/redistest"
 )
 
 // capabilitiesOf reads GET /api/v1/capabilities (no key: it is public).
@@ -36,14 +33,7 @@ func (ta *testApp) capabilitiesOf(t *testing.T) map[string]capabilityItem {
 // another instance than the node's shows them waiting; then their service
 // shows in served_1m, everywhere.
 func TestCapabilitiesShowWaitingAcrossInstances(t *testing.T) {
-	redistest.Client(t)
-	ns, db := redistest.Namespace(t), pgtest.SchemaURL(t, "demand")
-	multi := func(c *Config) {
-		c.RedisURL, c.Namespace, c.DatabaseURL = redistest.URL(), ns, db
-		c.QueueTimeout = 20 * time.Second
-	}
-	a := startApp(t, multi)
-	b := startApp(t, multi)
+	a, b := startPair(t, "demand", func(c *Config) { c.QueueTimeout = 20 * time.Second })
 	key := a.account(t, "alice", "")
 	n := connectNode(t, a.wsURL, map[string]any{"api_key": key, "name": "w", "capabilities": []string{"echo"}, "max_concurrency": 1})
 	b.waitListed(t, n.ID, 0, 0)

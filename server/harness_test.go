@@ -16,6 +16,8 @@ import (
 	"go.uber.org/goleak"
 
 	"switchyard/internal/nodetest"
+	"switchyard/internal/pgtest"
+	"switchyard/internal/redistest"
 )
 
 func TestMain(m *testing.M) {
@@ -259,4 +261,20 @@ func waitFor[T any](t *testing.T, ch <-chan T, d time.Duration) T {
 	}
 	var zero T
 	return zero
+}
+
+// startPair starts two instances of one cluster on the shared Redis (a
+// fresh namespace) and a fresh PostgreSQL schema; mutate, if set, adjusts
+// both. It skips the test when Redis is not there.
+func startPair(t *testing.T, schema string, mutate func(*Config)) (a, b *testApp) {
+	t.Helper()
+	redistest.Client(t)
+	ns, db := redistest.Namespace(t), pgtest.SchemaURL(t, schema)
+	multi := func(c *Config) {
+		c.RedisURL, c.Namespace, c.DatabaseURL = redistest.URL(), ns, db
+		if mutate != nil {
+			mutate(c)
+		}
+	}
+	return startApp(t, multi), startApp(t, multi)
 }

@@ -5,9 +5,6 @@ import (
 	"net/http"
 	"testing"
 	"time"
-
-	"switchyard/internal/pgtest"
-	"switchyard/internal/redistest"
 )
 
 // stateOf reads a node's state in ta's public listing ("" if unlisted).
@@ -128,14 +125,7 @@ func TestNodeControlWhoMayAndDrain(t *testing.T) {
 // From another instance than the node's: the pause goes over the bus, and
 // both instances stop sending the node tasks.
 func TestPauseFromAnotherInstance(t *testing.T) {
-	redistest.Client(t)
-	ns, db := redistest.Namespace(t), pgtest.SchemaURL(t, "nodectl")
-	multi := func(c *Config) {
-		c.RedisURL, c.Namespace, c.DatabaseURL = redistest.URL(), ns, db
-		c.AdminToken, c.QueueTimeout = testAdmin, 300*time.Millisecond
-	}
-	a := startApp(t, multi)
-	b := startApp(t, multi)
+	a, b := startPair(t, "nodectl", func(c *Config) { c.AdminToken, c.QueueTimeout = testAdmin, 300*time.Millisecond })
 	key := a.account(t, "alice", "")
 	n := connectNode(t, a.wsURL, map[string]any{"api_key": key, "name": "w", "capabilities": []string{"echo"}})
 	b.waitListed(t, n.ID, 0, 0)

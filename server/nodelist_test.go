@@ -4,9 +4,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"switchyard/internal/pgtest"
-	"switchyard/internal/redistest"
 )
 
 // listedNode is a node as GET /api/v1/nodes shows it, with the fields
@@ -111,11 +108,7 @@ func TestNodeListShowsLoadAndOnline(t *testing.T) {
 // The listing is the cluster's: a node held by instance A shows its real
 // load on instance B, from the free slots in A's directory entry.
 func TestNodeListShowsLoadAcrossInstances(t *testing.T) {
-	redistest.Client(t)
-	ns, db := redistest.Namespace(t), pgtest.SchemaURL(t, "list")
-	multi := func(c *Config) { c.RedisURL, c.Namespace, c.DatabaseURL = redistest.URL(), ns, db }
-	a := startApp(t, multi)
-	b := startApp(t, multi)
+	a, b := startPair(t, "list", nil)
 	key := a.account(t, "alice", "")
 	n := connectNode(t, a.wsURL, map[string]any{"api_key": key, "name": "w", "capabilities": []string{"echo"}, "max_concurrency": 4})
 	// node_registered comes once the arrival is published (invariant 11), but
