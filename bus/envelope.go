@@ -47,6 +47,7 @@ type Envelope struct {
 	Stream   bool   `msgpack:"s,omitempty"`
 	Deadline int64  `msgpack:"d,omitempty"` // unix milliseconds; the owner forgets the task after it
 	ReplyTo  string `msgpack:"r,omitempty"` // requester instance id
+	Account  string `msgpack:"a,omitempty"` // the requesting account's id (the owner's quarantine counts accounts)
 
 	// chunk
 	Seq   uint32 `msgpack:"q,omitempty"` // 1, 2, 3, … per task

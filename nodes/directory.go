@@ -37,8 +37,9 @@ type NodeView struct {
 	// in use, active_tasks / max_concurrency, from 0 to 1.
 	Online bool    `json:"online"`
 	Load   float64 `json:"load"`
-	// State is serving, paused or draining (ours); StateReason why, as the
-	// pause or drain said.
+	// State is serving, paused, draining or suspended (quarantined by the
+	// coordinator; ours); StateReason why, as the pause or drain said or
+	// the quarantine wrote.
 	State string `json:"state"`
 	// AccountID is the node's account: the directory's and operators'
 	// (who may pause a node: its own account or the admin), not public.

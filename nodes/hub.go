@@ -58,6 +58,12 @@ type Config struct {
 	// message finding the queue empty always goes in.
 	SendQueueBytes  int64
 	MaxMessageBytes int64 // default 4 MiB; a larger message closes the socket with 1009
+	// QuarantineAfter (default 5; -1: never) is how many tasks in a row,
+	// for at least two accounts, must fail on a node before it is
+	// suspended (quarantine.go); QuarantineCoolOff (default 10m) is how
+	// long it stays so unless resumed by hand.
+	QuarantineAfter   int
+	QuarantineCoolOff time.Duration
 	// Benchmarks, if set, keeps node benchmark profiles, and nodes are asked
 	// for one after they register and whenever theirs is older than
 	// BenchmarkMaxAge (default 6h); a request unanswered for
@@ -103,6 +109,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DefaultConcurrency == 0 {
 		c.DefaultConcurrency = 4
+	}
+	if c.QuarantineAfter == 0 {
+		c.QuarantineAfter = 5
+	}
+	if c.QuarantineCoolOff == 0 {
+		c.QuarantineCoolOff = 10 * time.Minute
 	}
 	if c.RegisterTimeout == 0 {
 		c.RegisterTimeout = 10 * time.Second
@@ -490,6 +502,7 @@ func (h *Hub) detach(s *Session) {
 	h.unindexLocked(s)
 	h.metrics.connected.Set(float64(len(h.sessions)))
 	h.cfg.Changes.Mark(s.NodeID)
+	s.stopQuarantine()
 }
 
 // indexLocked adds s to the capability index. Slices in the index are

@@ -10,6 +10,8 @@ type metrics struct {
 	sendDrops  prometheus.Counter
 	invalid    *prometheus.CounterVec
 	stolen     prometheus.Counter
+
+	quarantined, unquarantined prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, ws *Waiters) *metrics {
@@ -42,9 +44,18 @@ func newMetrics(reg prometheus.Registerer, ws *Waiters) *metrics {
 			Namespace: "switchyard", Subsystem: "claims", Name: "stolen_total",
 			Help: "Local node sockets closed because a refresh found their claim taken by a newer connection.",
 		}),
+		quarantined: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "nodes", Name: "quarantines_total",
+			Help: "Nodes suspended because their tasks kept failing (for at least two accounts).",
+		}),
+		unquarantined: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "nodes", Name: "quarantine_ends_total",
+			Help: "Quarantined nodes that served again on their own after the cool-off.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.connected, m.registered, m.rejected, m.closes, m.sendDrops, m.invalid, m.stolen,
+			m.quarantined, m.unquarantined,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Namespace: "switchyard", Subsystem: "tasks", Name: "waiting_for_slot",
 				Help: "Requests on this instance waiting for a free slot (every node of their task type was full).",

@@ -173,6 +173,7 @@ func (a *App) buildEngine(claims nodes.Claims) {
 	hubCfg := nodes.Config{
 		Instance: a.instanceID, MaxNodesPerAccount: cfg.MaxNodesPerAccount, DefaultConcurrency: cfg.DefaultConcurrency,
 		PingInterval: cfg.PingInterval, RegisterTimeout: cfg.RegisterTimeout, MaxMessageBytes: cfg.MaxMessageBytes, Logger: a.log, Registerer: a.registry,
+		QuarantineAfter: cfg.QuarantineAfter, QuarantineCoolOff: cfg.QuarantineCoolOff,
 	}
 	if !cfg.NoNodeBenchmarks {
 		hubCfg.Benchmarks, hubCfg.BenchmarkMaxAge = benchStore{a.store}, cfg.BenchmarkMaxAge

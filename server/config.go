@@ -53,6 +53,11 @@ type Config struct {
 	ResultMaxBytes     int64         // bytes: the largest result (all chunks together)
 	MaxMessageBytes    int64         // bytes: the largest node message
 	MaxBodyBytes       int64         // bytes: the largest request body
+	// QuarantineAfter is how many tasks in a row, for at least two
+	// accounts, must fail on a node before it is suspended (-1: never);
+	// QuarantineCoolOff is how long it stays suspended unless resumed.
+	QuarantineAfter   int
+	QuarantineCoolOff time.Duration
 
 	// HTTP connections (server/listen.go, docs/SECURITY.md).
 	ReadHeaderTimeout time.Duration // the request line and headers must arrive within it
@@ -132,6 +137,8 @@ func DefaultConfig() Config {
 		ResultMaxBytes:     t.ResultMaxBytes,
 		MaxMessageBytes:    n.MaxMessageBytes,
 		MaxBodyBytes:       2_000_000,
+		QuarantineAfter:    n.QuarantineAfter,
+		QuarantineCoolOff:  n.QuarantineCoolOff,
 
 		ReadHeaderTimeout: 10 * time.Second,
 		BodyReadTimeout:   30 * time.Second,
@@ -175,6 +182,8 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.ResultMaxBytes, d.ResultMaxBytes)
 	setDefault(&c.MaxMessageBytes, d.MaxMessageBytes)
 	setDefault(&c.MaxBodyBytes, d.MaxBodyBytes)
+	setDefault(&c.QuarantineAfter, d.QuarantineAfter)
+	setDefault(&c.QuarantineCoolOff, d.QuarantineCoolOff)
 	setDefault(&c.ReadHeaderTimeout, d.ReadHeaderTimeout)
 	setDefault(&c.BodyReadTimeout, d.BodyReadTimeout)
 	setDefault(&c.IdleTimeout, d.IdleTimeout)
@@ -261,6 +270,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBodyBytes < 1 {
 		bad("--max-body-bytes must be positive")
+	}
+	if c.QuarantineAfter < -1 {
+		bad("--quarantine-after must be -1 (never) or a positive number of failed tasks")
+	}
+	if c.QuarantineCoolOff < time.Second {
+		bad("--quarantine-cool-off must be at least 1s")
 	}
 	for name, v := range map[string]int{"--request-rate": c.RequestRate, "--public-rate": c.PublicRate,
 		"--register-rate": c.RegisterRate, "--handshake-rate": c.HandshakeRate} {

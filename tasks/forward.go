@@ -28,6 +28,7 @@ type fwdEntry struct {
 	taskID   string
 	nodeID   string
 	replyTo  string
+	account  string // the requesting account, for the node's quarantine
 	sess     *nodes.Session
 	gen      uint64
 	stream   bool

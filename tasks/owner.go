@@ -58,7 +58,7 @@ func (o *owner) assign(e *bus.Envelope) error {
 		return &refusal{refusedFull, "the node has no free slot"}
 	}
 	ent := &fwdEntry{
-		taskID: e.TaskID, nodeID: e.NodeID, replyTo: e.ReplyTo, sess: s, gen: s.Gen,
+		taskID: e.TaskID, nodeID: e.NodeID, replyTo: e.ReplyTo, account: e.Account, sess: s, gen: s.Gen,
 		stream: e.Stream, deadline: time.UnixMilli(e.Deadline),
 	}
 	if !o.fwd.add(ent) {
@@ -96,6 +96,9 @@ func (o *owner) cancel(e *bus.Envelope) {
 	ent, held := o.fwd.cancel(e.TaskID, nil, time.Now(), e.Reason != reasonDeadline)
 	if ent == nil {
 		return
+	}
+	if e.Reason == reasonDeadline {
+		ent.sess.TaskEnded(ent.account, true, "no answer within the task timeout")
 	}
 	o.cancelOnNode(ent, held, e.Reason)
 }
@@ -156,6 +159,7 @@ func (o *owner) result(s *nodes.Session, r nodes.ResultPayload) {
 		o.metrics.holdEnds.WithLabelValues("answered").Inc()
 		return
 	}
+	s.TaskEnded(ent.account, r.Status == string(StatusFailed), "the node answered failed")
 	res := &bus.Result{
 		Status: r.Status, Text: r.Result, ProcessingMs: r.ProcessingMs, Chunks: ent.seq,
 		HasUsage: r.HasUsage, PromptTokens: r.PromptTokens, OutputTokens: r.OutputTokens,
@@ -176,6 +180,7 @@ func (o *owner) badResult(s *nodes.Session, taskID string, err error) {
 		o.metrics.holdEnds.WithLabelValues("answered").Inc()
 		return
 	}
+	s.TaskEnded(ent.account, true, "an invalid task_result")
 	o.reply(ent, &bus.Envelope{Kind: bus.KindResult, Result: &bus.Result{
 		Status: string(StatusFailed), Text: "the node sent an invalid task_result: " + err.Error(), Chunks: ent.seq,
 		ProcessingMs: -1,
@@ -260,6 +265,7 @@ func (o *owner) handleEnvelope(e *bus.Envelope) {
 func (o *owner) sweep(now time.Time) {
 	live, unheld := o.fwd.expired(now)
 	for _, ent := range live {
+		ent.sess.TaskEnded(ent.account, true, "no answer within the task timeout")
 		o.cancelOnNode(ent, false, reasonDeadline)
 	}
 	for _, ent := range unheld {
