@@ -88,7 +88,7 @@ type LocalNodes interface {
 	Candidates(dst []Candidate, capability string) []Candidate
 	List(capability string) []NodeView
 	Len() int
-	WaitSlot(capability string) *Waiter
+	WaitSlot(capability string, p Place) *Waiter
 	WakeSlots(capabilities []string, n int)
 	// Session returns the session of a node connected here, or nil.
 	Session(nodeID string) *Session
@@ -441,7 +441,9 @@ func (d *ClusterDirectory) Online() int {
 // release); what neither shows (another instance's task on a remote node
 // ended, and its owner has not written the node since) the first waiter
 // finds on its timer.
-func (d *ClusterDirectory) WaitSlot(capability string) *Waiter { return d.hub.WaitSlot(capability) }
+func (d *ClusterDirectory) WaitSlot(capability string, p Place) *Waiter {
+	return d.hub.WaitSlot(capability, p)
+}
 
 // Start subscribes to the change feed (confirmed by Redis), reads every
 // live instance's directory, and writes this instance's whole; the

@@ -37,8 +37,8 @@ type NodeView struct {
 	// in use, active_tasks / max_concurrency, from 0 to 1.
 	Online bool    `json:"online"`
 	Load   float64 `json:"load"`
-	// State is serving, paused, draining or suspended (quarantined by the
-	// coordinator; ours); StateReason why, as the pause or drain said or
+	// State is serving, paused, draining or quarantined (by the coordinator;
+	// ours); StateReason why, as the pause or drain said or
 	// the quarantine wrote.
 	State string `json:"state"`
 	// AccountID is the node's account: the directory's and operators'
@@ -63,7 +63,7 @@ type Directory interface {
 	// full, until a slot may have freed for it (a slot freed, a node
 	// arrived). Remote changes may not wake it; the first waiter of a
 	// queue also re-checks on a timer.
-	WaitSlot(capability string) *Waiter
+	WaitSlot(capability string, p Place) *Waiter
 }
 
 var _ Directory = (*Hub)(nil)

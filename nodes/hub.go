@@ -60,7 +60,7 @@ type Config struct {
 	MaxMessageBytes int64 // default 4 MiB; a larger message closes the socket with 1009
 	// QuarantineAfter (default 5; -1: never) is how many tasks in a row,
 	// for at least two accounts, must fail on a node before it is
-	// suspended (quarantine.go); QuarantineCoolOff (default 10m) is how
+	// quarantined (quarantine.go); QuarantineCoolOff (default 10m) is how
 	// long it stays so unless resumed by hand.
 	QuarantineAfter   int
 	QuarantineCoolOff time.Duration
@@ -211,7 +211,7 @@ func NewHub(cfg Config, auth Authenticator, claims Claims, events Events) *Hub {
 
 // WaitSlot queues a request that found every node with capability full;
 // it is woken when a slot may have freed for it (see Waiters).
-func (h *Hub) WaitSlot(capability string) *Waiter { return h.waiters.Wait(capability) }
+func (h *Hub) WaitSlot(capability string, p Place) *Waiter { return h.waiters.Wait(capability, p) }
 
 // Waiting returns the requests waiting here for a slot, by capability.
 func (h *Hub) Waiting() map[string]WaitStat { return h.waiters.Waiting() }

@@ -46,7 +46,7 @@ func newMetrics(reg prometheus.Registerer, ws *Waiters) *metrics {
 		}),
 		quarantined: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "switchyard", Subsystem: "nodes", Name: "quarantines_total",
-			Help: "Nodes suspended because their tasks kept failing (for at least two accounts).",
+			Help: "Nodes quarantined because their tasks kept failing (for at least two accounts).",
 		}),
 		unquarantined: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "switchyard", Subsystem: "nodes", Name: "quarantine_ends_total",

@@ -7,18 +7,18 @@ import (
 )
 
 // Automatic quarantine (issue 12): a node whose tasks keep failing is
-// suspended on its own, so requests stop going to it, and serves again
+// taken out of service on its own, so requests stop going to it, and serves again
 // after a cool-off or when an operator resumes it. It counts the tasks that
 // ended on the node in a row as failed — the node answered "failed", sent
 // an invalid task_result or stayed silent past the task's deadline — and
-// suspends it once QuarantineAfter of them failed for at least two
+// quarantines it once QuarantineAfter of them failed for at least two
 // accounts: one account's poisonous inputs cannot take a node away from
 // everyone else. A task that completes ends the run; a cancelled task or a
 // disconnect counts neither way.
 
-// StateSuspended is a node quarantined by the coordinator: it takes no new
+// StateQuarantined is a node quarantined by the coordinator: it takes no new
 // task, like a paused one, until the cool-off passes or it is resumed.
-const StateSuspended = "suspended"
+const StateQuarantined = "quarantined"
 
 // quarantineAccounts is how many accounts a run of failures must span.
 const quarantineAccounts = 2
@@ -58,7 +58,7 @@ func (s *Session) TaskEnded(accountID string, failed bool, why string) {
 	}
 	n, last := r.n, r.last
 	r.n, r.accounts, r.last = 0, r.accounts[:0], ""
-	st := &nodeState{StateSuspended, fmt.Sprintf("quarantined: %d tasks in a row failed (last: %s); serves again at %s unless resumed sooner",
+	st := &nodeState{StateQuarantined, fmt.Sprintf("quarantined: %d tasks in a row failed (last: %s); serves again at %s unless resumed sooner",
 		n, last, time.Now().Add(s.hub.cfg.QuarantineCoolOff).UTC().Format(time.RFC3339))}
 	if !s.state.CompareAndSwap(nil, st) {
 		r.mu.Unlock() // an operator changed its state meanwhile: theirs stands

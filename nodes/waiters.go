@@ -8,24 +8,63 @@ import (
 )
 
 // Waiters queues the requests waiting for a free slot, one queue per
-// capability, first come first served. A freed slot wakes the first waiter
-// of each of its node's capabilities, not every waiter: with thousands
-// waiting, waking them all on each slot (each to pick again and all but one
-// to find nothing) took more CPU than the tasks themselves, which freed
-// slots more slowly still (issue 13: at 2,000 requests/s on one instance,
-// 54 % of its CPU went into waiters picking and re-arming their timers).
+// capability. A freed slot wakes the next waiter of each of its node's
+// capabilities, not every waiter: with thousands waiting, waking them all
+// on each slot (each to pick again and all but one to find nothing) took
+// more CPU than the tasks themselves, which freed slots more slowly still
+// (issue 13: at 2,000 requests/s on one instance, 54 % of its CPU went
+// into waiters picking and re-arming their timers).
+//
+// Who is next (issue 11): the highest priority first; within a priority,
+// the accounts waiting take turns, one waiter each, so an account with
+// 200 waiting cannot starve one with 5; within an account, the oldest.
 //
 // A woken waiter that finds no slot (a request that was not waiting took
-// it) goes back to the front. Only the first waiter of a queue rechecks on
-// a timer, for slots whose freeing was not signalled (a remote node whose
-// owner has not written it yet); when it leaves, the next is nudged to
-// take its place and its timer. A wake given and not used (the waiter gave
-// up) goes on to the next waiter. Slots go to the front of the queue only,
-// so waiters are served in order.
+// it) goes back to the front, ahead of every turn. Only the first waiter
+// of a queue rechecks on a timer, for slots whose freeing was not
+// signalled (a remote node whose owner has not written it yet); when it
+// leaves, the next is nudged to take its place and its timer. A wake given
+// and not used (the waiter gave up) goes on to the next waiter. Slots go
+// to the front of the queue only, so waiters are served in that order.
 type Waiters struct {
 	n  atomic.Int32 // waiters queued: Wake costs nothing when none is
 	mu sync.Mutex
-	q  map[string]*list.List // capability → *Waiter, oldest first
+	q  map[string]*queue // capability → its waiters
+}
+
+// Priorities run from 0 to MaxPriority, higher first; DefaultPriority is
+// a request's that gives none.
+const (
+	MaxPriority     = 9
+	DefaultPriority = 5
+)
+
+// Place is who waits, and how urgently: an account and a priority (0–9;
+// out of range is clamped).
+type Place struct {
+	Account  string
+	Priority int
+}
+
+// queue is one capability's waiters: those back from a wake that found
+// nothing (served first), then by priority, accounts in turn.
+type queue struct {
+	n      int
+	front  *list.List // *Waiter
+	levels [MaxPriority + 1]*level
+}
+
+// level is one priority's accounts, next turn first.
+type level struct {
+	turns  *list.List // *account
+	byName map[string]*account
+}
+
+// account is one account's waiters at one priority, oldest first.
+type account struct {
+	name    string
+	waiters *list.List // *Waiter
+	turn    *list.Element
 }
 
 // Waiter is one request's place in a queue.
@@ -35,27 +74,48 @@ type Waiter struct {
 	C          chan struct{}
 	ws         *Waiters
 	capability string
+	place      Place
 	since      time.Time     // when it began waiting
 	e          *list.Element // its place while queued; nil once woken or done
+	in         *list.List    // the list e is in: the queue's front, or its account's
 	woken      bool          // taken out of the queue by a wake it has not answered
 }
 
 // NewWaiters returns empty queues.
-func NewWaiters() *Waiters { return &Waiters{q: map[string]*list.List{}} }
+func NewWaiters() *Waiters { return &Waiters{q: map[string]*queue{}} }
 
-// Wait queues a new waiter for capability at the back of its queue.
-func (ws *Waiters) Wait(capability string) *Waiter {
-	w := &Waiter{C: make(chan struct{}, 1), ws: ws, capability: capability, since: time.Now()}
+// Wait queues a new waiter for capability, behind those of its account
+// and priority.
+func (ws *Waiters) Wait(capability string, p Place) *Waiter {
+	p.Priority = min(max(p.Priority, 0), MaxPriority)
+	w := &Waiter{C: make(chan struct{}, 1), ws: ws, capability: capability, place: p, since: time.Now()}
 	ws.mu.Lock()
-	l := ws.q[capability]
-	if l == nil {
-		l = list.New()
-		ws.q[capability] = l
+	q := ws.queueLocked(capability)
+	lv := q.levels[p.Priority]
+	if lv == nil {
+		lv = &level{turns: list.New(), byName: map[string]*account{}}
+		q.levels[p.Priority] = lv
 	}
-	w.e = l.PushBack(w)
+	a := lv.byName[p.Account]
+	if a == nil {
+		a = &account{name: p.Account, waiters: list.New()}
+		a.turn = lv.turns.PushBack(a)
+		lv.byName[p.Account] = a
+	}
+	w.e, w.in = a.waiters.PushBack(w), a.waiters
+	q.n++
 	ws.n.Add(1)
 	ws.mu.Unlock()
 	return w
+}
+
+func (ws *Waiters) queueLocked(capability string) *queue {
+	q := ws.q[capability]
+	if q == nil {
+		q = &queue{front: list.New()}
+		ws.q[capability] = q
+	}
+	return q
 }
 
 // Again puts a woken waiter that found no slot back at the front of its
@@ -65,7 +125,7 @@ func (w *Waiter) Again() (first bool) {
 	ws := w.ws
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	l := ws.q[w.capability]
+	q := ws.queueLocked(w.capability)
 	if w.e == nil {
 		// Drop a wake that came after the waiter looked: it looks again now.
 		select {
@@ -73,14 +133,11 @@ func (w *Waiter) Again() (first bool) {
 		default:
 		}
 		w.woken = false
-		if l == nil {
-			l = list.New()
-			ws.q[w.capability] = l
-		}
-		w.e = l.PushFront(w)
+		w.e, w.in = q.front.PushFront(w), q.front
+		q.n++
 		ws.n.Add(1)
 	}
-	return l.Front() == w.e
+	return q.head() == w
 }
 
 // Done ends the wait: the waiter got a slot (served), or gives up. The
@@ -93,7 +150,7 @@ func (w *Waiter) Done(served bool) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if w.e != nil {
-		ws.removeLocked(w)
+		ws.removeLocked(w, false)
 		ws.nudgeLocked(w.capability)
 		return
 	}
@@ -139,48 +196,98 @@ func (ws *Waiters) Waiting() map[string]WaitStat {
 	}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	for c, l := range ws.q {
-		st := WaitStat{N: l.Len()}
-		for e := l.Front(); e != nil; e = e.Next() {
-			if w := e.Value.(*Waiter); st.Since.IsZero() || w.since.Before(st.Since) {
+	for c, q := range ws.q {
+		st := WaitStat{N: q.n}
+		q.each(func(w *Waiter) {
+			if st.Since.IsZero() || w.since.Before(st.Since) {
 				st.Since = w.since
 			}
-		}
+		})
 		out[c] = st
 	}
 	return out
 }
 
+// head is the waiter served next, or nil.
+func (q *queue) head() *Waiter {
+	if e := q.front.Front(); e != nil {
+		return e.Value.(*Waiter)
+	}
+	for p := MaxPriority; p >= 0; p-- {
+		if lv := q.levels[p]; lv != nil {
+			return lv.turns.Front().Value.(*account).waiters.Front().Value.(*Waiter)
+		}
+	}
+	return nil
+}
+
+// each calls f for every waiter queued.
+func (q *queue) each(f func(*Waiter)) {
+	for e := q.front.Front(); e != nil; e = e.Next() {
+		f(e.Value.(*Waiter))
+	}
+	for _, lv := range q.levels {
+		if lv == nil {
+			continue
+		}
+		for t := lv.turns.Front(); t != nil; t = t.Next() {
+			for e := t.Value.(*account).waiters.Front(); e != nil; e = e.Next() {
+				f(e.Value.(*Waiter))
+			}
+		}
+	}
+}
+
 func (ws *Waiters) wakeLocked(capability string, n int) {
-	l := ws.q[capability]
-	for ; n > 0 && l != nil && l.Len() > 0; n-- {
-		w := l.Front().Value.(*Waiter)
-		ws.removeLocked(w)
+	q := ws.q[capability]
+	for ; n > 0 && q != nil && q.n > 0; n-- {
+		w := q.head()
+		ws.removeLocked(w, true)
 		w.woken = true
 		select {
 		case w.C <- struct{}{}:
 		default:
 		}
+		q = ws.q[capability]
 	}
 }
 
 // nudgeLocked signals the first waiter of a queue without taking it out:
 // it looks again and keeps its place.
 func (ws *Waiters) nudgeLocked(capability string) {
-	if l := ws.q[capability]; l != nil && l.Len() > 0 {
-		select {
-		case l.Front().Value.(*Waiter).C <- struct{}{}:
-		default:
+	if q := ws.q[capability]; q != nil {
+		if w := q.head(); w != nil {
+			select {
+			case w.C <- struct{}{}:
+			default:
+			}
 		}
 	}
 }
 
-func (ws *Waiters) removeLocked(w *Waiter) {
-	l := ws.q[w.capability]
-	l.Remove(w.e)
-	w.e = nil
+// removeLocked takes w out of its queue. served says it leaves for a slot:
+// its account's turn then passes to the next account of its priority.
+func (ws *Waiters) removeLocked(w *Waiter, served bool) {
+	q := ws.q[w.capability]
+	w.in.Remove(w.e)
+	if w.in != q.front {
+		lv := q.levels[w.place.Priority]
+		a := lv.byName[w.place.Account]
+		switch {
+		case a.waiters.Len() == 0:
+			lv.turns.Remove(a.turn)
+			delete(lv.byName, a.name)
+			if lv.turns.Len() == 0 {
+				q.levels[w.place.Priority] = nil
+			}
+		case served:
+			lv.turns.MoveToBack(a.turn)
+		}
+	}
+	w.e, w.in = nil, nil
+	q.n--
 	ws.n.Add(-1)
-	if l.Len() == 0 {
+	if q.n == 0 {
 		delete(ws.q, w.capability)
 	}
 }

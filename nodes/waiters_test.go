@@ -18,8 +18,8 @@ func woken(w *Waiter) bool {
 // slot, never the others.
 func TestWaitersWakeInOrderOnePerSlot(t *testing.T) {
 	ws := NewWaiters()
-	a, b, c := ws.Wait("chat"), ws.Wait("chat"), ws.Wait("chat")
-	other := ws.Wait("embed")
+	a, b, c := ws.Wait("chat", Place{}), ws.Wait("chat", Place{}), ws.Wait("chat", Place{})
+	other := ws.Wait("embed", Place{})
 	if ws.Len() != 4 {
 		t.Fatalf("Len = %d, want 4", ws.Len())
 	}
@@ -41,7 +41,7 @@ func TestWaitersWakeInOrderOnePerSlot(t *testing.T) {
 // that came after it, and is the one to recheck on a timer.
 func TestWaitersAgainKeepsThePlace(t *testing.T) {
 	ws := NewWaiters()
-	a, b := ws.Wait("chat"), ws.Wait("chat")
+	a, b := ws.Wait("chat", Place{}), ws.Wait("chat", Place{})
 	if !a.Again() {
 		t.Fatal("the oldest waiter, still queued, is not first")
 	}
@@ -68,7 +68,7 @@ func TestWaitersAgainKeepsThePlace(t *testing.T) {
 // if it was first, and takes nothing with it.
 func TestWaitersDonePassesTheWakeOn(t *testing.T) {
 	ws := NewWaiters()
-	a, b, c, d := ws.Wait("chat"), ws.Wait("chat"), ws.Wait("chat"), ws.Wait("chat")
+	a, b, c, d := ws.Wait("chat", Place{}), ws.Wait("chat", Place{}), ws.Wait("chat", Place{}), ws.Wait("chat", Place{})
 	b.Done(false) // gives up while queued, not first: nobody is nudged
 	if ws.Len() != 3 || woken(c) {
 		t.Fatalf("Len = %d after a queued waiter left (want 3), or the one behind it was signalled", ws.Len())
@@ -103,10 +103,107 @@ func TestWaitersDonePassesTheWakeOn(t *testing.T) {
 // and found nothing) does not linger to wake it for nothing later.
 func TestWaitersAgainDropsAStaleWake(t *testing.T) {
 	ws := NewWaiters()
-	a := ws.Wait("chat")
+	a := ws.Wait("chat", Place{})
 	ws.Wake([]string{"chat"}, 1)
 	a.Again()
 	if woken(a) {
 		t.Fatal("a wake consumed before Again is still pending after it")
+	}
+}
+
+// wakeOrder wakes the queue of chat one slot at a time and returns who
+// got each wake (taken out of the queue by it; the nudges Done gives the
+// next waiter do not count), by name.
+func wakeOrder(t *testing.T, ws *Waiters, names map[*Waiter]string) []string {
+	t.Helper()
+	var got []string
+	for ws.Len() > 0 {
+		ws.Wake([]string{"chat"}, 1)
+		n := 0
+		for w, name := range names {
+			if w.woken {
+				got = append(got, name)
+				w.Done(true)
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("one slot woke %d waiters, want 1 (so far %v)", n, got)
+		}
+	}
+	return got
+}
+
+// Issue 11: the highest priority first; within one, accounts take turns
+// (one with many waiting cannot starve one with a few); within an account,
+// the oldest first.
+func TestWaitersPriorityThenAccountsInTurn(t *testing.T) {
+	ws := NewWaiters()
+	names := map[*Waiter]string{}
+	add := func(name, acct string, prio int) { names[ws.Wait("chat", Place{Account: acct, Priority: prio})] = name }
+	for i := range 4 {
+		add("x"+string(rune('1'+i)), "X", 5)
+	}
+	add("y1", "Y", 5)
+	add("y2", "Y", 5)
+	add("low", "Z", 1)
+	add("urgent", "Y", 9)
+	add("clamped", "Z", 42) // out of range: 9
+	got := wakeOrder(t, ws, names)
+	want := []string{"urgent", "clamped", "x1", "y1", "x2", "y2", "x3", "x4", "low"}
+	if len(got) != len(want) {
+		t.Fatalf("order %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("order %v, want %v", got, want)
+		}
+	}
+}
+
+// The bar's shape: X with 200 waiting, Y with 5: Y's five are among the
+// first ten served.
+func TestWaitersFewAreNotStarvedByMany(t *testing.T) {
+	ws := NewWaiters()
+	names := map[*Waiter]string{}
+	for range 200 {
+		names[ws.Wait("chat", Place{Account: "X", Priority: DefaultPriority})] = "X"
+	}
+	for range 5 {
+		names[ws.Wait("chat", Place{Account: "Y", Priority: DefaultPriority})] = "Y"
+	}
+	got := wakeOrder(t, ws, names)
+	ys := 0
+	for _, n := range got[:10] {
+		if n == "Y" {
+			ys++
+		}
+	}
+	if ys != 5 || len(got) != 205 {
+		t.Fatalf("Y got %d of the first 10 slots (want all 5), %d served in all", ys, len(got))
+	}
+}
+
+// A woken waiter that found nothing comes back ahead of every priority,
+// and a waiter that gives up leaves no empty account taking a turn.
+func TestWaitersAgainBeatsPriorityAndLeavingCleansUp(t *testing.T) {
+	ws := NewWaiters()
+	low := ws.Wait("chat", Place{Account: "A", Priority: 0})
+	ws.Wake([]string{"chat"}, 1)
+	if !woken(low) {
+		t.Fatal("the only waiter was not woken")
+	}
+	high := ws.Wait("chat", Place{Account: "B", Priority: 9})
+	if !low.Again() || high.Again() {
+		t.Fatal("the waiter back from a wake is not first, ahead of a higher priority")
+	}
+	gone := ws.Wait("chat", Place{Account: "C", Priority: 9})
+	gone.Done(false)
+	ws.Wake([]string{"chat"}, 3)
+	if !woken(low) || !woken(high) || woken(gone) || ws.Len() != 0 {
+		t.Fatalf("wakes: low and high, not the one that left; Len %d", ws.Len())
+	}
+	if len(ws.q) != 0 {
+		t.Fatalf("empty queues left behind: %d", len(ws.q))
 	}
 }

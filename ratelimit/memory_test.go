@@ -93,3 +93,7 @@ func TestMemoryCloseStopsJanitor(t *testing.T) {
 	}
 	// goleak in TestMain fails the package if the janitor survived Close.
 }
+
+func TestMemoryInFlight(t *testing.T) {
+	ratelimittest.RunInFlight(t, func(t *testing.T) ratelimit.InFlight { return ratelimit.NewMemoryInFlight() })
+}

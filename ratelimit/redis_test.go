@@ -209,3 +209,20 @@ func TestRedisErrors(t *testing.T) {
 		}
 	})
 }
+
+func TestRedisInFlight(t *testing.T) {
+	ratelimittest.RunInFlight(t, func(t *testing.T) ratelimit.InFlight {
+		rdb := testRedis(t, false)
+		return ratelimit.NewRedisInFlight(rdb, testPrefix(t, rdb))
+	})
+}
+
+// The in-flight suite on a 3-master cluster: one key per script.
+func TestRedisClusterInFlight(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterOptions{})
+	rdb := c.Client(t)
+	var n atomic.Int32
+	ratelimittest.RunInFlight(t, func(t *testing.T) ratelimit.InFlight {
+		return ratelimit.NewRedisInFlight(rdb, fmt.Sprintf("if%d:", n.Add(1)))
+	})
+}

@@ -38,6 +38,7 @@ type App struct {
 	writer   *store.Writer
 	rep      *store.Reputation
 	limiter  ratelimit.Limiter
+	inflight ratelimit.InFlight // --max-inflight-per-key (inflight.go)
 	rlm      *ratelimit.Metrics
 	bus      bus.Bus
 	sub      bus.Subscription
@@ -111,6 +112,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.sub = sub
 
+	a.inflight = a.newInflight()
 	a.echo = a.routes()
 	if a.http, a.listener, err = a.listen(httpLimitsFor(cfg)); err != nil {
 		return nil, err

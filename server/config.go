@@ -54,10 +54,13 @@ type Config struct {
 	MaxMessageBytes    int64         // bytes: the largest node message
 	MaxBodyBytes       int64         // bytes: the largest request body
 	// QuarantineAfter is how many tasks in a row, for at least two
-	// accounts, must fail on a node before it is suspended (-1: never);
-	// QuarantineCoolOff is how long it stays suspended unless resumed.
+	// accounts, must fail on a node before it is quarantined (-1: never);
+	// QuarantineCoolOff is how long it stays so unless resumed.
 	QuarantineAfter   int
 	QuarantineCoolOff time.Duration
+	// MaxInflightPerKey caps one API key's requests running or waiting for
+	// a slot at once, cluster-wide (0: no cap); one more is answered 429.
+	MaxInflightPerKey int
 
 	// HTTP connections (server/listen.go, docs/SECURITY.md).
 	ReadHeaderTimeout time.Duration // the request line and headers must arrive within it
@@ -270,6 +273,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBodyBytes < 1 {
 		bad("--max-body-bytes must be positive")
+	}
+	if c.MaxInflightPerKey < 0 {
+		bad("--max-inflight-per-key must be 0 (no cap) or positive")
 	}
 	if c.QuarantineAfter < -1 {
 		bad("--quarantine-after must be -1 (never) or a positive number of failed tasks")

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
+	"switchyard/nodes"
 	"switchyard/store"
 	"switchyard/tasks"
 )
@@ -244,7 +245,7 @@ func (a *App) chatCompletions(c echo.Context) error {
 	}
 	req := tasks.Request{
 		TaskID: uuid.NewString(), AccountID: accountOf(c).ID, TaskType: modelCapability(body.Model),
-		Content: flatten(body.Messages), Params: params, Stream: body.Stream, Trust: trust,
+		Content: flatten(body.Messages), Params: params, Stream: body.Stream, Trust: trust, Priority: nodes.DefaultPriority,
 	}
 	split := a.shouldSplit(req.TaskType, req.Content)
 	if body.Stream && !split {

@@ -66,7 +66,7 @@ func failOne(t *testing.T, ta *testApp, n *wireNode, key string) {
 }
 
 // Issue 12: a node failing several tasks in a row, for different
-// accounts, is suspended with a reason; one account alone cannot do it, a
+// accounts, is quarantined with a reason; one account alone cannot do it, a
 // completed task ends the run, and the cool-off lets it serve again.
 func TestFailingNodeIsQuarantined(t *testing.T) {
 	ta := startApp(t, func(c *Config) { c.QuarantineAfter, c.QuarantineCoolOff = 3, time.Second })
@@ -82,7 +82,7 @@ func TestFailingNodeIsQuarantined(t *testing.T) {
 		t.Fatalf("after one account's failures the node is %q, want serving", st)
 	}
 	// A completed task ends the run: bob's failure and two more are only three
-	// since it, and two accounts, so the third of them suspends the node.
+	// since it, and two accounts, so the third of them quarantines the node.
 	ch := ta.requestAsync(bob, map[string]any{"task_type": "echo", "content": "fine"})
 	bad.Result(bad.Expect("task_assign").TaskID(), "completed", "fine")
 	waitFor(t, ch, 3*time.Second)
@@ -93,20 +93,20 @@ func TestFailingNodeIsQuarantined(t *testing.T) {
 	}
 	failOne(t, ta, bad, alice)
 	st, reason := ta.viewOf(t, bad.ID)
-	if st != "suspended" || !strings.Contains(reason, "quarantined: 3 tasks in a row failed") {
-		t.Fatalf("after 3 failures for 2 accounts: %q %q, want suspended and the quarantine's reason", st, reason)
+	if st != "quarantined" || !strings.Contains(reason, "quarantined: 3 tasks in a row failed") {
+		t.Fatalf("after 3 failures for 2 accounts: %q %q, want quarantined and the quarantine's reason", st, reason)
 	}
 
-	// Suspended, it gets no task: another node of the type does.
+	// Quarantined, it gets no task: another node of the type does.
 	good := connectNode(t, ta.wsURL, map[string]any{"api_key": owner, "name": "good", "capabilities": []string{"echo"}, "max_concurrency": 1})
 	ch = ta.requestAsync(bob, map[string]any{"task_type": "echo", "content": "x"})
 	good.Result(good.Expect("task_assign").TaskID(), "completed", "x")
 	if r := waitFor(t, ch, 3*time.Second); r.code != 200 {
-		t.Fatalf("a request while the bad node is suspended: %d %s", r.code, r.body)
+		t.Fatalf("a request while the bad node is quarantined: %d %s", r.code, r.body)
 	}
 	select {
 	case m := <-bad.Msgs:
-		t.Fatalf("the suspended node got %s", m.MsgType)
+		t.Fatalf("the quarantined node got %s", m.MsgType)
 	default:
 	}
 
@@ -128,8 +128,8 @@ func TestQuarantineYieldsToOperators(t *testing.T) {
 		t.Helper()
 		failOne(t, ta, n, alice)
 		failOne(t, ta, n, bob)
-		if st, _ := ta.viewOf(t, n.ID); st != "suspended" {
-			t.Fatalf("after 2 failures for 2 accounts: %q, want suspended", st)
+		if st, _ := ta.viewOf(t, n.ID); st != "quarantined" {
+			t.Fatalf("after 2 failures for 2 accounts: %q, want quarantined", st)
 		}
 	}
 	quarantine()
@@ -154,7 +154,7 @@ func TestQuarantineYieldsToOperators(t *testing.T) {
 
 // Across instances: the requests come in on B, the node is on A; the
 // accounts travel with each assign, and both instances see the node
-// suspended.
+// quarantined.
 func TestQuarantineAcrossInstances(t *testing.T) {
 	a, b := startPair(t, "quarantine", func(c *Config) { c.QuarantineAfter, c.QuarantineCoolOff = 2, time.Minute })
 	owner := a.account(t, "owner", "")
@@ -170,6 +170,6 @@ func TestQuarantineAcrossInstances(t *testing.T) {
 	waitUntil(t, func() bool {
 		sa, _ := a.viewOf(t, n.ID)
 		sb, reason := b.viewOf(t, n.ID)
-		return sa == "suspended" && sb == "suspended" && strings.HasPrefix(reason, "quarantined")
+		return sa == "quarantined" && sb == "quarantined" && strings.HasPrefix(reason, "quarantined")
 	})
 }

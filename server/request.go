@@ -76,7 +76,7 @@ func (a *App) request(c echo.Context) error {
 	}
 	req := tasks.Request{
 		TaskID: uuid.NewString(), AccountID: accountOf(c).ID, TaskType: body.TaskType,
-		Content: body.Content, Params: body.Params, Stream: body.Stream, Trust: trust,
+		Content: body.Content, Params: body.Params, Stream: body.Stream, Trust: trust, Priority: body.Priority,
 	}
 	if body.Stream {
 		sse := newSSE(c.Response())

@@ -43,7 +43,7 @@ func (a *App) routes() *echo.Echo {
 	e.GET("/ws/node", a.nodeSocket)
 
 	v1 := e.Group("/api/v1")
-	v1.POST("/request", a.request, a.readTaskBody, a.requireAccount, request)
+	v1.POST("/request", a.request, a.readTaskBody, a.requireAccount, request, a.capInflight)
 	v1.POST("/rate", a.rate, a.requireAccount, request)
 	get(v1, "/tasks/:id", a.task, a.requireAccount, public)
 	get(v1, "/account", a.account, a.requireAccount, public)
@@ -58,7 +58,7 @@ func (a *App) routes() *echo.Echo {
 	get(v1, "/leaderboard", a.leaderboard, public)
 	get(v1, "/benchmark/:node_id", a.benchmark, public)
 	v1.POST("/register", a.register, byIP("register", ratelimit.PerHour(a.cfg.RegisterRate)))
-	e.POST("/v1/chat/completions", a.chatCompletions, a.requireAccount, request)
+	e.POST("/v1/chat/completions", a.chatCompletions, a.requireAccount, request, a.capInflight)
 	get(e, "/v1/models", a.models, public)
 
 	if a.cfg.AdminToken != "" { // the operator-only view (admin.go)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"switchyard/nodes"
 )
 
 // Limits of POST /api/v1/request (GEMMANET-WIRE §2).
@@ -37,6 +39,7 @@ type taskBody struct {
 	Stream   bool
 	Trust    string // "any" or "official"
 	APIKey   string // deprecated body field; the Authorization header wins
+	Priority int    // 0–9 (ours), nodes.DefaultPriority when absent
 }
 
 // parseTaskBody decodes and checks a request body. Every error wraps
@@ -49,6 +52,7 @@ func parseTaskBody(b []byte) (taskBody, error) {
 		Stream   *bool           `json:"stream"`
 		Trust    *string         `json:"trust"`
 		APIKey   *string         `json:"api_key"`
+		Priority *int            `json:"priority"`
 	}
 	var t taskBody
 	if err := decodeObject(b, &raw); err != nil {
@@ -70,7 +74,13 @@ func parseTaskBody(b []byte) (taskBody, error) {
 	if err != nil {
 		return t, err
 	}
-	t = taskBody{TaskType: *raw.TaskType, Content: *raw.Content, Params: params, Trust: "any"}
+	t = taskBody{TaskType: *raw.TaskType, Content: *raw.Content, Params: params, Trust: "any", Priority: nodes.DefaultPriority}
+	if raw.Priority != nil {
+		if *raw.Priority < 0 || *raw.Priority > nodes.MaxPriority {
+			return t, invalid("priority must be an integer from 0 to %d (higher is served first; default %d)", nodes.MaxPriority, nodes.DefaultPriority)
+		}
+		t.Priority = *raw.Priority
+	}
 	if raw.Stream != nil {
 		t.Stream = *raw.Stream
 	}

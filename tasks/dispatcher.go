@@ -23,6 +23,10 @@ type Request struct {
 	Stream    bool
 	Trust     string   // "official" restricts routing to official nodes
 	Avoid     []string // nodes to use only if no other can take the task (a split task's siblings)
+	// Priority orders the requests waiting for a slot, 0–9, higher first
+	// (nodes.Waiters); within one, the accounts waiting take turns. The
+	// HTTP side sets it: a zero Request waits at priority 0.
+	Priority int
 
 	subtask bool // a part of a split task: recorded with its parent, not on its own
 }
@@ -139,7 +143,7 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 		if busy && w == nil {
 			// Queue, then look again, so a slot freed in between is not
 			// missed. Only a request that must wait queues.
-			w = d.dir.WaitSlot(r.req.TaskType)
+			w = d.dir.WaitSlot(r.req.TaskType, nodes.Place{Account: r.req.AccountID, Priority: r.req.Priority})
 			cands, c, ok, busy = r.pick(cands, tried)
 			used = max(used, len(cands))
 		}
@@ -284,24 +288,34 @@ const slotRecheck = 25 * time.Millisecond
 // waitForSlot waits in the queue until a slot may have freed: a wake from
 // the directory, or, for the first waiter, a short recheck. Only the first
 // keeps a short timer: with thousands waiting, a 25 ms timer each was 40,000
-// wakeups a second per thousand requests.
+// wakeups a second per thousand requests. A recheck that finds the waiter
+// no longer first (a waiter of a higher priority, or of an account whose
+// turn it is, came in ahead) waits on without looking: only the first may
+// take a slot nobody signalled, or the queue's order would not hold.
 func (r *run) waitForSlot(ctx context.Context, w *nodes.Waiter, deadline time.Time) error {
-	left := time.Until(deadline)
-	if left <= 0 {
-		return &Error{Code: CodeBusy, Message: "every node that can run this task type is busy; retry later"}
+	first := w.Again()
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return &Error{Code: CodeBusy, Message: "every node that can run this task type is busy; retry later"}
+		}
+		if first {
+			left = min(left, slotRecheck)
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-w.C:
+			t.Stop()
+			return nil
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return &Error{Code: CodeCanceled, Message: "the client went away"}
+		}
+		if first = w.Again(); first {
+			return nil
+		}
 	}
-	if w.Again() {
-		left = min(left, slotRecheck)
-	}
-	t := time.NewTimer(left)
-	defer t.Stop()
-	select {
-	case <-w.C:
-	case <-t.C:
-	case <-ctx.Done():
-		return &Error{Code: CodeCanceled, Message: "the client went away"}
-	}
-	return nil
 }
 
 // send hands the assign to the node's owner: directly when it is this

@@ -98,7 +98,7 @@ type Directory interface {
 	Candidates(dst []nodes.Candidate, capability string) []nodes.Candidate
 	// WaitSlot queues a request that found every node with capability
 	// full; the waiter is woken when a slot may have freed for it.
-	WaitSlot(capability string) *nodes.Waiter
+	WaitSlot(capability string, p nodes.Place) *nodes.Waiter
 	// Hidden reports that nodes with capability exist, on an instance that
 	// is gone or out of reach for now (they reconnect elsewhere soon).
 	Hidden(capability string) bool

@@ -77,11 +77,13 @@ type fakeDir struct {
 }
 
 func (d *fakeDir) Candidates(dst []nodes.Candidate, _ string) []nodes.Candidate { return dst }
-func (d *fakeDir) WaitSlot(c string) *nodes.Waiter                              { return nodes.NewWaiters().Wait(c) }
-func (d *fakeDir) Hidden(string) bool                                           { return false }
-func (d *fakeDir) MarkFull(string)                                              {}
-func (d *fakeDir) Reserve(string) (func(), bool)                                { return func() {}, true }
-func (d *fakeDir) Refresh(context.Context) error                                { return nodes.ErrNoRemote }
+func (d *fakeDir) WaitSlot(c string, p nodes.Place) *nodes.Waiter {
+	return nodes.NewWaiters().Wait(c, p)
+}
+func (d *fakeDir) Hidden(string) bool            { return false }
+func (d *fakeDir) MarkFull(string)               {}
+func (d *fakeDir) Reserve(string) (func(), bool) { return func() {}, true }
+func (d *fakeDir) Refresh(context.Context) error { return nodes.ErrNoRemote }
 func (d *fakeDir) MarkGone(instance string) {
 	d.mu.Lock()
 	d.gone = append(d.gone, instance)
