@@ -96,10 +96,9 @@ if [ $# -eq 0 ]; then
 	# at a time, on an otherwise quiet machine.
 	serial=(./internal/clustertest ./loadtest)
 	mapfile -t parallel < <(go list ./... | grep -v -e /internal/clustertest -e /loadtest)
-	# The slow-reader flood test times a 30 s stream; beside the other
-	# packages' -race runs on a 2-core machine it failed (a stream that went
-	# silent for 10 s after its cancel, 2 of ~6 full runs, never alone in 13:
-	# docs/TESTING.md), so it runs with the serial ones.
+	# The slow-reader flood test streams millions of chunks to a slow TCP
+	# client; beside the other packages' -race runs on 2 cores it takes a
+	# minute (docs/TESTING.md), so it runs with the serial ones.
 	quiet=TestSlowStreamReaderFloodStaysFlat
 	say "go test -race (in-process packages)"
 	go test -race -count=1 -timeout 20m -skip "^$quiet\$" "${parallel[@]}"

@@ -44,14 +44,20 @@ func TestSlowStreamReaderFloodStaysFlat(t *testing.T) {
 	defer conn.Close()
 	body := `{"task_type":"echo","content":"x","stream":true}`
 	// A small receive buffer, so the instance's writes block soon.
-	_ = conn.(*net.TCPConn).SetReadBuffer(64 << 10)
+	_ = conn.(*net.TCPConn).SetReadBuffer(256 << 10)
 	fmt.Fprintf(conn, "POST /api/v1/request HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", key, len(body), body)
 	id := n.Expect("task_assign").TaskID()
 	before := heapInuse()
 
 	stop, sent := make(chan struct{}), make(chan int, 1)
 	go func() { sent <- n.Flood(id, "", 2_000_000, stop) }()
-	// The client reads 16 bytes every 50 ms until the node is told to stop.
+	// The client reads 2 KiB every 50 ms (40 KiB/s, far slower than the
+	// flood) until the node is told to stop. Not less: read 16 bytes at a
+	// time, a 64 KiB loopback segment stays in the receive queue for
+	// minutes, the kernel drops what no longer fits, the instance's
+	// retransmissions back off (ss showed rto 15–30 s, backoff 6–7) and,
+	// once the reader sped up, the stream stayed silent until the next
+	// retry: the stall this test showed under load was TCP's, not ours.
 	cancelled := make(chan struct{})
 	var head bytes.Buffer
 	go func() {
@@ -61,7 +67,7 @@ func TestSlowStreamReaderFloodStaysFlat(t *testing.T) {
 			t.Errorf("the node got %s %v, want task_cancel for stream_overflow", m.MsgType, m.Payload)
 		}
 	}()
-	buf := make([]byte, 16)
+	buf := make([]byte, 2<<10)
 slow:
 	for {
 		select {
