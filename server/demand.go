@@ -116,13 +116,9 @@ func (c *cluster) publish(ctx context.Context, k *publishedKey, b []byte) {
 	k.had = b != nil
 }
 
-// readPublished reads one key of every other live instance, by instance
-// id; instances without one (idle) are left out.
-func (c *cluster) readPublished(ctx context.Context, key func(instance string) string) (map[string][]byte, error) {
-	ids, err := c.liveIDs(ctx)
-	if err != nil {
-		return nil, err
-	}
+// readPublished reads one key of each of the instances but this one, by
+// instance id; instances without one (idle) are left out.
+func (c *cluster) readPublished(ctx context.Context, ids []string, key func(instance string) string) (map[string][]byte, error) {
 	pipe := c.rdb.Pipeline()
 	cmds := map[string]*redis.StringCmd{}
 	for _, id := range ids {
@@ -147,7 +143,11 @@ func (c *cluster) readPublished(ctx context.Context, key func(instance string) s
 
 // remoteDemand reads every other live instance's figures.
 func (c *cluster) remoteDemand(ctx context.Context) ([]map[string]demandStat, error) {
-	raw, err := c.readPublished(ctx, c.demandKey)
+	ids, err := c.liveIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := c.readPublished(ctx, ids, c.demandKey)
 	if err != nil {
 		return nil, err
 	}

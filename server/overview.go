@@ -126,7 +126,17 @@ func (a *App) overview(ctx context.Context) overview {
 	all := map[string]instanceStats{a.instanceID: self}
 	insts := []overviewInst{a.selfInstance(now, self)}
 	if a.cluster != nil && a.cluster.registry != nil {
-		raw, err := a.cluster.readPublished(ctx, a.cluster.statsKey)
+		// Every instance with an alive key, draining ones too: their tasks
+		// in flight are what an operator watches during a drain.
+		infos, err := a.cluster.registry.Instances(ctx)
+		if err != nil {
+			out.Warnings = append(out.Warnings, "cannot read the instance registry: "+err.Error())
+		}
+		ids := make([]string, 0, len(infos))
+		for _, info := range infos {
+			ids = append(ids, info.ID)
+		}
+		raw, err := a.cluster.readPublished(ctx, ids, a.cluster.statsKey)
 		if err != nil {
 			out.Warnings = append(out.Warnings, "cannot read the other instances' figures: "+err.Error())
 		}
@@ -135,10 +145,6 @@ func (a *App) overview(ctx context.Context) overview {
 			if json.Unmarshal(b, &s) == nil {
 				all[id] = s
 			}
-		}
-		infos, err := a.cluster.registry.Instances(ctx)
-		if err != nil {
-			out.Warnings = append(out.Warnings, "cannot read the instance registry: "+err.Error())
 		}
 		for _, info := range infos {
 			if info.ID == a.instanceID {
