@@ -330,7 +330,8 @@
     setText($("sum-errors-note"), failed ? failed + " failed" : "no failures");
   }
 
-  function renderNodes(nodes) {
+  function renderNodes(list) {
+    const nodes = list.slice().sort((a, b) => (a.name || "").localeCompare(b.name || "") || (a.node_id < b.node_id ? -1 : 1));
     setText($("nodes-count"), nodes.length);
     syncRows($("nodes-body"), nodes, (n) => n.node_id, createNodeRow, updateNodeRow,
       () => emptyRow(10, "No nodes connected yet", "Start one with switchyard node --url <this server> --api-key <key> --name <name>; it shows up here within a second."));
@@ -517,8 +518,10 @@
       const sig = kind + text + (i.not_ready_reason || "");
       if (c.status.dataset.v !== sig) {
         c.status.dataset.v = sig;
-        c.status.replaceChildren(pill(kind, text),
-          !i.ready && !i.draining && i.not_ready_reason ? el("div", { class: "reason", text: i.not_ready_reason, title: i.not_ready_reason }) : null);
+        c.status.replaceChildren(pill(kind, text));
+        if (!i.ready && !i.draining && i.not_ready_reason) {
+          c.status.append(el("div", { class: "reason", text: i.not_ready_reason, title: i.not_ready_reason }));
+        }
       }
     }, () => emptyRow(6, "No instances", "Not even this one answered; reload the page."));
   }
