@@ -160,3 +160,12 @@ func TestMergeStats(t *testing.T) {
 		t.Fatalf("merge of nothing: %+v", e)
 	}
 }
+
+// The cost a finished request adds on the requester side.
+func BenchmarkStatsAdd(b *testing.B) {
+	s := newStats("i1")
+	now := time.Now()
+	for i := 0; b.Loop(); i++ {
+		s.add("echo", now, time.Duration(i%1000)*time.Millisecond, "", "n1", "")
+	}
+}
