@@ -284,7 +284,21 @@
 
   // ---- rendering ----------------------------------------------------------------
 
+  // instanceLabels names each instance; names shared by several (the
+  // default is the host name) get the end of the instance id, which is
+  // random (the start of a UUIDv7 is its time).
+  let instanceLabels = new Map();
+  function labelInstances(insts) {
+    const count = new Map();
+    for (const i of insts) count.set(i.name, (count.get(i.name) || 0) + 1);
+    instanceLabels = new Map(insts.map((i) => [i.id, count.get(i.name) > 1 ? i.name + " · " + i.id.slice(-4) : i.name]));
+  }
+  function instanceLabel(id, name) {
+    return instanceLabels.get(id) || name || short(id);
+  }
+
   function render(d) {
+    labelInstances(d.instances || []);
     renderSummary(d);
     renderNodes(d.nodes || []);
     renderTypes(d.task_types || []);
@@ -390,7 +404,8 @@
     c.id.title = n.node_id;
     setText(c.account, short(n.account_id));
     c.account.title = n.account_id || "";
-    setText(c.instance, n.instance_name || short(n.instance));
+    setText(c.instance, instanceLabel(n.instance, n.instance_name));
+    c.instance.title = n.instance || "";
     const caps = (n.capabilities || []).join(",");
     if (c.caps.dataset.v !== caps) {
       c.caps.dataset.v = caps;
@@ -482,9 +497,13 @@
     const top = Math.max(1, ...finished);
     const x = (i) => ((w - 2) * i) / (n - 1) + 1;
     const y = (v) => h - pad - ((h - 2 * pad) * v) / top;
-    const pts = finished.map((v, i) => x(i).toFixed(1) + "," + y(v).toFixed(1)).join(" ");
-    s.append(svg("polygon", { class: "area", points: x(0).toFixed(1) + "," + (h - pad) + " " + pts + " " + x(n - 1).toFixed(1) + "," + (h - pad) }));
-    s.append(svg("polyline", { class: "line", points: pts }));
+    // The last slot is still running: its segment is dashed, so a slot
+    // half counted does not read as traffic falling.
+    const pt = (i) => x(i).toFixed(1) + "," + y(finished[i]).toFixed(1);
+    const done = finished.slice(0, n - 1).map((_, i) => pt(i)).join(" ");
+    s.append(svg("polygon", { class: "area", points: x(0).toFixed(1) + "," + (h - pad) + " " + done + " " + x(n - 2).toFixed(1) + "," + (h - pad) }));
+    s.append(svg("polyline", { class: "line", points: done }));
+    s.append(svg("polyline", { class: "line running", points: pt(n - 2) + " " + pt(n - 1) }));
     failed.forEach((v, i) => {
       if (v > 0) {
         const top2 = y(v);
@@ -505,7 +524,7 @@
       return tr;
     }, (tr, i) => {
       const c = tr._c;
-      setText(c.name, i.name);
+      setText(c.name, instanceLabel(i.id, i.name));
       c.tag.hidden = !i.self;
       setText(c.sub, i.addr + " · " + i.version);
       c.sub.title = i.id + " on " + i.host;
@@ -545,7 +564,7 @@
       c.msg.title = f.message || "";
       c.msg.hidden = !f.message;
       setText(c.node, f.node_name || short(f.node_id) || "–");
-      c.node.title = (f.node_id || "no node") + (f.instance_name ? " · via " + f.instance_name : "");
+      c.node.title = (f.node_id || "no node") + " · asked at " + instanceLabel(f.instance, f.instance_name);
     }, () => emptyRow(4, "No failures", "Requests that fail (timeouts, disconnects, node errors) show here."));
   }
 
