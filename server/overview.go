@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"maps"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -124,58 +126,9 @@ func (a *App) overview(ctx context.Context) overview {
 	out := overview{GeneratedAt: now.UTC(), Instance: a.instanceID, Warnings: []string{}}
 	self := a.localStats()
 	all := map[string]instanceStats{a.instanceID: self}
-	insts := []overviewInst{a.selfInstance(now, self)}
-	if a.cluster != nil && a.cluster.registry != nil {
-		// Every instance with an alive key, draining ones too: their tasks
-		// in flight are what an operator watches during a drain.
-		infos, err := a.cluster.registry.Instances(ctx)
-		if err != nil {
-			out.Warnings = append(out.Warnings, "cannot read the instance registry: "+err.Error())
-		}
-		ids := make([]string, 0, len(infos))
-		for _, info := range infos {
-			ids = append(ids, info.ID)
-		}
-		raw, err := a.cluster.readPublished(ctx, ids, a.cluster.statsKey)
-		if err != nil {
-			out.Warnings = append(out.Warnings, "cannot read the other instances' figures: "+err.Error())
-		}
-		for id, b := range raw {
-			var s instanceStats
-			if json.Unmarshal(b, &s) == nil {
-				all[id] = s
-			}
-		}
-		for _, info := range infos {
-			if info.ID == a.instanceID {
-				continue
-			}
-			s, published := all[info.ID]
-			in := overviewInst{ID: info.ID, Name: info.Name, Host: info.Host, Addr: info.Addr, Version: info.Version,
-				Mode:      a.cfg.Mode(), // a registry is multi-instance mode's alone
-				StartedAt: info.StartedAt, UptimeSeconds: int64(now.Sub(info.StartedAt).Seconds()),
-				Nodes: info.Nodes, Ready: !info.Draining, Draining: info.Draining}
-			if info.Draining {
-				in.NotReadyReason = "draining"
-			}
-			if published { // fresher than the registry's heartbeat
-				in.Nodes, in.TasksInFlight = s.Nodes, s.InFlight
-				in.Ready, in.NotReadyReason = s.NotReady == "", s.NotReady
-			}
-			insts = append(insts, in)
-		}
-	}
+	insts := append([]overviewInst{a.selfInstance(now, self)}, a.otherInstances(ctx, now, all, &out.Warnings)...)
 	slices.SortFunc(insts, func(x, y overviewInst) int {
-		if x.Name != y.Name {
-			if x.Name < y.Name {
-				return -1
-			}
-			return 1
-		}
-		if x.ID < y.ID {
-			return -1
-		}
-		return 1
+		return cmp.Or(strings.Compare(x.Name, y.Name), strings.Compare(x.ID, y.ID))
 	})
 	out.Instances = insts
 	names := make(map[string]string, len(insts))
@@ -198,6 +151,55 @@ func (a *App) overview(ctx context.Context) overview {
 	out.Failures = make([]overviewFailure, 0, len(merged.Failures))
 	for _, f := range merged.Failures {
 		out.Failures = append(out.Failures, overviewFailure{Failure: f, InstanceName: names[f.Instance], NodeName: nodeNames[f.NodeID]})
+	}
+	return out
+}
+
+// otherInstances lists the cluster's other instances, adding the figures
+// each published to all. Every instance with an alive key counts, draining
+// ones too: their tasks in flight are what an operator watches during a
+// drain.
+func (a *App) otherInstances(ctx context.Context, now time.Time, all map[string]instanceStats, warnings *[]string) []overviewInst {
+	if a.cluster == nil || a.cluster.registry == nil {
+		return nil
+	}
+	infos, err := a.cluster.registry.Instances(ctx)
+	if err != nil {
+		*warnings = append(*warnings, "cannot read the instance registry: "+err.Error())
+	}
+	ids := make([]string, 0, len(infos))
+	for _, info := range infos {
+		ids = append(ids, info.ID)
+	}
+	raw, err := a.cluster.readPublished(ctx, ids, a.cluster.statsKey)
+	if err != nil {
+		*warnings = append(*warnings, "cannot read the other instances' figures: "+err.Error())
+	}
+	for id, b := range raw {
+		var s instanceStats
+		if json.Unmarshal(b, &s) == nil {
+			all[id] = s
+		}
+	}
+	var out []overviewInst
+	for _, info := range infos {
+		if info.ID == a.instanceID {
+			continue
+		}
+		in := overviewInst{ID: info.ID, Name: info.Name, Host: info.Host, Addr: info.Addr, Version: info.Version,
+			Mode:      a.cfg.Mode(), // a registry is multi-instance mode's alone
+			StartedAt: info.StartedAt, UptimeSeconds: int64(now.Sub(info.StartedAt).Seconds()),
+			Nodes: info.Nodes, Ready: !info.Draining, Draining: info.Draining}
+		if info.Draining {
+			in.NotReadyReason = "draining"
+		}
+		// What it published is fresher than its registry entry (written
+		// once per heartbeat); an idle instance publishes nothing.
+		if s, ok := all[info.ID]; ok {
+			in.Nodes, in.TasksInFlight = s.Nodes, s.InFlight
+			in.Ready, in.NotReadyReason = s.NotReady == "", s.NotReady
+		}
+		out = append(out, in)
 	}
 	return out
 }
