@@ -2,10 +2,10 @@
 # Runs switchyard's whole test suite with the race detector.
 #
 # It needs PostgreSQL and Redis on loopback, the redis-server binary (tests
-# start private servers and a Redis Cluster with it), and Node.js for one
-# test. When they are missing it installs them from Debian's packages
-# (apt-get, as root or with sudo) and starts them, so a fresh machine with
-# only Go can run it:
+# start private servers and a Redis Cluster with it), Node.js for one test,
+# and Chromium for another (the dashboard, in a real browser). When they are
+# missing it installs them from Debian's packages (apt-get, as root or with
+# sudo) and starts them, so a fresh machine with only Go can run it:
 #
 #   ./scripts/test.sh            # everything: vet, tests with -race, short fuzzing
 #   ./scripts/test.sh ./store/   # only some packages (no fuzzing)
@@ -15,6 +15,7 @@
 #                                 (default postgres://postgres:postgres@127.0.0.1:5432/test?sslmode=disable)
 #   SWITCHYARD_TEST_REDIS_URL     Redis for the tests (default redis://127.0.0.1:6379/0)
 #   FUZZTIME                      how long each fuzz target runs (default 5s; 0 skips fuzzing)
+#   SWITCHYARD_BROWSER_TEST       set here: the dashboard's browser test fails without Chromium
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -83,9 +84,18 @@ ensure_node() {
 	apt_install nodejs npm || echo "could not install Node.js; the OpenAI client-library test will be skipped" >&2
 }
 
+# Chromium drives the dashboard test (server/dashboard_browser_test.go)
+# through the DevTools protocol; with SWITCHYARD_BROWSER_TEST set, that test
+# fails rather than skips when it finds no browser.
+ensure_chromium() {
+	command -v chromium >/dev/null || apt_install chromium
+	export SWITCHYARD_BROWSER_TEST=1
+}
+
 ensure_postgres
 ensure_redis
 ensure_node
+ensure_chromium
 
 pkgs=("${@:-./...}")
 say "go vet"

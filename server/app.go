@@ -64,6 +64,8 @@ type App struct {
 	draining atomic.Bool
 	bg       sync.WaitGroup
 
+	reports reportCache // the overview's reputations (overview.go)
+
 	statusMu    sync.Mutex
 	statusAt    time.Time
 	statusToday int64

@@ -187,7 +187,7 @@ func (c *cluster) run(a *App) {
 		a.bg.Add(3)
 		go func() { defer a.bg.Done(); c.heartbeat(a.root) }()
 		go func() { defer a.bg.Done(); c.dir.Run(a.root) }()
-		go func() { defer a.bg.Done(); c.publishDemand(a.root) }()
+		go func() { defer a.bg.Done(); c.publishFigures(a.root) }()
 	}
 }
 

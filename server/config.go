@@ -105,7 +105,9 @@ type Config struct {
 	// AdminToken, when set, opens the operator-only routes under /admin/api/
 	// (admin.go) to requests carrying it as a bearer token: instance ids,
 	// host names, addresses and the errors behind an unready instance,
-	// which public answers never show. Empty (the default): no admin routes.
+	// which public answers never show; and the dashboard at /dashboard
+	// (dashboard.go), which reads them. Empty (the default): no admin
+	// routes, no dashboard.
 	AdminToken string
 
 	Logger *slog.Logger // nil: slog.Default()

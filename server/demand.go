@@ -61,51 +61,69 @@ func (c *cluster) demandKey(instance string) string {
 	return c.app.cfg.Namespace + ":demand:" + instance
 }
 
-// publishDemand writes this instance's figures every second while there
+// publishFigures writes this instance's figures every second while there
 // are any, and deletes them once when there are none: nothing is written
-// while the instance is idle.
-func (c *cluster) publishDemand(ctx context.Context) {
+// while the instance is idle. Two keys: the demand (this file) and the
+// operator's figures (overview.go), each with its own shape, so the public
+// answer's stays as it is.
+func (c *cluster) publishFigures(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	had := false
+	demand := &publishedKey{key: c.demandKey(c.app.instanceID)}
+	stats := &publishedKey{key: c.statsKey(c.app.instanceID)}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			d := c.app.localDemand(now)
-			if len(d) == 0 && !had {
-				continue
+			var d, s []byte
+			if m := c.app.localDemand(now); len(m) > 0 {
+				d, _ = json.Marshal(m)
 			}
-			wctx, cancel := context.WithTimeout(ctx, time.Second)
-			var err error
-			if len(d) == 0 {
-				err = c.rdb.Del(wctx, c.demandKey(c.app.instanceID)).Err()
-			} else {
-				b, _ := json.Marshal(d)
-				err = c.rdb.Set(wctx, c.demandKey(c.app.instanceID), b, demandTTL).Err()
+			if st := c.app.localStats(); st.busy() {
+				s, _ = json.Marshal(st)
 			}
-			cancel()
-			if err != nil {
-				c.app.log.Debug("cannot publish the demand figures", "err", err)
-				continue
-			}
-			had = len(d) > 0
+			c.publish(ctx, demand, d)
+			c.publish(ctx, stats, s)
 		}
 	}
 }
 
-// remoteDemand reads every other live instance's figures.
-func (c *cluster) remoteDemand(ctx context.Context) ([]map[string]demandStat, error) {
-	ids, err := c.liveIDs(ctx)
-	if err != nil {
-		return nil, err
+// publishedKey is one key publishFigures keeps, and whether it holds
+// something now.
+type publishedKey struct {
+	key string
+	had bool
+}
+
+// publish writes b under k with demandTTL, or deletes k once when b is nil.
+func (c *cluster) publish(ctx context.Context, k *publishedKey, b []byte) {
+	if b == nil && !k.had {
+		return
 	}
+	wctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	var err error
+	if b == nil {
+		err = c.rdb.Del(wctx, k.key).Err()
+	} else {
+		err = c.rdb.Set(wctx, k.key, b, demandTTL).Err()
+	}
+	if err != nil {
+		c.app.log.Debug("cannot publish this instance's figures", "key", k.key, "err", err)
+		return
+	}
+	k.had = b != nil
+}
+
+// readPublished reads one key of each of the instances but this one, by
+// instance id; instances without one (idle) are left out.
+func (c *cluster) readPublished(ctx context.Context, ids []string, key func(instance string) string) (map[string][]byte, error) {
 	pipe := c.rdb.Pipeline()
-	var cmds []*redis.StringCmd
+	cmds := map[string]*redis.StringCmd{}
 	for _, id := range ids {
 		if id != c.app.instanceID {
-			cmds = append(cmds, pipe.Get(ctx, c.demandKey(id)))
+			cmds[id] = pipe.Get(ctx, key(id))
 		}
 	}
 	if len(cmds) == 0 {
@@ -114,12 +132,27 @@ func (c *cluster) remoteDemand(ctx context.Context) ([]map[string]demandStat, er
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
-	var out []map[string]demandStat
-	for _, cmd := range cmds {
-		b, err := cmd.Bytes()
-		if err != nil {
-			continue // none published (redis.Nil): an idle instance
+	out := make(map[string][]byte, len(cmds))
+	for id, cmd := range cmds {
+		if b, err := cmd.Bytes(); err == nil { // else none published (redis.Nil): an idle instance
+			out[id] = b
 		}
+	}
+	return out, nil
+}
+
+// remoteDemand reads every other live instance's figures.
+func (c *cluster) remoteDemand(ctx context.Context) ([]map[string]demandStat, error) {
+	ids, err := c.liveIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := c.readPublished(ctx, ids, c.demandKey)
+	if err != nil {
+		return nil, err
+	}
+	var out []map[string]demandStat
+	for _, b := range raw {
 		var d map[string]demandStat
 		if json.Unmarshal(b, &d) == nil {
 			out = append(out, d)

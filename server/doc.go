@@ -17,13 +17,16 @@
 //     streams, the OpenAI-compatible endpoints, the node WebSocket accept,
 //     API-key authentication with a short cache, rate-limit middleware,
 //     /api/health, /livez and /metrics;
+//   - the operator-only view behind the admin token (admin.go), its
+//     overview and the embedded dashboard page (overview.go, dashboard.go);
 //   - the operator-only profiling endpoint on its own listener (pprof.go).
 //
 // It must not hold task or node logic (tasks and nodes do), nor do work
 // for a node on a request's context: long-lived work runs under the App's
 // root context and wait group. Of Redis it knows only what it must wire:
 // the Namespace it passes down, the prefix {ns}:rl: it gives the rate
-// limiter (cluster.go), and the channel of auth events it owns,
-// {ns}:auth:events (authevents.go); every other key and channel name lives
-// in bus and nodes.
+// limiter (cluster.go), the channel of auth events it owns,
+// {ns}:auth:events (authevents.go), and the figures each instance
+// publishes, {ns}:demand:{id} (demand.go) and {ns}:stats:{id}
+// (overview.go); every other key and channel name lives in bus and nodes.
 package server

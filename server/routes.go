@@ -65,6 +65,8 @@ func (a *App) routes() *echo.Echo {
 		adm := e.Group("/admin/api", a.requireAdmin)
 		get(adm, "/status", a.adminStatus)
 		get(adm, "/nodes", a.adminNodes)
+		get(adm, "/overview", a.adminOverview)
+		a.dashboardRoutes(e) // the page signs in with the token and reads /admin/api
 	}
 	return e
 }

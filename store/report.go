@@ -169,3 +169,48 @@ func (r *Reputation) rank(ctx context.Context) ([]LeaderboardEntry, error) {
 	})
 	return out, nil
 }
+
+// NodeReport is a node's Report with its suspension, for operators.
+type NodeReport struct {
+	Report
+	SuspendedUntil *time.Time `json:"suspended_until,omitempty"` // set while the node is suspended
+}
+
+// Reports returns many nodes' reputations at once: from memory for the
+// nodes known here, and one store read for the rest. On a store error the
+// ones from memory come back with it.
+func (r *Reputation) Reports(ctx context.Context, nodeIDs []string) (map[string]NodeReport, error) {
+	now := r.cfg.Now()
+	out := make(map[string]NodeReport, len(nodeIDs))
+	var missing []string
+	for _, id := range nodeIDs {
+		if s, ok := r.cached(id); ok {
+			out[id] = nodeReport(s, now)
+		} else {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) == 0 {
+		return out, nil
+	}
+	m, err := r.st.NodeStats(ctx, missing)
+	if err != nil {
+		return out, err
+	}
+	for _, id := range missing {
+		s, ok := m[id]
+		if !ok {
+			s = NodeStats{NodeID: id}
+		}
+		out[id] = nodeReport(s, now)
+	}
+	return out, nil
+}
+
+func nodeReport(s NodeStats, now time.Time) NodeReport {
+	rep := NodeReport{Report: makeReport(s, now)}
+	if suspended(s, now) {
+		rep.SuspendedUntil = s.SuspendedUntil
+	}
+	return rep
+}

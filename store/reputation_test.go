@@ -495,6 +495,23 @@ func TestReputationReport(t *testing.T) {
 	}
 }
 
+// Reports answers many nodes at once: the known ones from memory (with
+// outcomes not written yet), the rest in one store read, unknown ones as
+// new nodes.
+func TestReputationReports(t *testing.T) {
+	ctx := testCtx(t)
+	f := newRep(t, store.WriterConfig{})
+	must(t, f.hs.Store.ApplyOutcomes(ctx, []store.Outcome{{NodeID: "stored", Success: true, ElapsedMs: 100, At: f.clk.Now()}}))
+	must(t, f.rp.Load(ctx, []string{"known"}))
+	f.rp.Observe(store.Outcome{NodeID: "known", Success: true, ElapsedMs: 40, At: f.clk.Now()})
+	got, err := f.rp.Reports(ctx, []string{"known", "stored", "nobody"})
+	must(t, err)
+	if len(got) != 3 || got["known"].TotalTasks != 1 || got["known"].AvgResponseMs != 40 ||
+		got["stored"].TotalTasks != 1 || got["nobody"].Score != 50 || got["nobody"].SuspendedUntil != nil {
+		t.Fatalf("Reports = %+v", got)
+	}
+}
+
 func TestReputationLeaderboard(t *testing.T) {
 	ctx := testCtx(t)
 	f := newRep(t, store.WriterConfig{})

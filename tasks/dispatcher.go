@@ -68,6 +68,7 @@ type dispatcher struct {
 	metrics  *Metrics
 	log      *slog.Logger
 	served   *served // tasks finished per task type over the last minute
+	stats    *stats  // the operator's figures over the last five minutes
 }
 
 // run is Run with two more hooks for RunSplit: onNode hears which node got

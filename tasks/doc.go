@@ -5,7 +5,9 @@
 //
 //   - the requester side (dispatcher.go, tracker.go) lives where the HTTP
 //     request landed: it picks a node, sends an assign, and waits, with the
-//     deadline, for the outcome; it records every task once (record.go);
+//     deadline, for the outcome; it records every task once (record.go),
+//     and counts it in the operator's figures (stats.go: latency
+//     histograms, errors and the last failures over five minutes);
 //   - the owner side (owner.go, forward.go) lives where the node's socket
 //     is: it admits or refuses the assign, and lets only the assigned
 //     connection answer; its forwarding table is a state machine in which

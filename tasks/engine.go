@@ -224,7 +224,7 @@ func New(cfg Config, deps Deps) *Engine {
 	e.disp = &dispatcher{
 		cfg: cfg, dir: ns.Directory, standing: deps.Standings.Standing, health: deps.Health,
 		owner: e.owner, bus: deps.Bus, tracker: e.tracker, rec: deps.Recorder, metrics: e.metrics, log: e.log,
-		served: newServed(),
+		served: newServed(), stats: newStats(cfg.Instance),
 	}
 	e.watcher = newWatcher(cfg, deps.Bus, deps.Liveness, ns.Directory, e.tracker, e.owner, e.metrics)
 	g, gctx := errgroup.WithContext(e.ctx)
@@ -298,6 +298,10 @@ func (e *Engine) Tracker() *Tracker { return e.tracker }
 // Served returns, per task type, the requests this instance finished with
 // a node's outcome (completed or failed) over the last minute.
 func (e *Engine) Served() map[string]int { return e.disp.served.lastMinute(time.Now()) }
+
+// Stats returns this instance's figures for the operator's dashboard: per
+// task type over the last five minutes, and the last failures.
+func (e *Engine) Stats() StatsSnapshot { return e.disp.stats.snapshot(time.Now()) }
 
 // Resubscribed tells the engine that this instance's bus subscription was
 // lost and is back (Redis restarted or dropped us). Whatever other

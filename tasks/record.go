@@ -39,5 +39,27 @@ func (d *dispatcher) record(rec *store.TaskRecord, start, now time.Time, out Out
 	}
 	d.metrics.outcomes.WithLabelValues(outcome).Inc()
 	d.metrics.latency.WithLabelValues(mode).Observe(now.Sub(start).Seconds())
+	d.recordStats(rec, start, now, out, err)
 	d.rec.RecordTask(*rec)
+}
+
+// recordStats counts the request in the operator's figures (stats.go). A
+// request whose client went away is left out: nobody waited for its end.
+func (d *dispatcher) recordStats(rec *store.TaskRecord, start, now time.Time, out Outcome, err error) {
+	code, msg := "", ""
+	switch {
+	case err != nil:
+		e := AsError(err)
+		if e.Code == CodeCanceled {
+			return
+		}
+		code, msg = string(e.Code), e.Message
+	case out.Status != StatusCompleted:
+		code, msg = string(CodeTaskFailed), out.Result
+	}
+	node := ""
+	if len(rec.NodeIDs) > 0 {
+		node = rec.NodeIDs[0]
+	}
+	d.stats.add(rec.TaskType, now, now.Sub(start), code, node, msg)
 }

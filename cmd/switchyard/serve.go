@@ -119,7 +119,7 @@ ws://HOST:PORT/ws/node; clients call http://HOST:PORT/api/v1/…`, cfg.Listen, c
 	split := fs.String("split-task-types", strings.Join(cfg.SplitTaskTypes, ","), "task types whose content over 1,000 characters is cut into 3 parts run on up to 3 nodes and joined (comma-separated; \"none\" turns it off)")
 	benchmarks := fs.Bool("node-benchmarks", !cfg.NoNodeBenchmarks, "send nodes a short benchmark after they register (and every 6 h); routing prefers nodes that answer it fast")
 	fs.DurationVar(&cfg.StoreFlushInterval, "store-flush-interval", cfg.StoreFlushInterval, "how often finished tasks are written to the database, in batches")
-	fs.StringVar(&cfg.AdminToken, "admin-token", cfg.AdminToken, "open the operator-only routes (/admin/api/...) to this bearer token (16 characters or more); empty: no admin routes. Prefer SWITCHYARD_ADMIN_TOKEN: a flag shows in ps")
+	fs.StringVar(&cfg.AdminToken, "admin-token", cfg.AdminToken, "open the operator-only routes (/admin/api/...) and the dashboard (/dashboard) to this bearer token (16 characters or more); empty: neither. Prefer SWITCHYARD_ADMIN_TOKEN: a flag shows in ps")
 	fs.StringVar(&cfg.PprofListen, "pprof-listen", cfg.PprofListen, "serve net/http/pprof (/debug/pprof/) on this address, apart from the API; empty: off. Loopback only (127.0.0.1:6060) unless --pprof-allow-remote")
 	fs.BoolVar(&cfg.PprofAllowRemote, "pprof-allow-remote", cfg.PprofAllowRemote, "let --pprof-listen bind a non-loopback address (the endpoint has no authentication: only on a network you trust)")
 	if err := fs.parse(args); err != nil {
