@@ -36,11 +36,12 @@ func chromium(t *testing.T) string {
 
 // The dashboard in a real browser at 1280×800: sign in with the admin
 // token, see a node appear (its name, which is user input, shown as text),
-// pause it with its button and see its state change; no console errors,
-// and a screenshot in the test's temp dir.
+// pause it with its button and see its state change, see a quarantined
+// node with its reason; no console errors, and a screenshot in the test's
+// temp dir.
 func TestDashboardInBrowser(t *testing.T) {
 	bin := chromium(t)
-	ta := startApp(t, func(c *Config) { c.AdminToken, c.InstanceName = testAdmin, "edge-1" })
+	ta := startApp(t, func(c *Config) { c.AdminToken, c.InstanceName, c.QuarantineAfter = testAdmin, "edge-1", 2 })
 	key := ta.account(t, "alice", "")
 	const name = `<img src=x onerror="throw 1"> gpu & co`
 	n := connectNode(t, ta.wsURL, reg(key, name, "echo", "summarize"))
@@ -59,6 +60,13 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 
 	connectNode(t, ta.wsURL, reg(key, "worker-2", "echo")) // after the traffic, which must reach n
+	// A node whose tasks fail for two accounts in a row is quarantined.
+	flaky := connectNode(t, ta.wsURL, reg(key, "flaky", "ocr"))
+	for _, k := range []string{key, ta.account(t, "bob", "")} {
+		ch := ta.requestAsync(k, map[string]any{"task_type": "ocr", "content": "x"})
+		flaky.Result(flaky.Expect("task_assign").TaskID(), "failed", "driver crashed")
+		waitFor(t, ch, 3*time.Second)
+	}
 	var e apiErr
 	if code, _ := ta.call(t, "POST", "/api/v1/request", key, map[string]any{"task_type": "translate", "content": "x"}, &e); code != 404 {
 		t.Fatalf("a request no node serves: %d %+v", code, e)
@@ -117,6 +125,13 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.WaitVisible(row+`[data-state="serving"]`),
 	); err != nil {
 		t.Fatalf("signing in and finding the node: %v (console: %s)", err, seen())
+	}
+	flakyRow := chromedp.CSS(fmt.Sprintf(`tr[data-node-id=%q]`, flaky.ID))
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(flakyRow+`[data-state="quarantined"]`)); err != nil {
+		t.Fatalf("the quarantined node: %v (console: %s)", err, seen())
+	}
+	if why, err := chromedp.Run(ctx, chromedp.Text(flakyRow+` .reason`)); err != nil || !strings.HasPrefix(why, "quarantined: 2 tasks in a row failed") {
+		t.Errorf("the quarantined node's reason shows as %q (%v)", why, err)
 	}
 	shown, err := chromedp.Run(ctx, chromedp.Text(row+` .name`))
 	if err != nil || shown != name {

@@ -13,6 +13,8 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+
+	"switchyard/nodes"
 )
 
 // Demand is what an autoscaler reads (GET /api/v1/capabilities): per task
@@ -179,7 +181,9 @@ func (a *App) capabilities(ctx context.Context) []capabilityItem {
 			it := item(t)
 			it.Nodes++
 			it.SlotsTotal += n.MaxConcurrency
-			it.SlotsFree += max(n.MaxConcurrency-n.ActiveTasks, 0)
+			if n.State == "" || n.State == nodes.StateServing { // paused, draining, quarantined: no new task
+				it.SlotsFree += max(n.MaxConcurrency-n.ActiveTasks, 0)
+			}
 		}
 	}
 	all := []map[string]demandStat{a.localDemand(time.Now())}

@@ -97,6 +97,19 @@ func TestFailingNodeIsQuarantined(t *testing.T) {
 		t.Fatalf("after 3 failures for 2 accounts: %q %q, want quarantined and the quarantine's reason", st, reason)
 	}
 
+	// An autoscaler sees no free slot: the node takes no new task.
+	var caps struct {
+		Items []struct {
+			TaskType   string `json:"task_type"`
+			SlotsTotal int    `json:"slots_total"`
+			SlotsFree  int    `json:"slots_free"`
+		} `json:"capabilities"`
+	}
+	if code, _ := ta.call(t, "GET", "/api/v1/capabilities", "", nil, &caps); code != 200 || len(caps.Items) != 1 ||
+		caps.Items[0].SlotsTotal != 1 || caps.Items[0].SlotsFree != 0 {
+		t.Fatalf("capabilities with the only node quarantined: %d %+v, want 1 slot, 0 free", code, caps)
+	}
+
 	// Quarantined, it gets no task: another node of the type does.
 	good := connectNode(t, ta.wsURL, map[string]any{"api_key": owner, "name": "good", "capabilities": []string{"echo"}, "max_concurrency": 1})
 	ch = ta.requestAsync(bob, map[string]any{"task_type": "echo", "content": "x"})

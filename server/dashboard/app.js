@@ -320,7 +320,7 @@
     return { state: n.state || "serving", reason: n.state_reason || "" };
   }
 
-  const stateKinds = { serving: "green", paused: "amber", draining: "blue", suspended: "red" };
+  const stateKinds = { serving: "green", paused: "amber", draining: "blue", suspended: "red", quarantined: "red" };
 
   function renderSummary(d) {
     const insts = d.instances || [], nodes = d.nodes || [], types = d.task_types || [];
@@ -433,7 +433,7 @@
     c.bench.title = b ? (b.passed ? "benchmark passed" : "some benchmark prompts failed") : "no benchmark yet";
     setText(c.cpu, Math.round(n.cpu_percent || 0) + "%");
     c.pause.hidden = n.state !== "serving";
-    c.resume.hidden = n.state !== "paused";
+    c.resume.hidden = n.state !== "paused" && n.state !== "quarantined";
     c.drain.hidden = n.state === "draining";
   }
 
