@@ -250,6 +250,7 @@ make_golang_image() {
 		echo "RUN update-ca-certificates >/dev/null"
 		echo "ADD go.tar /usr/local/"
 		echo "ENV GOLANG_VERSION=${have#go} GOTOOLCHAIN=local GOPATH=/go"
+		# shellcheck disable=SC2016 # $PATH is the image's, expanded by the build
 		echo 'ENV PATH=/go/bin:/usr/local/go/bin:$PATH'
 		[ -z "${GOPROXY:-}" ] || echo "ENV GOPROXY=$GOPROXY"
 		[ -z "${GOFLAGS:-}" ] || echo "ENV GOFLAGS=$GOFLAGS"
@@ -257,7 +258,7 @@ make_golang_image() {
 		echo "LABEL switchyard.test.go=\"$label\""
 		echo "WORKDIR /go"
 	} >"$ctx/Containerfile"
-	podman build --pull=never --network host -q -t "$GOLANG_IMAGE" -f "$ctx/Containerfile" "$ctx" >"$CACHE/build.log" 2>&1 || {
+	podman build --pull=never --network host -t "$GOLANG_IMAGE" -f "$ctx/Containerfile" "$ctx" >"$CACHE/build.log" 2>&1 || {
 		tail -n 30 "$CACHE/build.log" >&2
 		fail "podman build of $GOLANG_IMAGE failed (whole log: $CACHE/build.log)"
 	}
@@ -301,7 +302,7 @@ make_distroless_image() {
 build() { # tag context [podman build flags]
 	local tag=$1 ctx=$2
 	shift 2
-	podman build --pull=never --network host -q -t "$tag" "$@" "$ctx" >"$CACHE/build.log" 2>&1 || {
+	podman build --pull=never --network host -t "$tag" "$@" "$ctx" >"$CACHE/build.log" 2>&1 || {
 		tail -n 30 "$CACHE/build.log" >&2
 		fail "podman build of $tag failed (whole log: $CACHE/build.log)"
 	}
@@ -386,7 +387,7 @@ make_distroless_image
 ok "base images: $DEBIAN_IMAGE, $GOLANG_IMAGE, $DISTROLESS_IMAGE"
 
 version=$(git describe --always --dirty 2>/dev/null || echo dev)
-say "building the Dockerfile (unchanged) as switchyard, version $version"
+say "building the Dockerfile (unchanged) as switchyard, version $version (minutes: it compiles everything)"
 git diff --quiet HEAD -- Dockerfile 2>/dev/null || say "note: the Dockerfile has uncommitted changes"
 build localhost/switchyard:latest . -f Dockerfile --build-arg "VERSION=$version"
 podman run --rm localhost/switchyard:latest version | grep -qx "$version" || fail "the image's switchyard does not print version $version"
@@ -439,7 +440,8 @@ done
 instances_is_3 "$LB" || fail "the load balancer's answer does not report instances: 3"
 ok "the load balancer ($LB): instances: 3"
 
-API_KEY=$(podman exec "$(cid switchyard-1)" /usr/local/bin/switchyard accounts create --name "e2e-$(date +%s)" | tail -n1)
+API_KEY=$(podman exec "$(cid switchyard-1)" /usr/local/bin/switchyard accounts create --name "e2e-$(date +%s)" | tail -n1) ||
+	fail "switchyard accounts create in switchyard-1 failed"
 [[ $API_KEY == gn_* ]] || fail "accounts create did not print a key: $API_KEY"
 ok "an account and key made with 'switchyard accounts create' in switchyard-1"
 
@@ -448,15 +450,15 @@ podman run -d --name "$PROJECT-node-a" --network host localhost/switchyard:lates
 	--url "http://127.0.0.1:$SWITCHYARD_1_PORT" --api-key "$API_KEY" --name node-a \
 	--capability via-one --handler echo >/dev/null
 wait_for 30 "node-a online as seen from switchyard-2" node_online "http://127.0.0.1:$SWITCHYARD_2_PORT" node-a
-where=$(node_instance "http://127.0.0.1:$SWITCHYARD_2_PORT" node-a)
+where=$(node_instance "http://127.0.0.1:$SWITCHYARD_2_PORT" node-a) || fail "cannot find node-a in /admin/api/nodes"
 [ "$where" = switchyard-1 ] || fail "node-a is on $where, not switchyard-1"
 ok "node-a is connected to switchyard-1"
-out=$(request "http://127.0.0.1:$SWITCHYARD_2_PORT" via-one "sent to switchyard-2")
+out=$(request "http://127.0.0.1:$SWITCHYARD_2_PORT" via-one "sent to switchyard-2") || fail "the request to switchyard-2 for node-a failed"
 [ "$(echo "$out" | json 'j["status"] + " " + j["result"]')" = "completed sent to switchyard-2" ] ||
 	fail "the request to switchyard-2 for node-a answered: $out"
 ok "a request sent to switchyard-2 was served by node-a on switchyard-1: $out"
-out=$(request "http://127.0.0.1:$SWITCHYARD_3_PORT" via-one "streamed from switchyard-3" true)
-echo "$out" | grep -q '"delta":"streamed from switchyard-3"' && echo "$out" | grep -q '"done":true' ||
+out=$(request "http://127.0.0.1:$SWITCHYARD_3_PORT" via-one "streamed from switchyard-3" true) || fail "the stream from switchyard-3 for node-a failed"
+{ echo "$out" | grep -q '"delta":"streamed from switchyard-3"' && echo "$out" | grep -q '"done":true'; } ||
 	fail "the stream from switchyard-3 for node-a was: $out"
 ok "a stream sent to switchyard-3 was served by node-a: $(echo "$out" | grep -c '^data:') events, the last with done"
 
@@ -465,15 +467,15 @@ ok "a stream sent to switchyard-3 was served by node-a: $(echo "$out" | grep -c 
 podman run -d --name "$PROJECT-node-b" --network host localhost/switchyard:latest node \
 	--url "$LB" --api-key "$API_KEY" --name node-b --capability via-lb --handler echo >/dev/null
 wait_for 30 "node-b online" node_online "$LB" node-b
-where=$(node_instance "$LB" node-b)
+where=$(node_instance "$LB" node-b) || fail "cannot find node-b in /admin/api/nodes"
 ok "node-b connected through the load balancer; it landed on $where"
 for i in 1 2 3; do
 	[ "switchyard-$i" != "$where" ] || continue
-	out=$(request "http://127.0.0.1:${INSTANCE_PORTS[$((i - 1))]}" via-lb "sent to switchyard-$i")
+	out=$(request "http://127.0.0.1:${INSTANCE_PORTS[$((i - 1))]}" via-lb "sent to switchyard-$i") || fail "the request to switchyard-$i for node-b failed"
 	[ "$(echo "$out" | json 'j["status"] + " " + j["result"]')" = "completed sent to switchyard-$i" ] ||
 		fail "the request to switchyard-$i for node-b answered: $out"
 	ok "a request sent to switchyard-$i was served by node-b on $where"
 done
-out=$(request "$LB" via-lb "through the load balancer")
+out=$(request "$LB" via-lb "through the load balancer") || fail "the request through the load balancer failed"
 [ "$(echo "$out" | json 'j["status"]')" = completed ] || fail "the request through the load balancer answered: $out"
 ok "a request through the load balancer was served by node-b"
