@@ -9,8 +9,9 @@
 #     port (its WebSocket through HAProxy) serves requests sent to the others.
 #
 # Opt-in: neither CI nor scripts/test.sh runs it. It needs root (podman,
-# apt-get) and about 2 GB of disk; the first run takes several minutes
-# (debootstrap, image builds), later ones about two.
+# apt-get) and about 2 GB of disk. It takes 5 to 10 minutes, most of them the
+# Dockerfile's build compiling every package (it has no build cache); the first
+# run adds a few for debootstrap and the other images.
 #
 #   ./scripts/test-container.sh          # test, then take everything down
 #   KEEP=1 ./scripts/test-container.sh   # leave the deployment running
@@ -22,14 +23,17 @@
 #   - the base images the Dockerfile names, golang:1.26-bookworm and
 #     gcr.io/distroless/static-debian12:nonroot, and debian:bookworm-slim (the
 #     base of deploy/*/Dockerfile), are made locally under those names: a
-#     debootstrapped bookworm, the host's Go toolchain (/usr/local/go) on it,
-#     and a minimal root file system with the nonroot user (uid 65532), CA
-#     certificates and time zones; builds use --pull=never;
+#     debootstrapped bookworm; on it the host's Go toolchain (/usr/local/go),
+#     git, and the host's own CA certificates (/usr/local/share/ca-certificates:
+#     HTTPS may go through an inspecting proxy); and a minimal root file system
+#     with the nonroot user (uid 65532), CA certificates and time zones. They
+#     and the images made from them carry the label switchyard.test.base.
+#     Builds use --pull=never and the host's network;
 #   - podman runs with its own containers.conf (CONTAINERS_CONF, in the cache
 #     directory; the system's is not touched): runtime runc, cgroup_manager
 #     "cgroupfs", file events, and explicit default_ulimits — podman's default
 #     nofile (1048576) is over this machine's hard limit, and runc cannot set
-#     it;
+#     it, nor an nproc over conmon's (32768 here);
 #   - compose is docker-compose (Debian's, 1.29) talking to a podman API socket
 #     that this script starts. Debian's podman-compose (1.0.3) runs every
 #     health check through /bin/sh, which the distroless image does not have;
@@ -94,9 +98,14 @@ install_tools() {
 	done
 	if [ ${#missing[@]} -gt 0 ]; then
 		say "installing ${missing[*]} from Debian's packages"
-		DEBIAN_FRONTEND=noninteractive apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 \
-			--no-install-recommends "${missing[@]}" >/dev/null
+		{
+			DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+				DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 \
+					--no-install-recommends "${missing[@]}"
+		} >"$CACHE/apt.log" 2>&1 || {
+			tail -n 20 "$CACHE/apt.log" >&2
+			fail "apt-get install ${missing[*]} failed (whole log: $CACHE/apt.log)"
+		}
 	fi
 }
 
@@ -185,9 +194,15 @@ fi
 
 # ---------------------------------------------------------------- images
 
+# Is the image there, made by this script?
+made_here() {
+	podman image exists "$1" &&
+		[ -n "$(podman image inspect --format '{{index .Config.Labels "switchyard.test.base"}}' "$1")" ]
+}
+
 # debian:bookworm-slim from debootstrap, the file system cached as a tarball.
 make_debian_image() {
-	podman image exists "$DEBIAN_IMAGE" && return
+	made_here "$DEBIAN_IMAGE" && return
 	local tarball=$CACHE/debian-bookworm.tar
 	if [ ! -s "$tarball" ]; then
 		say "debootstrapping Debian bookworm into $CACHE (once; a few minutes)"
@@ -215,7 +230,8 @@ make_debian_image() {
 		rm -rf "$rootfs"
 	fi
 	say "importing $DEBIAN_IMAGE"
-	podman import -q --change 'CMD ["bash"]' "$tarball" "$DEBIAN_IMAGE" >/dev/null
+	podman import -q --change 'CMD ["bash"]' --change 'LABEL switchyard.test.base=debian' \
+		"$tarball" "$DEBIAN_IMAGE" >/dev/null
 }
 
 # golang:1.26-bookworm: the Debian image, git, and the host's Go toolchain
@@ -233,7 +249,7 @@ make_golang_image() {
 	local cas
 	cas=$(cat /usr/local/share/ca-certificates/*.crt 2>/dev/null | sha256sum | cut -c1-12)
 	label="$have GOPROXY=${GOPROXY:-} GOFLAGS=${GOFLAGS:-} local-CAs=$cas"
-	if podman image exists "$GOLANG_IMAGE" &&
+	if made_here "$GOLANG_IMAGE" &&
 		[ "$(podman image inspect --format '{{index .Config.Labels "switchyard.test.go"}}' "$GOLANG_IMAGE")" = "$label" ]; then
 		return
 	fi
@@ -255,7 +271,7 @@ make_golang_image() {
 		[ -z "${GOPROXY:-}" ] || echo "ENV GOPROXY=$GOPROXY"
 		[ -z "${GOFLAGS:-}" ] || echo "ENV GOFLAGS=$GOFLAGS"
 		echo 'RUN mkdir -p /go/src /go/bin && chmod -R 1777 /go && go version'
-		echo "LABEL switchyard.test.go=\"$label\""
+		echo "LABEL switchyard.test.base=golang switchyard.test.go=\"$label\""
 		echo "WORKDIR /go"
 	} >"$ctx/Containerfile"
 	podman build --pull=never --network host -t "$GOLANG_IMAGE" -f "$ctx/Containerfile" "$ctx" >"$CACHE/build.log" 2>&1 || {
@@ -268,7 +284,7 @@ make_golang_image() {
 # gcr.io/distroless/static-debian12:nonroot: passwd and group with nonroot
 # (65532), CA certificates, time zones, /tmp; no shell, no package manager.
 make_distroless_image() {
-	podman image exists "$DISTROLESS_IMAGE" && return
+	made_here "$DISTROLESS_IMAGE" && return
 	say "making $DISTROLESS_IMAGE"
 	local fs=$CACHE/distroless.tmp
 	rm -rf "$fs" && mkdir -p "$fs"
@@ -295,6 +311,7 @@ make_distroless_image() {
 		--change 'USER 65532' --change 'WORKDIR /home/nonroot' \
 		--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
 		--change 'ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt' \
+		--change 'LABEL switchyard.test.base=distroless' \
 		- "$DISTROLESS_IMAGE" >/dev/null
 	rm -rf "$fs"
 }
@@ -302,7 +319,7 @@ make_distroless_image() {
 build() { # tag context [podman build flags]
 	local tag=$1 ctx=$2
 	shift 2
-	podman build --pull=never --network host -t "$tag" "$@" "$ctx" >"$CACHE/build.log" 2>&1 || {
+	podman build --pull=never --network host --label switchyard.test.base=built -t "$tag" "$@" "$ctx" >"$CACHE/build.log" 2>&1 || {
 		tail -n 30 "$CACHE/build.log" >&2
 		fail "podman build of $tag failed (whole log: $CACHE/build.log)"
 	}
@@ -398,6 +415,11 @@ for svc in redis postgres haproxy; do
 	say "building deploy/$svc"
 	build "localhost/switchyard-$svc:latest" "deploy/$svc"
 done
+# The local bases and every image built here carry the label
+# switchyard.test.base (the Dockerfile's build stage inherits golang's): drop
+# the ones this and earlier runs left untagged (the build stage, replaced
+# images, about 1.5 GB a run), and nothing else of podman's.
+podman image prune -f --filter label=switchyard.test.base >/dev/null
 
 if [ ! -s "$ENV_FILE" ]; then
 	say "writing deploy/switchyard.env with a random admin token and database password"
