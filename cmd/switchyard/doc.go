@@ -8,7 +8,8 @@
 // flags bound to server.DefaultConfig so that --help shows the one set of
 // defaults; node wraps the sdk's Node with sdk/handlers; accounts, keys and
 // migrate open the store with serve's own --data-dir / --database-url;
-// status reads a running instance's /api/v1/status and /api/health.
+// status reads a running instance's /api/v1/status and /api/health;
+// healthcheck GETs /api/health (or /livez) for a container's health check.
 //
 // It must hold no logic of its own — what it does, server, sdk and store
 // do — and must not exit below main: run returns errors, so tests drive

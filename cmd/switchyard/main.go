@@ -24,6 +24,7 @@ Usage:
                                    manage API keys
   switchyard migrate [flags]       apply database migrations and exit
   switchyard status [flags]        print a server's status and health
+  switchyard healthcheck [flags]   exit 0 if the server on this host is ready (for containers)
   switchyard nodes list|pause|resume|drain ...
                                    list the cluster's nodes; pause, resume or drain one
   switchyard version               print the version
@@ -65,6 +66,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runMigrate(ctx, args, stdout, stderr)
 	case "status":
 		return runStatus(ctx, args, stdout, stderr)
+	case "healthcheck":
+		return runHealthcheck(ctx, args, stdout, stderr)
 	case "nodes":
 		return runNodes(ctx, args, stdout, stderr)
 	case "version":
