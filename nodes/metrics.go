@@ -11,7 +11,8 @@ type metrics struct {
 	invalid    *prometheus.CounterVec
 	stolen     prometheus.Counter
 
-	quarantined, unquarantined prometheus.Counter
+	quarantined    prometheus.Counter
+	quarantineEnds *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, ws *Waiters) *metrics {
@@ -48,14 +49,14 @@ func newMetrics(reg prometheus.Registerer, ws *Waiters) *metrics {
 			Namespace: "switchyard", Subsystem: "nodes", Name: "quarantines_total",
 			Help: "Nodes quarantined because their tasks kept failing (for at least two accounts).",
 		}),
-		unquarantined: prometheus.NewCounter(prometheus.CounterOpts{
+		quarantineEnds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "switchyard", Subsystem: "nodes", Name: "quarantine_ends_total",
-			Help: "Quarantined nodes that served again on their own after the cool-off.",
-		}),
+			Help: "Quarantine cool-offs that ended, by outcome: resumed (the node serves again) or overridden (an operator had changed its state, which stands).",
+		}, []string{"outcome"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.connected, m.registered, m.rejected, m.closes, m.sendDrops, m.invalid, m.stolen,
-			m.quarantined, m.unquarantined,
+			m.quarantined, m.quarantineEnds,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Namespace: "switchyard", Subsystem: "tasks", Name: "waiting_for_slot",
 				Help: "Requests on this instance waiting for a free slot (every node of their task type was full).",

@@ -79,9 +79,10 @@ func (s *Session) TaskEnded(accountID string, failed bool, why string) {
 // state changed since (resumed, paused or drained by hand).
 func (h *Hub) endQuarantine(s *Session, st *nodeState) {
 	if s.isClosing() || !s.state.CompareAndSwap(st, nil) {
+		h.metrics.quarantineEnds.WithLabelValues("overridden").Inc()
 		return
 	}
-	h.metrics.unquarantined.Inc()
+	h.metrics.quarantineEnds.WithLabelValues("resumed").Inc()
 	h.log.Info("node quarantine ended after its cool-off", "node_id", s.NodeID)
 	h.cfg.Changes.Mark(s.NodeID)
 	h.WakeSlots(s.Info.Capabilities, s.FreeSlots())

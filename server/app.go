@@ -33,22 +33,23 @@ type App struct {
 	instanceID string
 	started    time.Time
 
-	registry *prometheus.Registry
-	store    store.Store
-	writer   *store.Writer
-	rep      *store.Reputation
-	limiter  ratelimit.Limiter
-	inflight ratelimit.InFlight // --max-inflight-per-key (inflight.go)
-	rlm      *ratelimit.Metrics
-	bus      bus.Bus
-	sub      bus.Subscription
-	hub      *nodes.Hub
-	engine   *tasks.Engine
-	tracker  *tasks.Tracker // the engine's requester side, for status and task lookup
-	replaced prometheus.Counter
-	auth     *authCache
-	metrics  *httpMetrics
-	dir      nodes.Directory
+	registry        *prometheus.Registry
+	store           store.Store
+	writer          *store.Writer
+	rep             *store.Reputation
+	limiter         ratelimit.Limiter
+	inflight        ratelimit.InFlight // --max-inflight-per-key (inflight.go)
+	inflightRefused prometheus.Counter
+	rlm             *ratelimit.Metrics
+	bus             bus.Bus
+	sub             bus.Subscription
+	hub             *nodes.Hub
+	engine          *tasks.Engine
+	tracker         *tasks.Tracker // the engine's requester side, for status and task lookup
+	replaced        prometheus.Counter
+	auth            *authCache
+	metrics         *httpMetrics
+	dir             nodes.Directory
 
 	// Shared state, with a Redis URL (nil otherwise): see cluster.go.
 	cluster *cluster
@@ -114,7 +115,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.sub = sub
 
-	a.inflight = a.newInflight()
+	a.newInflight()
 	a.echo = a.routes()
 	if a.http, a.listener, err = a.listen(httpLimitsFor(cfg)); err != nil {
 		return nil, err

@@ -46,26 +46,15 @@ func TestDashboardInBrowser(t *testing.T) {
 	const name = `<img src=x onerror="throw 1"> gpu & co`
 	n := connectNode(t, ta.wsURL, reg(key, name, "echo", "summarize"))
 	// Some traffic, so the tables have figures: two served, one failed.
-	for i := range 3 {
-		ch := ta.requestAsync(key, map[string]any{"task_type": "echo", "content": "x"})
-		m := n.Expect("task_assign")
-		status := "completed"
-		if i == 2 {
-			status = "failed"
-		}
-		n.Result(m.TaskID(), status, "x")
-		if r := waitFor(t, ch, 3*time.Second); r.code != 200 {
-			t.Fatalf("request %d: %d %s", i, r.code, r.body)
-		}
+	for _, status := range []string{"completed", "completed", "failed"} {
+		answerOne(t, ta, n, key, "echo", status)
 	}
 
 	connectNode(t, ta.wsURL, reg(key, "worker-2", "echo")) // after the traffic, which must reach n
 	// A node whose tasks fail for two accounts in a row is quarantined.
 	flaky := connectNode(t, ta.wsURL, reg(key, "flaky", "ocr"))
 	for _, k := range []string{key, ta.account(t, "bob", "")} {
-		ch := ta.requestAsync(k, map[string]any{"task_type": "ocr", "content": "x"})
-		flaky.Result(flaky.Expect("task_assign").TaskID(), "failed", "driver crashed")
-		waitFor(t, ch, 3*time.Second)
+		answerOne(t, ta, flaky, k, "ocr", "failed")
 	}
 	var e apiErr
 	if code, _ := ta.call(t, "POST", "/api/v1/request", key, map[string]any{"task_type": "translate", "content": "x"}, &e); code != 404 {

@@ -278,3 +278,16 @@ func startPair(t *testing.T, schema string, mutate func(*Config)) (a, b *testApp
 	}
 	return startApp(t, multi), startApp(t, multi)
 }
+
+// answerOne sends one request for taskType with key to ta, has n answer it
+// with status, and fails the test unless the request gets its 200.
+func answerOne(t *testing.T, ta *testApp, n *wireNode, key, taskType, status string) reply {
+	t.Helper()
+	ch := ta.requestAsync(key, map[string]any{"task_type": taskType, "content": "x"})
+	n.Result(n.Expect("task_assign").TaskID(), status, "x")
+	r := waitFor(t, ch, 3*time.Second)
+	if r.code != 200 {
+		t.Fatalf("a request answered %s: %d %s", status, r.code, r.body)
+	}
+	return r
+}

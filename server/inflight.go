@@ -30,15 +30,6 @@ func (a *App) capInflight(next echo.HandlerFunc) echo.HandlerFunc {
 	if a.cfg.MaxInflightPerKey <= 0 {
 		return next
 	}
-	refused := prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: "switchyard", Subsystem: "tasks", Name: "inflight_cap_refusals_total",
-		Help: "Requests answered 429 because their API key had --max-inflight-per-key tasks in flight.",
-	})
-	if err := a.registry.Register(refused); err != nil {
-		if are, ok := err.(prometheus.AlreadyRegisteredError); ok {
-			refused = are.ExistingCollector.(prometheus.Counter)
-		}
-	}
 	return func(c echo.Context) error {
 		key, _ := c.Get(ctxKeyHash).(string)
 		id := uuid.NewString()
@@ -51,7 +42,7 @@ func (a *App) capInflight(next echo.HandlerFunc) echo.HandlerFunc {
 			a.log.Warn("in-flight cap unavailable; allowing the request", "err", err)
 			return next(c)
 		case !ok:
-			refused.Inc()
+			a.inflightRefused.Inc()
 			return &apiError{Status: http.StatusTooManyRequests, Code: "too_many_in_flight",
 				Message: "this API key already has " + strconv.Itoa(a.cfg.MaxInflightPerKey) +
 					" tasks in flight (running or waiting for a node); retry when one ends", RetryAfter: "1"}
@@ -67,10 +58,16 @@ func (a *App) capInflight(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// newInflight is the cap's store: shared through Redis in a cluster.
-func (a *App) newInflight() ratelimit.InFlight {
+// newInflight builds the cap's store (shared through Redis in a cluster)
+// and its refusal counter.
+func (a *App) newInflight() {
+	a.inflightRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "switchyard", Subsystem: "tasks", Name: "inflight_cap_refusals_total",
+		Help: "Requests answered 429 because their API key had --max-inflight-per-key tasks in flight.",
+	})
+	a.registry.MustRegister(a.inflightRefused)
+	a.inflight = ratelimit.NewMemoryInFlight()
 	if a.cluster != nil && a.cluster.rdb != nil {
-		return ratelimit.NewRedisInFlight(a.cluster.rdb, a.cfg.Namespace+":inflight:")
+		a.inflight = ratelimit.NewRedisInFlight(a.cluster.rdb, a.cfg.Namespace+":inflight:")
 	}
-	return ratelimit.NewMemoryInFlight()
 }

@@ -45,12 +45,7 @@ func TestInflightCapPerKey(t *testing.T) {
 		}
 	}
 	// Alice's places are free again.
-	again := ta.requestAsync(alice, map[string]any{"task_type": "echo", "content": "a4"})
-	m := n.Expect("task_assign")
-	n.Result(m.TaskID(), "completed", "a4")
-	if r := waitFor(t, again, 3*time.Second); r.code != 200 {
-		t.Fatalf("after her requests ended: %d %s", r.code, r.body)
-	}
+	answerOne(t, ta, n, alice, "echo", "completed")
 }
 
 // The cap is the cluster's: a key's place taken on A counts on B.
@@ -69,10 +64,5 @@ func TestInflightCapAcrossInstances(t *testing.T) {
 	if r := waitFor(t, running, 3*time.Second); r.code != 200 {
 		t.Fatalf("on A: %d %s", r.code, r.body)
 	}
-	ch := b.requestAsync(alice, map[string]any{"task_type": "echo", "content": "on B"})
-	m := n.Expect("task_assign")
-	n.Result(m.TaskID(), "completed", "on B")
-	if r := waitFor(t, ch, 3*time.Second); r.code != 200 {
-		t.Fatalf("on B after A's ended: %d %s", r.code, r.body)
-	}
+	answerOne(t, b, n, alice, "echo", "completed") // on B, after A's ended
 }

@@ -10,15 +10,24 @@ import (
 // stateOf reads a node's state in ta's public listing ("" if unlisted).
 func (ta *testApp) stateOf(t *testing.T, id string) string {
 	t.Helper()
+	state, _ := ta.viewOf(t, id)
+	return state
+}
+
+// viewOf reads a node's state and reason in ta's public listing, which
+// must show neither its account nor its instance.
+func (ta *testApp) viewOf(t *testing.T, id string) (state, reason string) {
+	t.Helper()
 	code, b, _, err := ta.do(http.MethodGet, "/api/v1/nodes", "", nil)
 	if err != nil || code != 200 {
 		t.Fatalf("GET /api/v1/nodes: %d %v", code, err)
 	}
 	var list []struct {
-		NodeID    string `json:"node_id"`
-		State     string `json:"state"`
-		AccountID string `json:"account_id"`
-		Instance  string `json:"instance"`
+		NodeID      string `json:"node_id"`
+		State       string `json:"state"`
+		StateReason string `json:"state_reason"`
+		AccountID   string `json:"account_id"`
+		Instance    string `json:"instance"`
 	}
 	if err := json.Unmarshal(b, &list); err != nil {
 		t.Fatal(err)
@@ -28,10 +37,10 @@ func (ta *testApp) stateOf(t *testing.T, id string) string {
 			if n.AccountID != "" || n.Instance != "" {
 				t.Fatalf("the public listing shows a node's account %q or instance %q", n.AccountID, n.Instance)
 			}
-			return n.State
+			return n.State, n.StateReason
 		}
 	}
-	return ""
+	return "", ""
 }
 
 // Issue 12's bar: a paused node gets no new task while others of its type

@@ -71,17 +71,8 @@ func TestOverviewOneInstance(t *testing.T) {
 	ta := startApp(t, func(c *Config) { c.AdminToken, c.InstanceName = testAdmin, "solo" })
 	key := ta.account(t, "alice", "")
 	n := connectNode(t, ta.wsURL, reg(key, "w1", "echo"))
-	for i := range 3 {
-		ch := ta.requestAsync(key, map[string]any{"task_type": "echo", "content": "x"})
-		m := n.Expect("task_assign")
-		status := "completed"
-		if i == 2 {
-			status = "failed"
-		}
-		n.Result(m.TaskID(), status, "x")
-		if r := waitFor(t, ch, 3*time.Second); r.code != 200 {
-			t.Fatalf("request %d: %d %s", i, r.code, r.body)
-		}
+	for _, status := range []string{"completed", "completed", "failed"} {
+		answerOne(t, ta, n, key, "echo", status)
 	}
 	var e apiErr
 	if code, _ := ta.call(t, "POST", "/api/v1/request", key, map[string]any{"task_type": "nobody-serves-this", "content": "x"}, &e); code != 404 {
@@ -165,18 +156,9 @@ func TestOverviewAcrossInstances(t *testing.T) {
 	key := a.account(t, "alice", "")
 	n := connectNode(t, a.wsURL, reg(key, "wa", "echo"))
 	b.waitListed(t, n.ID, 0, 0)
-	for i, ta := range []*testApp{a, a, b} {
-		ch := ta.requestAsync(key, map[string]any{"task_type": "echo", "content": "x"})
-		m := n.Expect("task_assign")
-		status := "completed"
-		if i == 1 {
-			status = "failed"
-		}
-		n.Result(m.TaskID(), status, "x")
-		if r := waitFor(t, ch, 3*time.Second); r.code != 200 {
-			t.Fatalf("request %d: %d %s", i, r.code, r.body)
-		}
-	}
+	answerOne(t, a, n, key, "echo", "completed")
+	answerOne(t, a, n, key, "echo", "failed")
+	answerOne(t, b, n, key, "echo", "completed")
 
 	// A publishes its figures within a second.
 	var o overviewDoc
