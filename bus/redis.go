@@ -359,6 +359,10 @@ func (s *redisSub) loop() {
 					continue
 				}
 				s.r.log.Warn("bus subscription silent; reconnecting", "channel", s.channel)
+				// A master that stops answering may be handing its slots
+				// over (a failover pauses it): subscribe where the cluster
+				// says the slot is now, not where a stale map says.
+				s.awaitSlotMap()
 				s.replace()
 				unanswered = 0
 				continue
