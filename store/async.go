@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -128,4 +129,37 @@ type AsyncQueue interface {
 	// PurgeAsync deletes final tasks whose ExpiresAt is before now and
 	// returns how many.
 	PurgeAsync(ctx context.Context, now time.Time) (int64, error)
+}
+
+// asyncColumns are the columns every read of a task returns, in the order
+// the dialects' scanners expect.
+const asyncColumns = `id, account_id, task_type, content, params, stream, trust, priority, webhook_url, ttl_ms,
+	status, attempts, owner, gen, lease_until, streamed, cancel_requested, webhook_pending,
+	node_id, result, error_code, error_message, processing_ms, prompt_tokens, completion_tokens,
+	created_at, started_at, finished_at, expires_at`
+
+// checkSubmit is SubmitAsync's validation, the same in both dialects.
+func checkSubmit(t AsyncTask) error {
+	switch {
+	case t.ID == "", t.AccountID == "", t.TaskType == "":
+		return fmt.Errorf("store: an async task needs an id, an account and a task type: %w", ErrInvalid)
+	case t.Priority < 0 || t.Priority > 9:
+		return fmt.Errorf("store: priority %d is not 0-9: %w", t.Priority, ErrInvalid)
+	case t.TTL < time.Millisecond:
+		return fmt.Errorf("store: ttl %s is under a millisecond: %w", t.TTL, ErrInvalid)
+	}
+	return nil
+}
+
+// checkEnd is EndAsync's validation.
+func checkEnd(end AsyncEnd) error {
+	switch end.Status {
+	case AsyncCompleted, AsyncFailed, AsyncCancelled:
+		return nil
+	}
+	return fmt.Errorf("store: %q is not a final status: %w", end.Status, ErrInvalid)
+}
+
+func fencedOut(id string, gen int64) error {
+	return fmt.Errorf("store: async task %s: lease generation %d no longer holds it: %w", id, gen, ErrConflict)
 }

@@ -187,6 +187,9 @@ type Store interface {
 	// ErrNotFound when it has none.
 	Benchmark(ctx context.Context, nodeID string) ([]byte, time.Time, error)
 
+	// AsyncQueue is the durable queue of async tasks (async.go).
+	AsyncQueue
+
 	// Ping checks the database is reachable (readiness).
 	Ping(ctx context.Context) error
 	Close() error

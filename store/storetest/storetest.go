@@ -49,6 +49,13 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentWriteTasks", testConcurrentWriteTasks},
 		{"ConcurrentApplyOutcomes", testConcurrentApplyOutcomes},
 		{"ConcurrentRate", testConcurrentRate},
+		{"AsyncSubmitAndRead", testAsyncSubmitAndRead},
+		{"AsyncClaimOrder", testAsyncClaimOrder},
+		{"AsyncFencing", testAsyncFencing},
+		{"AsyncRenewAndCancel", testAsyncRenewAndCancel},
+		{"AsyncRelease", testAsyncRelease},
+		{"AsyncConcurrentClaims", testAsyncConcurrentClaims},
+		{"AsyncWebhooksAndPurge", testAsyncWebhooksAndPurge},
 		{"Ping", testPing},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
