@@ -19,7 +19,8 @@
 #
 # It is written for a machine that reaches Debian's packages and the Go module
 # proxy but no container registry, and has no Docker engine and no systemd:
-#   - podman, runc, debootstrap, docker-compose and curl come from apt;
+#   - podman, runc, debootstrap, docker-compose, curl and iptables (netavark
+#     sets up container networks with it) come from apt;
 #   - the base images the Dockerfile names, golang:1.26-bookworm and
 #     gcr.io/distroless/static-debian12:nonroot, and debian:bookworm-slim (the
 #     base of deploy/*/Dockerfile), are made locally under those names: a
@@ -89,7 +90,7 @@ mkdir -p "$CACHE"
 install_tools() {
 	local missing=() pair
 	for pair in podman:podman runc:runc debootstrap:debootstrap docker-compose:docker-compose \
-		curl:curl python3:python3 netavark:netavark aardvark-dns:aardvark-dns; do
+		curl:curl python3:python3 iptables:iptables netavark:netavark aardvark-dns:aardvark-dns; do
 		local cmd=${pair%%:*} pkg=${pair#*:}
 		case $cmd in
 		netavark | aardvark-dns) [ -x "/usr/lib/podman/$cmd" ] || missing+=("$pkg") ;;
@@ -407,7 +408,8 @@ version=$(git describe --always --dirty 2>/dev/null || echo dev)
 say "building the Dockerfile (unchanged) as switchyard, version $version (minutes: it compiles everything)"
 git diff --quiet HEAD -- Dockerfile 2>/dev/null || say "note: the Dockerfile has uncommitted changes"
 build localhost/switchyard:latest . -f Dockerfile --build-arg "VERSION=$version"
-podman run --rm localhost/switchyard:latest version | grep -qx "$version" || fail "the image's switchyard does not print version $version"
+out=$(podman run --rm localhost/switchyard:latest version 2>&1) || true
+[ "$out" = "$version" ] || fail "the image's switchyard does not print version $version; podman run said: $out"
 [ "$(podman image inspect --format '{{.Config.User}}' localhost/switchyard:latest)" = nonroot:nonroot ] ||
 	fail "the image does not run as nonroot"
 ok "the image runs $(podman run --rm localhost/switchyard:latest version) as nonroot"
