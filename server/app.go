@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	asyncq "switchyard/async"
 	"switchyard/bus"
 	"switchyard/nodes"
 	"switchyard/ratelimit"
@@ -45,6 +46,8 @@ type App struct {
 	sub             bus.Subscription
 	hub             *nodes.Hub
 	engine          *tasks.Engine
+	pump            *asyncq.Pump // async tasks (asyncq.go)
+	webhooks        asyncq.Webhooks
 	tracker         *tasks.Tracker // the engine's requester side, for status and task lookup
 	replaced        prometheus.Counter
 	auth            *authCache
@@ -105,6 +108,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 	a.buildEngine(claims)
+	a.buildPump()
 	a.registerMetrics()
 
 	// The subscription is confirmed before the instance announces itself,
@@ -210,6 +214,21 @@ func (a *App) buildEngine(claims nodes.Claims) {
 	a.tracker = a.engine.Tracker()
 }
 
+// buildPump builds the async side over the engine: local nodes only, the
+// cluster's events and lost instances with Redis, in-process alone.
+func (a *App) buildPump() {
+	a.webhooks = a.cfg.Webhooks
+	if a.webhooks == nil {
+		a.webhooks = asyncq.NoWebhooks{}
+	}
+	deps := asyncq.Deps{Queue: a.store, Runner: a.engine, Local: localNodes{a}, Webhooks: a.webhooks}
+	if a.cfg.Multi() {
+		deps.Broadcast = redisBroadcast{rdb: a.cluster.rdb, ch: AsyncEventsChannel(a.cfg.Namespace)}
+		deps.Lost = a.cluster.lost.list
+	}
+	a.pump = asyncq.New(asyncq.Config{Instance: a.instanceID, Logger: a.log, Registerer: a.registry}, deps)
+}
+
 // registerMetrics registers the App's own metrics (the components
 // register theirs).
 func (a *App) registerMetrics() {
@@ -284,6 +303,7 @@ func (a *App) drain() {
 	start := time.Now()
 	a.draining.Store(true)
 	a.engine.Drain()
+	a.pump.Drain()
 	a.log.Info("draining", "in_flight", a.engine.Requesting(), "forwarding", a.engine.Forwarding(), "timeout", a.cfg.DrainTimeout)
 	if a.cluster != nil {
 		a.cluster.drainStart(a)
@@ -324,6 +344,9 @@ func (a *App) closeAll() {
 	}
 	if a.sub != nil {
 		_ = a.sub.Close()
+	}
+	if a.pump != nil {
+		_ = a.pump.Close() // before the engine: its tasks run there
 	}
 	if a.engine != nil {
 		_ = a.engine.Close() // after the subscription: nothing reaches it any more
