@@ -8,6 +8,8 @@ import (
 	"time"
 
 	asyncq "switchyard/async"
+	"switchyard/sdk"
+	"switchyard/sdk/handlers"
 )
 
 // asyncView is GET /api/v1/tasks/{id}'s answer for an async task.
@@ -210,5 +212,39 @@ func TestAsyncFairAcrossAccounts(t *testing.T) {
 	}
 	if served != 5 {
 		t.Errorf("Y's 5 tasks: %d among the first 10 served", served)
+	}
+}
+
+// The Go SDK end to end: SubmitTask, WaitTask until the SDK node's answer,
+// CancelTask of a queued task, and errors as *sdk.APIError.
+func TestAsyncSDK(t *testing.T) {
+	ta := startApp(t, nil)
+	key := ta.account(t, "alice", "")
+	cl := e2eClient(t, ta, key)
+	ctx := e2eCtx(t)
+
+	// Queued with no node yet: cancel it.
+	id, err := cl.SubmitTask(ctx, sdk.AsyncTask{TaskType: "echo", Content: "first", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := cl.CancelTask(ctx, id)
+	if err != nil || v.Status != "cancelled" || !v.Final() {
+		t.Fatalf("CancelTask: %+v, %v", v, err)
+	}
+	prio := 9
+	_, err = cl.SubmitTask(ctx, sdk.AsyncTask{TaskType: "echo", Content: "x", TTL: 30 * 24 * time.Hour, Priority: &prio})
+	asAPIError(t, err, http.StatusUnprocessableEntity, "invalid_request")
+	_, err = cl.CancelTask(ctx, "no-such-task")
+	asAPIError(t, err, http.StatusNotFound, "task_not_found")
+
+	id, err = cl.SubmitTask(ctx, sdk.AsyncTask{TaskType: "echo", Content: "hello", Priority: &prio})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSDKNode(t, ta, sdk.NodeConfig{APIKey: key, Name: "echoer", Capabilities: []string{"echo"}, Handler: handlers.Echo()})
+	v, err = cl.WaitTask(ctx, id, 2*time.Second)
+	if err != nil || v.Status != "completed" || v.Result != "hello" || v.Attempts != 1 || v.Priority != 9 {
+		t.Fatalf("WaitTask: %+v, %v", v, err)
 	}
 }
