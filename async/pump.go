@@ -28,8 +28,8 @@ const (
 	MaxAttempts  = 2
 	// PurgeEvery is how often expired final tasks are deleted.
 	PurgeEvery = time.Minute
-	// Poll is the backstop for lost wake-ups: an idle instance with local
-	// nodes makes one claim query per Poll, none without nodes.
+	// Poll is the backstop for lost wake-ups: an idle instance with a free
+	// local node makes one claim query per Poll, none without one.
 	Poll = time.Second
 	// OutboxEvery is how often an instance looks for ended tasks whose
 	// webhook was never queued (their instance died between the two), and
@@ -104,7 +104,11 @@ type Pump struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	wake     chan struct{} // cap 1: look for work now
+	wake chan struct{} // cap 1: look for work now
+	// work is false once a claim found the queue empty, until something
+	// may have queued a task (a submit heard, a lease released, the
+	// poll): a freed slot then costs no query.
+	work     atomic.Bool
 	ctx      context.Context
 	stop     context.CancelCauseFunc
 	wg       sync.WaitGroup
@@ -133,6 +137,7 @@ func New(cfg Config, deps Deps) *Pump {
 		wake: make(chan struct{}, 1), jobs: map[string]*job{}, starting: map[string]int{},
 		waiters: map[string]map[chan struct{}]string{}}
 	p.ctx, p.stop = context.WithCancelCause(context.Background())
+	p.work.Store(true)
 	p.metrics.running(func() float64 { p.mu.Lock(); defer p.mu.Unlock(); return float64(len(p.jobs)) })
 	p.wg.Add(3)
 	go func() { defer p.wg.Done(); p.claimLoop() }()
@@ -162,7 +167,8 @@ func (p *Pump) Running() int {
 	return len(p.jobs)
 }
 
-// Nudge says a local slot may have freed: look for work. It never blocks.
+// Nudge says a local slot may have freed: look for work, unless the
+// queue was seen empty since the last sign of new work. It never blocks.
 func (p *Pump) Nudge() {
 	select {
 	case p.wake <- struct{}{}:
@@ -174,7 +180,7 @@ func (p *Pump) Nudge() {
 func (p *Pump) Heard(e Event) {
 	switch e.Kind {
 	case EventSubmitted:
-		p.Nudge()
+		p.workQueued()
 	case EventEnded:
 		p.notify(e.TaskID)
 	case EventCancel:
@@ -188,7 +194,7 @@ func (p *Pump) Submit(ctx context.Context, t store.AsyncTask) error {
 		return err
 	}
 	p.metrics.submitted.Inc()
-	p.Nudge()
+	p.workQueued()
 	p.publish(Event{Kind: EventSubmitted, TaskID: t.ID, TaskType: t.TaskType})
 	return nil
 }
@@ -284,6 +290,12 @@ func (p *Pump) cancelLocal(id string) bool {
 	return true
 }
 
+// workQueued says a task may be queued: the next wake claims.
+func (p *Pump) workQueued() {
+	p.work.Store(true)
+	p.Nudge()
+}
+
 func (p *Pump) publish(e Event) {
 	if p.deps.Broadcast == nil {
 		return
@@ -324,6 +336,10 @@ func (p *Pump) claimLoop() {
 			return
 		case <-p.wake:
 		case <-t.C:
+			p.work.Store(true) // the backstop: a submit's event may be lost
+		}
+		if !p.work.Load() {
+			continue // a slot freed, and the queue was empty at the last look
 		}
 		if wait > 0 && !p.sleep(wait) {
 			return
@@ -356,6 +372,11 @@ func (p *Pump) fill() error {
 			}
 		}
 		p.mu.Unlock()
+		if len(official)+len(anyTypes) == 0 {
+			return nil // no slot: a freed one wakes the loop (work stays as it is)
+		}
+		// Cleared before the query: a submit heard meanwhile sets it again.
+		p.work.Store(false)
 		claimed := false
 		for _, g := range []struct {
 			types    []string
@@ -369,8 +390,10 @@ func (p *Pump) fill() error {
 				continue
 			}
 			if err != nil {
+				p.work.Store(true)
 				return err
 			}
+			p.work.Store(true)
 			p.start(t)
 			claimed = true
 			break
@@ -601,7 +624,7 @@ func (p *Pump) release() error {
 		p.metrics.released.WithLabelValues(t.Status).Inc()
 		p.ended(t)
 	}
-	p.Nudge() // a lease released puts its task back in the queue
+	p.workQueued() // a lease released puts its task back in the queue
 	return nil
 }
 

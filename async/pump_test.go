@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -367,4 +368,51 @@ func waitFor(t *testing.T, ch <-chan string, want string) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("%q never reached a node", want)
 	}
+}
+
+// countingQueue counts the claim queries a pump makes of the real store.
+type countingQueue struct {
+	store.AsyncQueue
+	claims atomic.Int64
+}
+
+func (q *countingQueue) ClaimAsync(ctx context.Context, owner string, types []string, official bool, lease time.Duration) (store.AsyncTask, error) {
+	q.claims.Add(1)
+	return q.AsyncQueue.ClaimAsync(ctx, owner, types, official, lease)
+}
+
+// Idle cost is flat: with a free node and an empty queue, freed slots
+// (Nudge) cost no query once the queue was seen empty; only the poll
+// (once a second) and a release's wake (every 5 s) claim. A submit heard
+// from another instance claims at once, not at the poll.
+func TestPumpIdleCost(t *testing.T) {
+	stores(t, func(t *testing.T, st store.Store) {
+		q := &countingQueue{AsyncQueue: st}
+		n := newNodes("echo", 1)
+		p := newPump(t, st, n, func(d *async.Deps) { d.Queue = q })
+		start := time.Now()
+		waitUntil(t, 5*time.Second, func() bool { return q.claims.Load() >= 1 })
+		for range 1000 {
+			p.Nudge()
+			time.Sleep(time.Millisecond)
+		}
+		elapsed := time.Since(start)
+		if got, most := q.claims.Load(), int64(elapsed/async.Poll)+int64(elapsed/async.ReleaseEvery)+2; got > most {
+			t.Errorf("%d claim queries in %s of idle with 1000 nudges; want at most %d", got, elapsed.Round(time.Millisecond), most)
+		}
+
+		// Another instance's submit: the store has it, the event wakes us.
+		if err := st.SubmitAsync(ctx(t), task("heard", "acct", "h")); err != nil {
+			t.Fatal(err)
+		}
+		heard := time.Now()
+		p.Heard(async.Event{Kind: async.EventSubmitted, TaskID: "heard", TaskType: "echo"})
+		got, err := p.Wait(ctx(t), "heard", time.Now().Add(10*time.Second))
+		if err != nil || got.Status != store.AsyncCompleted {
+			t.Fatalf("the heard task ended %+v, %v", got, err)
+		}
+		if took := time.Since(heard); took > async.Poll/2 {
+			t.Errorf("the heard submit ran after %s: the event did not wake the pump", took)
+		}
+	})
 }

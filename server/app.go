@@ -188,6 +188,9 @@ func (a *App) buildEngine(claims nodes.Claims) {
 		hubCfg.Benchmarks, hubCfg.BenchmarkMaxAge = benchStore{a.store}, cfg.BenchmarkMaxAge
 	}
 	hubCfg.BeforeAttach = a.nodeArriving
+	// The pump is built right after the engine, before any node can
+	// connect (nothing is served until Run).
+	hubCfg.LocalSlots = func() { a.pump.Nudge() }
 	if cfg.Multi() {
 		hubCfg.Changes, hubCfg.OnReplaced = a.cluster.changes, a.cluster.replaced
 		hubCfg.Announce = a.cluster.announce // invariant 11: published before node_registered
