@@ -8,6 +8,7 @@ import (
 	"time"
 
 	asyncq "switchyard/async"
+	"switchyard/internal/pgtest"
 	"switchyard/sdk"
 	"switchyard/sdk/handlers"
 )
@@ -246,5 +247,66 @@ func TestAsyncSDK(t *testing.T) {
 	v, err = cl.WaitTask(ctx, id, 2*time.Second)
 	if err != nil || v.Status != "completed" || v.Result != "hello" || v.Attempts != 1 || v.Priority != 9 {
 		t.Fatalf("WaitTask: %+v, %v", v, err)
+	}
+}
+
+// A PostgreSQL stopped by SIGSTOP does not wedge the instance (DESIGN §5,
+// invariant 14): a submit gets 503 store_unavailable within the store's
+// deadline, synchronous requests of a cached key are served meanwhile,
+// and an async task whose node answered during the stall ends completed
+// once PostgreSQL runs again (its end is retried, its lease kept).
+func TestAsyncStalledPostgres(t *testing.T) {
+	pg := pgtest.StartServer(t)
+	ta := startApp(t, func(c *Config) { c.DatabaseURL = pg.URL })
+	key := ta.account(t, "alice", "")
+	n := connectNode(t, ta.wsURL, nodetestWithCancel(reg(key, "n1", "echo"), 2))
+	// The key is cached before the stall.
+	answerOne(t, ta, n, key, "echo", "completed")
+	id := ta.submit(t, key, map[string]any{"task_type": "echo", "content": "stalled"})
+	if got := n.Expect("task_assign").TaskID(); got != id {
+		t.Fatalf("assign of %s, want %s", got, id)
+	}
+
+	pg.Stop()
+	stalled := true
+	defer func() {
+		if stalled {
+			pg.Cont()
+		}
+	}()
+	n.Result(id, "completed", "answered during the stall")
+	code, ecode, d := ta.timed(t, http.MethodPost, "/api/v1/tasks", key, map[string]any{"task_type": "echo", "content": "x"})
+	if code != http.StatusServiceUnavailable || ecode != "store_unavailable" || d > 3*time.Second {
+		t.Fatalf("submit during the stall: HTTP %d %q in %v, want 503 store_unavailable in < 3s", code, ecode, d)
+	}
+	for i := range 3 {
+		start := time.Now()
+		r := answerOne(t, ta, n, key, "echo", "completed")
+		if took := time.Since(start); took > time.Second {
+			t.Fatalf("request %d during the stall took %s (%d)", i, took, r.code)
+		}
+	}
+
+	pg.Cont()
+	stalled = false
+	var v asyncView
+	waitUntilFor(t, 30*time.Second, func() bool {
+		code, got := ta.view(t, key, id, "?wait=5s")
+		v = got
+		return code == 200 && v.Status == "completed"
+	})
+	if v.Result == nil || *v.Result != "answered during the stall" || v.Attempts != 1 {
+		t.Fatalf("after the stall the task is %+v", v)
+	}
+}
+
+func waitUntilFor(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s", d)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
