@@ -322,6 +322,10 @@ func (a *App) drain() {
 		a.log.Warn("drain timeout: tasks still in flight will fail", "tasks", n)
 	}
 
+	// Async tasks still running stop here unended, before their nodes'
+	// sockets close (which would fail them): their leases lapse and
+	// another instance runs them again.
+	_ = a.pump.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if err := a.hub.Shutdown(ctx); err != nil {

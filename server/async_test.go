@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"switchyard/internal/pgtest"
 	"switchyard/sdk"
 	"switchyard/sdk/handlers"
+	"switchyard/store"
 )
 
 // asyncView is GET /api/v1/tasks/{id}'s answer for an async task.
@@ -308,5 +310,39 @@ func waitUntilFor(t *testing.T, d time.Duration, cond func() bool) {
 			t.Fatalf("condition not met within %s", d)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A drain lets a running async task finish (its node answers during the
+// drain, and the end is written), and claims nothing new meanwhile.
+func TestAsyncDrainFinishesRunningTasks(t *testing.T) {
+	db := pgtest.SchemaURL(t, "asyncdrain")
+	ta := startApp(t, func(c *Config) { c.DatabaseURL = db })
+	key := ta.account(t, "alice", "")
+	n := connectNode(t, ta.wsURL, nodetestWithCancel(reg(key, "n1", "echo"), 2))
+	id := ta.submit(t, key, map[string]any{"task_type": "echo", "content": "last"})
+	if got := n.Expect("task_assign").TaskID(); got != id {
+		t.Fatalf("assign of %s, want %s", got, id)
+	}
+	stopped := async(func() struct{} { ta.stop(); return struct{}{} })
+	waitUntil(t, func() bool { return ta.draining.Load() })
+	later := store.AsyncTask{ID: "after-drain", AccountID: "acct", TaskType: "echo", Content: "x", Priority: 5, TTL: time.Hour}
+	if err := ta.store.SubmitAsync(context.Background(), later); err != nil {
+		t.Fatal(err)
+	}
+	n.Result(id, "completed", "done while draining")
+	waitFor(t, stopped, 15*time.Second)
+
+	st, err := store.Open(context.Background(), store.Options{DatabaseURL: db, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	got, err := st.AsyncTask(context.Background(), id)
+	if err != nil || got.Status != store.AsyncCompleted || got.Result != "done while draining" {
+		t.Fatalf("after the drain the task is %+v, %v", got, err)
+	}
+	if got, err := st.AsyncTask(context.Background(), "after-drain"); err != nil || got.Status != store.AsyncQueued {
+		t.Errorf("a task queued during the drain is %+v, %v; want still queued (a draining instance claims nothing)", got, err)
 	}
 }
