@@ -36,10 +36,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-// running registers the gauge of tasks running here.
-func (m *metrics) running(f func() float64) {
+// gauges registers the gauges of tasks running here and of waiters.
+func (m *metrics) gauges(running, waiters func() float64) {
 	if m.reg != nil {
-		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "switchyard", Subsystem: "async", Name: "running",
-			Help: "Async tasks running on this instance's nodes (claimed here)."}, f))
+		m.reg.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "switchyard", Subsystem: "async", Name: "running",
+				Help: "Async tasks running on this instance's nodes (claimed here)."}, running),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "switchyard", Subsystem: "async", Name: "waiters",
+				Help: "GET /api/v1/tasks/{id}?wait requests waiting here for their task's end."}, waiters))
 	}
 }

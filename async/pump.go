@@ -138,7 +138,7 @@ func New(cfg Config, deps Deps) *Pump {
 		waiters: map[string]map[chan struct{}]string{}}
 	p.ctx, p.stop = context.WithCancelCause(context.Background())
 	p.work.Store(true)
-	p.metrics.running(func() float64 { p.mu.Lock(); defer p.mu.Unlock(); return float64(len(p.jobs)) })
+	p.metrics.gauges(func() float64 { return float64(p.Running()) }, func() float64 { return float64(p.Waiters()) })
 	p.wg.Add(3)
 	go func() { defer p.wg.Done(); p.claimLoop() }()
 	go func() { defer p.wg.Done(); p.renewLoop() }()
@@ -165,6 +165,17 @@ func (p *Pump) Running() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.jobs)
+}
+
+// Waiters is the number of ?wait requests waiting here.
+func (p *Pump) Waiters() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, w := range p.waiters {
+		n += len(w)
+	}
+	return n
 }
 
 // Nudge says a local slot may have freed: look for work, unless the

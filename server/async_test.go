@@ -10,6 +10,7 @@ import (
 
 	asyncq "switchyard/async"
 	"switchyard/internal/pgtest"
+	"switchyard/internal/redistest"
 	"switchyard/sdk"
 	"switchyard/sdk/handlers"
 	"switchyard/store"
@@ -159,11 +160,25 @@ func nodetestWithCancel(r map[string]any, slots int) map[string]any {
 	return r
 }
 
-// Two instances on Redis and PostgreSQL: submitted on A (which has no
-// node), run by B's node, and a waiter on A learns of the end at once
-// (the ended event), not at its re-read.
+// Two instances on Redis and PostgreSQL, on one Redis and on a Redis
+// Cluster of three masters: submitted on A (which has no node), run by
+// B's node, and a waiter on A learns of the end at once (the ended event
+// on sy:async:events), not at its re-read.
 func TestAsyncAcrossInstances(t *testing.T) {
-	a, b := startPair(t, "async", nil)
+	t.Run("redis", func(t *testing.T) {
+		a, b := startPair(t, "async", nil)
+		testAsyncAcross(t, a, b)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		url, db := redistest.StartCluster(t, redistest.ClusterOptions{}).URL(), pgtest.SchemaURL(t, "asynccl")
+		multi := func(c *Config) {
+			c.RedisURL, c.RedisCluster, c.Namespace, c.DatabaseURL = url, true, "sytest-async", db
+		}
+		testAsyncAcross(t, startApp(t, multi), startApp(t, multi))
+	})
+}
+
+func testAsyncAcross(t *testing.T, a, b *testApp) {
 	key := a.account(t, "alice", "")
 	n := connectNode(t, b.wsURL, reg(key, "n1", "echo"))
 	id := a.submit(t, key, map[string]any{"task_type": "echo", "content": "hi"})
@@ -176,10 +191,13 @@ func TestAsyncAcrossInstances(t *testing.T) {
 		t.Fatalf("before its result the task is %+v", v)
 	}
 	done := async(func() time.Time { a.view(t, key, id, "?wait=30s"); return time.Now() })
+	waitUntil(t, func() bool { return a.pump.Waiters() == 1 })
 	n.Result(id, "completed", "from B")
 	ended := time.Now()
 	got := waitFor(t, done, 10*time.Second)
-	if lag := got.Sub(ended); lag > asyncq.WaitRecheck {
+	// The waiter waits before the end: its re-read would come up to
+	// WaitRecheck (2 s) later, the event well within a second.
+	if lag := got.Sub(ended); lag > asyncq.WaitRecheck/2 {
 		t.Errorf("the waiter on A answered %s after the end on B", lag)
 	}
 	_, v = a.view(t, key, id, "")
