@@ -215,13 +215,18 @@ func (p *Pump) Submit(ctx context.Context, t store.AsyncTask) error {
 // once, elsewhere when its instance hears of it (an event, or its next
 // renewal). The task is returned as the queue answered.
 func (p *Pump) Cancel(ctx context.Context, id, accountID string) (store.AsyncTask, error) {
+	// Read first, to tell a task this call ends (it was queued) from one
+	// that had ended already: only the first is announced.
+	before, err := p.deps.Queue.AsyncTask(ctx, id)
+	if err != nil {
+		return before, err
+	}
 	t, err := p.deps.Queue.CancelAsync(ctx, id, accountID)
 	if err != nil {
 		return t, err
 	}
 	switch {
-	case t.Status == store.AsyncCancelled && t.StartedAt == nil:
-		// Ended now, by this call (a queued task never started).
+	case before.Status == store.AsyncQueued && t.Status == store.AsyncCancelled:
 		p.ended(t)
 	case t.Status == store.AsyncRunning:
 		if !p.cancelLocal(id) {

@@ -234,6 +234,10 @@ func TestPumpCancel(t *testing.T) {
 		if runs := n.served(); len(runs) != 1 {
 			t.Errorf("nodes ran %v; the queued task was cancelled before it ran", runs)
 		}
+		// A second cancel of the ended task answers it as it is.
+		if again, err := p.Cancel(c, "queued", "acct"); err != nil || again.Status != store.AsyncCancelled || again.FinishedAt == nil || !again.FinishedAt.Equal(*q.FinishedAt) {
+			t.Errorf("a second cancel: %+v, %v", again, err)
+		}
 	})
 }
 
@@ -309,6 +313,25 @@ func TestPumpQueuesWebhooks(t *testing.T) {
 			pend, err := st.PendingWebhooks(c, time.Now().Add(time.Hour), 10)
 			return err == nil && len(pend) == 0
 		})
+
+		// A queued task cancelled before it runs ends too: its webhook goes.
+		n.mu.Lock()
+		n.slots = 0
+		n.mu.Unlock()
+		tk = task("cancelled", "acct", "c")
+		tk.WebhookURL = "https://example.com/hook"
+		if err := p.Submit(c, tk); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := p.Cancel(c, "cancelled", "acct"); err != nil || got.Status != store.AsyncCancelled {
+			t.Fatalf("cancel: %+v, %v", got, err)
+		}
+		if err := json.Unmarshal(h.body("cancelled"), &v); err != nil || v.Status != store.AsyncCancelled || v.Error == nil || v.Error.Code != "cancelled" {
+			t.Errorf("the cancelled task's webhook body %s (%v)", h.body("cancelled"), err)
+		}
+		n.mu.Lock()
+		n.slots = 1
+		n.mu.Unlock()
 
 		h.mu.Lock()
 		h.fail = true
