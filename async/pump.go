@@ -114,6 +114,8 @@ type Pump struct {
 	wg       sync.WaitGroup
 	draining atomic.Bool
 	once     sync.Once
+	// publishFailing is set while broadcasts fail (logged once per episode).
+	publishFailing atomic.Bool
 
 	mu       sync.Mutex
 	jobs     map[string]*job                     // running here, by task id
@@ -318,9 +320,16 @@ func (p *Pump) publish(e Event) {
 	}
 	ctx, cancel := context.WithTimeout(p.ctx, 2*time.Second)
 	defer cancel()
-	if err := p.deps.Broadcast.Publish(ctx, e); err != nil && p.ctx.Err() == nil {
-		// The backstops (Poll, WaitRecheck, the renewal) cover it.
-		p.log.Warn("cannot broadcast an async event; other instances learn of it at their next poll", "kind", e.Kind, "task_id", e.TaskID, "err", err)
+	err := p.deps.Broadcast.Publish(ctx, e)
+	switch {
+	case err != nil && p.ctx.Err() == nil:
+		// The backstops (Poll, WaitRecheck, the renewal) cover it. Logged
+		// once per episode, not per event (Redis away, at submit rate).
+		if !p.publishFailing.Swap(true) {
+			p.log.Warn("cannot broadcast async events; other instances learn of them at their next poll", "kind", e.Kind, "task_id", e.TaskID, "err", err)
+		}
+	case err == nil && p.publishFailing.Swap(false):
+		p.log.Info("async events are broadcast again")
 	}
 }
 
