@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 )
@@ -76,9 +77,13 @@ type Config struct {
 	LogDir       string   // instance logs; default a temporary directory, kept when a criterion fails
 
 	// The load.
-	Instances       []int         // instance counts to compare, in order; the 1 is the baseline
-	Nodes           int           // simulated nodes, node i on instance i mod N
-	ConnectRate     float64       // nodes connected per second (paced, not all at once); default 500
+	Instances   []int   // instance counts to compare, in order; the 1 is the baseline
+	Nodes       int     // simulated nodes, node i on instance i mod N
+	ConnectRate float64 // nodes connected per second (paced, not all at once); default 500
+	// NodesPerProcess is the fleet profile's most nodes in one process
+	// (each is a socket, and RLIMIT_NOFILE bounds a process's): the rest
+	// run in helper processes (fleethelper.go). Default 9,000.
+	NodesPerProcess int
 	NodeConcurrency int           // max_concurrency each node declares; default 4 (the server's default)
 	HandlerMin      time.Duration // plain handler sleep, uniform in [min, max]
 	HandlerMax      time.Duration
@@ -159,6 +164,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.NodeConcurrency == 0 {
 		c.NodeConcurrency = 4
+	}
+	if c.NodesPerProcess == 0 {
+		c.NodesPerProcess = defaultNodesPerProcess
 	}
 	if c.ConnectRate == 0 {
 		c.ConnectRate = 500
@@ -258,6 +266,8 @@ func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.Nodes < 1:
 		errs = append(errs, errors.New("--nodes must be at least 1"))
+	case c.NodesPerProcess < 0:
+		errs = append(errs, errors.New("--nodes-per-process must be positive"))
 	case c.ConnectRate < 0:
 		errs = append(errs, errors.New("--connect-rate must be positive"))
 	case c.Idle < 0 || (c.Fleet && c.Idle < time.Second):
@@ -336,6 +346,28 @@ func (c Config) summary() string {
 // second of its top rate, which holds as many connections only if every
 // answer takes a second), Redis and PostgreSQL pools, instance logs, and
 // some slack.
+// localNodes is how many of the nodes the load test's own process holds:
+// all of them, but in the fleet profile at most NodesPerProcess (the
+// rest go to helper processes, NodesPerProcess each).
+func (c Config) localNodes() int {
+	if !c.Fleet {
+		return c.Nodes
+	}
+	return min(c.Nodes, max(c.NodesPerProcess, 1))
+}
+
+// socketsPerProcess is the most node sockets one process holds in the run:
+// the load test's own, a helper, or an instance of the smallest instance
+// count (which holds its share of the nodes; it inherits the limit).
+func (c Config) socketsPerProcess() int {
+	most := c.localNodes()
+	if c.spawn() && len(c.Instances) > 0 {
+		fewest := slices.Min(c.Instances)
+		most = max(most, (c.Nodes+fewest-1)/max(fewest, 1))
+	}
+	return most
+}
+
 func fileReserve(c Config) uint64 {
 	if c.Sweep {
 		top := 0.0

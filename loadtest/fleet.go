@@ -27,7 +27,11 @@ type fleet struct {
 	ledger *Ledger
 	plain  string // capability of plain tasks
 	stream string // capability of streams
+	idle   string // capability of the helper processes' idle nodes
 	prefix string // node names
+
+	local   int           // nodes this process holds (0..local-1); helpers hold the rest
+	helpers []*helperProc // the fleet profile's nodes past local
 
 	registered atomic.Int64 // registrations so far, reconnects included
 
@@ -49,17 +53,31 @@ func newFleet(cfg Config, c *cluster, ledger *Ledger, runID string) *fleet {
 	return &fleet{
 		cfg: cfg, insts: c.insts, keys: c.nodeKeys, ledger: ledger,
 		plain: "loadtest." + runID + ".plain", stream: "loadtest." + runID + ".stream",
-		prefix: "lt-" + runID + "-", ids: map[string]int{},
+		idle: "loadtest." + runID + ".idle", prefix: "lt-" + runID + "-", ids: map[string]int{},
+		local: cfg.localNodes(),
 	}
 }
 
 // start connects every node, node i to instance i mod N, paced at
 // ConnectRate nodes a second (node i at i/ConnectRate): a fleet that
 // registers all at once would make the handshake path what is measured.
+//
+// Nodes past f.local go to helper processes (fleethelper.go), paced alike.
 func (f *fleet) start(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for i := range f.cfg.Nodes {
+	if f.local < f.cfg.Nodes {
+		spec := helperSpec{Keys: f.keys, Prefix: f.prefix, Capability: f.idle, From: f.local, Rate: f.cfg.ConnectRate}
+		for _, in := range f.insts {
+			spec.URLs = append(spec.URLs, in.WSURL())
+		}
+		hs, err := startHelpers(spec, f.cfg.Nodes, f.local)
+		if err != nil {
+			return err
+		}
+		f.helpers = hs
+	}
+	for i := range f.local {
 		n := &simNode{idx: i}
 		f.nodes = append(f.nodes, n)
 		delay := time.Duration(float64(i) / f.cfg.ConnectRate * float64(time.Second))
@@ -145,6 +163,9 @@ func (f *fleet) awaitRegistered(ctx context.Context, stall time.Duration, progre
 	nextReport := start.Add(time.Second)
 	for {
 		cur, now := f.registered.Load(), time.Now()
+		for _, h := range f.helpers {
+			cur += h.registered.Load()
+		}
 		if cur >= int64(f.cfg.Nodes) {
 			return nil
 		}
@@ -180,8 +201,13 @@ func (f *fleet) awaitDirectory(ctx context.Context, limit time.Duration) error {
 		every = 500 * time.Millisecond
 	}
 	for _, in := range f.insts {
-		if err := awaitListed(ctx, hc, in, f.plain, f.cfg.Nodes, every); err != nil {
+		if err := awaitListed(ctx, hc, in, f.plain, f.local, every); err != nil {
 			return fmt.Errorf("%w after %v", err, limit)
+		}
+		if f.local < f.cfg.Nodes {
+			if err := awaitListed(ctx, hc, in, f.idle, f.cfg.Nodes-f.local, every); err != nil {
+				return fmt.Errorf("%w after %v (the helper processes' nodes)", err, limit)
+			}
 		}
 	}
 	return nil
@@ -217,6 +243,20 @@ func (f *fleet) homedOn(inst int) []int {
 		}
 	}
 	return out
+}
+
+// countOn returns how many nodes instance inst holds: this process's
+// connected to it, and the helpers' (node i on instance i mod N).
+func (f *fleet) countOn(inst int) int {
+	n := len(f.homedOn(inst))
+	for _, h := range f.helpers {
+		for i := h.spec.From; i < h.spec.To; i++ {
+			if i%len(f.insts) == inst {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // rehome moves the nodes of a lost instance to the survivors, as a load
@@ -258,12 +298,15 @@ func (f *fleet) nodeIndex(id string) int {
 	return -1
 }
 
-// stop disconnects every node and waits for them.
+// stop disconnects every node and waits for them, and the helpers.
 func (f *fleet) stop() {
 	f.mu.Lock()
 	for _, n := range f.nodes {
 		n.cancel()
 	}
+	hs := f.helpers
+	f.helpers = nil
 	f.mu.Unlock()
+	stopHelpers(hs)
 	f.wg.Wait()
 }

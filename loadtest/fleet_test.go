@@ -12,15 +12,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// TestFleetRun runs the fleet profile small (200 nodes on 2 instances,
-// idle 5 s, then 20 requests/s for 5 s) from the built binary: the report
-// must have both windows' figures for every instance and for Redis, and
-// every request one outcome.
+// TestFleetRun runs the fleet profile small (200 nodes on 2 instances, 80
+// of them in a helper process, idle 5 s, then 20 requests/s for 5 s) from
+// the built binary: the report must have both windows' figures for every
+// instance and for Redis, and every request one outcome.
 func TestFleetRun(t *testing.T) {
 	cfg := loadConfig(t)
 	rep, progress := runLoadtest(t, []string{"--profile", "fleet", "--switchyard", cfg.Switchyard,
 		"--redis-url", cfg.RedisURL, "--database-url", cfg.DatabaseURL, "--log-dir", cfg.LogDir,
-		"--instances", "2", "--nodes", "200", "--connect-rate", "200", "--settle", "2s",
+		"--instances", "2", "--nodes", "200", "--nodes-per-process", "120", "--connect-rate", "200", "--settle", "2s",
 		"--idle", "5s", "--rate", "20", "--duration", "5s"})
 	var text bytes.Buffer
 	rep.WriteText(&text)

@@ -103,7 +103,7 @@ func newFleetRun(cfg Config, c *cluster, r *runner, s *sampler, ledger *Ledger, 
 	fr := &fleetRun{cfg: cfg, c: c, r: r, s: s, ledger: ledger, t0: t0, pids: pids}
 	fr.rep = FleetReport{Nodes: cfg.Nodes, ConnectRate: cfg.ConnectRate, Redis: cfg.RedisURL, RedisShared: !cfg.RedisCluster}
 	for i := range c.insts {
-		fr.rep.NodesPerInstance = append(fr.rep.NodesPerInstance, len(f.homedOn(i)))
+		fr.rep.NodesPerInstance = append(fr.rep.NodesPerInstance, f.countOn(i))
 	}
 	return fr
 }
@@ -334,7 +334,13 @@ func fleetNotes(cfg Config) []string {
 		"fleet profile: CPU is each process's user+system time over the window (/proc/<pid>/stat) divided by its length, % of one core; RSS from /proc/<pid>/status",
 		"Redis commands/s is total_commands_processed (INFO stats) at the window's end minus its start, summed over every server (masters and replicas of a cluster); it includes the load test's own INFO, one per server per second",
 		"the loaded window's CPU and Redis figures are reported, not judged; its requests are judged: every one must get exactly one outcome, and succeed",
-		fmt.Sprintf("the load test's own process holds all %d nodes (Go SDK agents); its CPU, printed beside the instances', shares this machine's cores with them", cfg.Nodes),
+	}
+	if local := cfg.localNodes(); local < cfg.Nodes {
+		n = append(n, fmt.Sprintf("the load test's own process holds %d of the %d nodes (Go SDK agents), the ones the loaded window's requests go to; "+
+			"helper processes (at most %d nodes each, --nodes-per-process) hold the other %d, idle throughout (a task type of their own). "+
+			"The load test's CPU is its own process's; all of them share this machine's cores with the instances", local, cfg.Nodes, cfg.NodesPerProcess, cfg.Nodes-local))
+	} else {
+		n = append(n, fmt.Sprintf("the load test's own process holds all %d nodes (Go SDK agents); its CPU, printed beside the instances', shares this machine's cores with them", cfg.Nodes))
 	}
 	if cfg.spawn() && !cfg.RedisCluster {
 		n = append(n, fmt.Sprintf("the Redis at %s was not started by the load test and may carry other clients' traffic (other tests, other programs): all of it is counted, so its commands/s are an upper bound for switchyard's own", cfg.RedisURL))

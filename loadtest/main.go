@@ -35,6 +35,13 @@ type outputs struct {
 }
 
 func cli(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 2 && args[0] == fleetHelperArg { // a helper process of the fleet profile
+		if err := runFleetHelper(args[1], os.Stdin, stdout); err != nil {
+			fmt.Fprintln(stderr, "loadtest:", err)
+			return exitError
+		}
+		return exitPass
+	}
 	cfg, out, err := parseArgs(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitPass
@@ -154,6 +161,7 @@ func parseArgs(args []string, stderr io.Writer) (Config, outputs, error) {
 
 	fs.Var((*intList)(&cfg.Instances), "instances", "instance counts to run and compare, in order (`list`, e.g. 1,2,3); the 1 is the hop baseline")
 	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "simulated nodes (Go SDK), node i on instance i mod N; each is an open socket here and on its instance, so RLIMIT_NOFILE bounds them")
+	fs.IntVar(&cfg.NodesPerProcess, "nodes-per-process", defaultNodesPerProcess, "fleet profile: the most nodes one process holds (one socket each; RLIMIT_NOFILE bounds a process): the rest run in helper processes of this binary, serving an idle-only task type")
 	fs.Float64Var(&cfg.ConnectRate, "connect-rate", 500, "nodes connected per second, paced, so that registration is not a thundering herd")
 	fs.DurationVar(&cfg.Idle, "idle", cfg.Idle, "fleet profile: the idle window (no requests at all) between the registration and the loaded window")
 	fs.Var((*modeList)(&cfg.Modes), "modes", "sweep profile: the modes to run, in order (`list` of nats, local, cross)")

@@ -13,7 +13,7 @@ import (
 // (and one on its instance, a separate process with the same limit), so
 // the hard limit bounds how many nodes one machine can hold.
 func raiseFileLimit(cfg Config) error {
-	need := uint64(cfg.Nodes) + fileReserve(cfg)
+	need := uint64(cfg.socketsPerProcess()) + fileReserve(cfg)
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		return nil // cannot tell: let the run find out
@@ -24,11 +24,11 @@ func raiseFileLimit(cfg Config) error {
 		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &up); err != nil {
 			most := int64(lim.Max) - int64(fileReserve(cfg))
 			return fmt.Errorf("--nodes %d: the load test holds one socket per node, so it needs about %d open files "+
-				"(%d nodes + %d for its clients, Redis, PostgreSQL and logs), but RLIMIT_NOFILE's hard limit is %d "+
+				"(%d nodes in one process + %d for its clients, Redis, PostgreSQL and logs), but RLIMIT_NOFILE's hard limit is %d "+
 				"and this process may not raise it (%v). Run at most %d nodes on this machine, or raise the hard limit "+
 				"(as root: `ulimit -Hn %d` in the shell that starts the load test; for a service, LimitNOFILE=). "+
 				"The instances are separate processes with the same limit: on 1 instance, it holds all %d node sockets too",
-				cfg.Nodes, need, cfg.Nodes, fileReserve(cfg), lim.Max, err, max(most, 0), need, cfg.Nodes)
+				cfg.Nodes, need, cfg.socketsPerProcess(), fileReserve(cfg), lim.Max, err, max(most, 0), need, cfg.Nodes)
 		}
 		return nil
 	}
