@@ -97,6 +97,12 @@ type Config struct {
 	// told it is registered (invariant 11). It bounds its own time and
 	// leaves the node registered here if it fails (invariant 10).
 	Announce func(ctx context.Context, s *Session)
+	// LocalSlots is told when a node connected here may have a slot free
+	// again (a task ended, the node arrived or serves again), after the
+	// waiters were woken: the async pump looks for queued work then. It
+	// must not block; nil: nothing is told. Remote nodes' slots do not
+	// call it.
+	LocalSlots func()
 }
 
 // DefaultConfig is the hub's defaults, each field as a zero value takes
@@ -220,6 +226,15 @@ func (h *Hub) Waiting() map[string]WaitStat { return h.waiters.Waiting() }
 // n free slots more (here, or on another instance). It costs nothing when
 // none waits, which is the common case on the hot path.
 func (h *Hub) WakeSlots(capabilities []string, n int) { h.waiters.Wake(capabilities, n) }
+
+// localSlotsFreed is WakeSlots for a node connected here, which also tells
+// LocalSlots.
+func (h *Hub) localSlotsFreed(capabilities []string, n int) {
+	h.waiters.Wake(capabilities, n)
+	if h.cfg.LocalSlots != nil {
+		h.cfg.LocalSlots()
+	}
+}
 
 // Serve runs the handshake of one node connection on the calling goroutine
 // and, once the node is registered, hands the connection to two goroutines
@@ -486,7 +501,7 @@ func (h *Hub) attach(s *Session) (*Session, bool) {
 	}
 	h.indexLocked(s)
 	h.metrics.connected.Set(float64(len(h.sessions)))
-	defer h.WakeSlots(s.Info.Capabilities, s.Info.MaxConcurrency)
+	defer h.localSlotsFreed(s.Info.Capabilities, s.Info.MaxConcurrency)
 	defer h.cfg.Changes.Mark(s.NodeID)
 	return prev, fenced
 }

@@ -115,7 +115,7 @@ func (s *Session) TryAcquire() bool {
 func (s *Session) Release() {
 	s.inflight.Add(-1)
 	s.hub.cfg.Changes.Mark(s.NodeID)
-	s.hub.WakeSlots(s.Info.Capabilities, 1)
+	s.hub.localSlotsFreed(s.Info.Capabilities, 1)
 	s.closeIfDrained()
 }
 

@@ -70,7 +70,7 @@ func (h *Hub) Control(nodeID, action, reason string) (NodeView, error) {
 	h.cfg.Changes.Mark(nodeID)
 	switch action {
 	case ActionResume:
-		h.WakeSlots(s.Info.Capabilities, s.FreeSlots())
+		h.localSlotsFreed(s.Info.Capabilities, s.FreeSlots())
 	case ActionDrain:
 		s.closeIfDrained()
 	}

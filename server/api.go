@@ -62,6 +62,12 @@ func (a *App) task(c echo.Context) error {
 	id := c.Param("id")
 	acct := accountOf(c)
 	notFound := newError(http.StatusNotFound, "task_not_found", "no task with this id for this account")
+	ok, err := a.asyncTask(c, id)
+	if _, inFlight := a.tracker.Lookup(id); ok || (err != nil && !inFlight) {
+		return a.storeErr("cannot read a task", err)
+	}
+	// Not an async task of this account (or the store could not say, and
+	// the task is in flight here): the task history.
 	if t, ok := a.tracker.Lookup(id); ok {
 		if t.AccountID != acct.ID {
 			return notFound

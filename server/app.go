@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	asyncq "switchyard/async"
 	"switchyard/bus"
 	"switchyard/nodes"
 	"switchyard/ratelimit"
@@ -45,6 +46,8 @@ type App struct {
 	sub             bus.Subscription
 	hub             *nodes.Hub
 	engine          *tasks.Engine
+	pump            *asyncq.Pump // async tasks (asyncq.go)
+	webhooks        asyncq.Webhooks
 	tracker         *tasks.Tracker // the engine's requester side, for status and task lookup
 	replaced        prometheus.Counter
 	auth            *authCache
@@ -105,6 +108,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 	a.buildEngine(claims)
+	a.buildPump()
 	a.registerMetrics()
 
 	// The subscription is confirmed before the instance announces itself,
@@ -184,6 +188,9 @@ func (a *App) buildEngine(claims nodes.Claims) {
 		hubCfg.Benchmarks, hubCfg.BenchmarkMaxAge = benchStore{a.store}, cfg.BenchmarkMaxAge
 	}
 	hubCfg.BeforeAttach = a.nodeArriving
+	// The pump is built right after the engine, before any node can
+	// connect (nothing is served until Run).
+	hubCfg.LocalSlots = func() { a.pump.Nudge() }
 	if cfg.Multi() {
 		hubCfg.Changes, hubCfg.OnReplaced = a.cluster.changes, a.cluster.replaced
 		hubCfg.Announce = a.cluster.announce // invariant 11: published before node_registered
@@ -208,6 +215,21 @@ func (a *App) buildEngine(claims nodes.Claims) {
 		Logger: a.log, Registerer: a.registry,
 	}, deps)
 	a.tracker = a.engine.Tracker()
+}
+
+// buildPump builds the async side over the engine: local nodes only, the
+// cluster's events and lost instances with Redis, in-process alone.
+func (a *App) buildPump() {
+	a.webhooks = a.cfg.Webhooks
+	if a.webhooks == nil {
+		a.webhooks = asyncq.NoWebhooks{}
+	}
+	deps := asyncq.Deps{Queue: a.store, Runner: a.engine, Local: localNodes{a}, Webhooks: a.webhooks}
+	if a.cfg.Multi() {
+		deps.Broadcast = redisBroadcast{rdb: a.cluster.rdb, ch: AsyncEventsChannel(a.cfg.Namespace)}
+		deps.Lost = a.cluster.lost.list
+	}
+	a.pump = asyncq.New(asyncq.Config{Instance: a.instanceID, Logger: a.log, Registerer: a.registry}, deps)
 }
 
 // registerMetrics registers the App's own metrics (the components
@@ -284,6 +306,7 @@ func (a *App) drain() {
 	start := time.Now()
 	a.draining.Store(true)
 	a.engine.Drain()
+	a.pump.Drain()
 	a.log.Info("draining", "in_flight", a.engine.Requesting(), "forwarding", a.engine.Forwarding(), "timeout", a.cfg.DrainTimeout)
 	if a.cluster != nil {
 		a.cluster.drainStart(a)
@@ -299,6 +322,10 @@ func (a *App) drain() {
 		a.log.Warn("drain timeout: tasks still in flight will fail", "tasks", n)
 	}
 
+	// Async tasks still running stop here unended, before their nodes'
+	// sockets close (which would fail them): their leases lapse and
+	// another instance runs them again.
+	_ = a.pump.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if err := a.hub.Shutdown(ctx); err != nil {
@@ -324,6 +351,9 @@ func (a *App) closeAll() {
 	}
 	if a.sub != nil {
 		_ = a.sub.Close()
+	}
+	if a.pump != nil {
+		_ = a.pump.Close() // before the engine: its tasks run there
 	}
 	if a.engine != nil {
 		_ = a.engine.Close() // after the subscription: nothing reaches it any more

@@ -38,6 +38,7 @@ type cluster struct {
 	resync    chan struct{}  // cap 1: re-assert everything now
 	changes   *nodes.Changes // local nodes that changed: the hub marks them, the directory writes them
 	keyCheck  chan struct{}  // cap 1: check the keys in use now (auth events may have been missed)
+	lost      lostInstances  // instances the sweep found dead: the pump releases their leases
 }
 
 // redisOptions tunes the client for failing fast: with Redis gone, a request
@@ -184,8 +185,9 @@ func (c *cluster) run(a *App) {
 		go func() { defer a.bg.Done(); c.keepLock(a.root) }()
 	}
 	if c.registry != nil {
-		a.bg.Add(3)
+		a.bg.Add(4)
 		go func() { defer a.bg.Done(); c.heartbeat(a.root) }()
+		go func() { defer a.bg.Done(); c.watchAsyncEvents(a.root) }()
 		go func() { defer a.bg.Done(); c.dir.Run(a.root) }()
 		go func() { defer a.bg.Done(); c.publishFigures(a.root) }()
 	}
@@ -281,6 +283,7 @@ func (c *cluster) heartbeat(ctx context.Context) {
 			// registry only at its (rare) full reads.
 			c.instances.Store(int32(live))
 		}
+		c.lost.add(dead)
 		for _, id := range dead {
 			a.log.Info("removed a dead instance from the registry", "dead_instance", id)
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	asyncq "switchyard/async"
 	"switchyard/bus"
 	"switchyard/nodes"
 	"switchyard/tasks"
@@ -111,6 +112,11 @@ type Config struct {
 	AdminToken string
 
 	Logger *slog.Logger // nil: slog.Default()
+	// Webhooks checks the webhook_url of async tasks and queues their
+	// deliveries (the webhooks package's dispatcher); nil:
+	// asyncq.NoWebhooks, which accepts absolute http(s) URLs and delivers
+	// nothing.
+	Webhooks asyncq.Webhooks
 }
 
 // DefaultConfig is the one place every default of an instance is written.

@@ -27,6 +27,11 @@ type Request struct {
 	// (nodes.Waiters); within one, the accounts waiting take turns. The
 	// HTTP side sets it: a zero Request waits at priority 0.
 	Priority int
+	// LocalOnly restricts routing to this instance's own nodes (an async
+	// task: its lease holder and its node live and die together, so a
+	// killed instance loses both and nothing else runs the task twice).
+	// The cluster is not asked again before no_node.
+	LocalOnly bool
 
 	subtask bool // a part of a split task: recorded with its parent, not on its own
 }
@@ -109,7 +114,7 @@ type run struct {
 // elsewhere a moment ago may not be in this instance's view yet
 // (invariant 11). It reports whether to pick again.
 func (r *run) lookAgain(ctx context.Context) bool {
-	if r.looked {
+	if r.looked || r.req.LocalOnly {
 		return false
 	}
 	r.looked = true
@@ -269,6 +274,9 @@ func (d *dispatcher) ownerGone(instance string) {
 func (r *run) pick(cands []nodes.Candidate, tried []string) (_ []nodes.Candidate, c nodes.Candidate, ok, busy bool) {
 	d := r.d
 	cands = d.dir.Candidates(cands[:0], r.req.TaskType)
+	if r.req.LocalOnly {
+		cands = localOnly(cands, d.cfg.Instance)
+	}
 	pick := nodes.Pick{Capability: r.req.TaskType, Trust: r.req.Trust, Exclude: tried}
 	if len(r.req.Avoid) > 0 {
 		soft := pick
@@ -279,6 +287,19 @@ func (r *run) pick(cands []nodes.Candidate, tried []string) (_ []nodes.Candidate
 	}
 	c, ok, busy = nodes.Select(cands, pick, d.standing)
 	return cands, c, ok, busy
+}
+
+// localOnly keeps the candidates this instance holds, in place. What it
+// drops is cleared, so the pooled list keeps no session alive.
+func localOnly(cands []nodes.Candidate, instance string) []nodes.Candidate {
+	kept := cands[:0]
+	for _, c := range cands {
+		if c.Owner == instance {
+			kept = append(kept, c)
+		}
+	}
+	clear(cands[len(kept):])
+	return kept
 }
 
 // slotRecheck is how often the first waiter of a queue looks again for a

@@ -1,0 +1,667 @@
+package async
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"switchyard/store"
+	"switchyard/tasks"
+)
+
+// The pump's figures, in one place (docs/OPERATIONS.md lists them).
+const (
+	// Lease is how long a claim holds a task unless renewed; RenewEvery how
+	// often an instance renews all of its leases (one statement).
+	Lease      = 15 * time.Second
+	RenewEvery = 5 * time.Second
+	// ReleaseEvery is how often an instance releases the lapsed leases and
+	// those of lost instances; MaxAttempts is how many claims a task gets
+	// before a lost lease fails it (instance_lost): one retry.
+	ReleaseEvery = 5 * time.Second
+	MaxAttempts  = 2
+	// PurgeEvery is how often expired final tasks are deleted.
+	PurgeEvery = time.Minute
+	// Poll is the backstop for lost wake-ups: an idle instance with a free
+	// local node makes one claim query per Poll, none without one.
+	Poll = time.Second
+	// OutboxEvery is how often an instance looks for ended tasks whose
+	// webhook was never queued (their instance died between the two), and
+	// OutboxAge how long ago they must have ended.
+	OutboxEvery = 30 * time.Second
+	OutboxAge   = 30 * time.Second
+	// WaitRecheck is how often a waiter (?wait) re-reads its task, for an
+	// end whose event was lost.
+	WaitRecheck = 2 * time.Second
+	// LocalRetry is how long a claimed task that found no free local node
+	// (it left, or a synchronous request took its slot) is retried here
+	// before it fails: the queue has no way to give a claim back.
+	LocalRetry = 30 * time.Second
+	// maxBackoff bounds the wait after a store error (a stalled database).
+	maxBackoff  = 10 * time.Second
+	storeWrites = 5 * time.Second // the bound of one end's write
+)
+
+// Runner runs one task to its end: the task engine (tasks.Engine).
+type Runner interface {
+	Run(ctx context.Context, req tasks.Request, h tasks.Hooks) (tasks.Outcome, error)
+}
+
+// Free is what this instance's nodes can take now of one task type.
+type Free struct {
+	TaskType string
+	Slots    int // free slots of serving local nodes with the type
+	Official int // of those, the slots of official nodes
+}
+
+// Local is the pump's view of this instance's nodes.
+type Local interface {
+	// Free lists the task types whose local nodes have a free slot, and
+	// no synchronous request waits for one here (it comes first).
+	Free() []Free
+}
+
+// Broadcast carries events to every instance's pump (Heard). nil: this
+// instance is alone.
+type Broadcast interface {
+	Publish(ctx context.Context, e Event) error
+}
+
+// Config configures a Pump.
+type Config struct {
+	Instance   string                // this instance's id (required): the owner of its leases
+	Logger     *slog.Logger          // default slog.Default()
+	Registerer prometheus.Registerer // nil: metrics not registered
+}
+
+// Deps are the pump's collaborators. Queue, Runner and Local are required.
+type Deps struct {
+	Queue     store.AsyncQueue
+	Runner    Runner
+	Local     Local
+	Broadcast Broadcast // nil: alone, events stay in this process
+	// Lost lists the instances known to be gone (the registry's dead);
+	// nil: none (alone, or only lapsed leases are released).
+	Lost     func(ctx context.Context) ([]string, error)
+	Webhooks Webhooks // nil: NoWebhooks
+}
+
+var (
+	errCancelled = errors.New("async: cancel requested")
+	errShutdown  = errors.New("async: the instance is stopping")
+)
+
+// Pump is one instance's async side. New starts its loops; Close stops them.
+type Pump struct {
+	cfg     Config
+	deps    Deps
+	log     *slog.Logger
+	metrics *metrics
+
+	wake chan struct{} // cap 1: look for work now
+	// work is false once a claim found the queue empty, until something
+	// may have queued a task (a submit heard, a lease released, the
+	// poll): a freed slot then costs no query.
+	work     atomic.Bool
+	ctx      context.Context
+	stop     context.CancelCauseFunc
+	wg       sync.WaitGroup
+	draining atomic.Bool
+	once     sync.Once
+	// publishFailing is set while broadcasts fail (logged once per episode).
+	publishFailing atomic.Bool
+
+	mu       sync.Mutex
+	jobs     map[string]*job                     // running here, by task id
+	starting map[string]int                      // claimed, not yet on a node, by task type
+	waiters  map[string]map[chan struct{}]string // task id → its waiters
+}
+
+type job struct {
+	cancel context.CancelCauseFunc
+}
+
+// New builds the pump and starts its loops.
+func New(cfg Config, deps Deps) *Pump {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if deps.Webhooks == nil {
+		deps.Webhooks = NoWebhooks{}
+	}
+	p := &Pump{cfg: cfg, deps: deps, log: cfg.Logger, metrics: newMetrics(cfg.Registerer),
+		wake: make(chan struct{}, 1), jobs: map[string]*job{}, starting: map[string]int{},
+		waiters: map[string]map[chan struct{}]string{}}
+	p.ctx, p.stop = context.WithCancelCause(context.Background())
+	p.work.Store(true)
+	p.metrics.gauges(func() float64 { return float64(p.Running()) }, func() float64 { return float64(p.Waiters()) })
+	p.wg.Add(3)
+	go func() { defer p.wg.Done(); p.claimLoop() }()
+	go func() { defer p.wg.Done(); p.renewLoop() }()
+	go func() { defer p.wg.Done(); p.sweepLoop() }()
+	return p
+}
+
+// Drain stops claiming (the instance is draining); tasks running finish.
+func (p *Pump) Drain() { p.draining.Store(true) }
+
+// Close stops the loops and the tasks still running here, and waits. Those
+// are not ended: their leases lapse and another instance runs them again
+// (a drain lets them finish first). Close is idempotent.
+func (p *Pump) Close() error {
+	p.once.Do(func() {
+		p.stop(errShutdown)
+		p.wg.Wait()
+	})
+	return nil
+}
+
+// Running is the number of async tasks running here.
+func (p *Pump) Running() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.jobs)
+}
+
+// Waiters is the number of ?wait requests waiting here.
+func (p *Pump) Waiters() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, w := range p.waiters {
+		n += len(w)
+	}
+	return n
+}
+
+// Nudge says a local slot may have freed: look for work, unless the
+// queue was seen empty since the last sign of new work. It never blocks.
+func (p *Pump) Nudge() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Heard takes an event from another instance (or this one). It never blocks.
+func (p *Pump) Heard(e Event) {
+	switch e.Kind {
+	case EventSubmitted:
+		p.workQueued()
+	case EventEnded:
+		p.notify(e.TaskID)
+	case EventCancel:
+		p.cancelLocal(e.TaskID)
+	}
+}
+
+// Submit queues a task and wakes every pump.
+func (p *Pump) Submit(ctx context.Context, t store.AsyncTask) error {
+	if err := p.deps.Queue.SubmitAsync(ctx, t); err != nil {
+		return err
+	}
+	p.metrics.submitted.Inc()
+	p.workQueued()
+	p.publish(Event{Kind: EventSubmitted, TaskID: t.ID, TaskType: t.TaskType})
+	return nil
+}
+
+// Cancel cancels an account's task (store.AsyncQueue.CancelAsync): a
+// queued one ends at once; a running one is stopped on its node, here at
+// once, elsewhere when its instance hears of it (an event, or its next
+// renewal). The task is returned as the queue answered.
+func (p *Pump) Cancel(ctx context.Context, id, accountID string) (store.AsyncTask, error) {
+	// Read first, to tell a task this call ends (it was queued) from one
+	// that had ended already: only the first is announced.
+	before, err := p.deps.Queue.AsyncTask(ctx, id)
+	if err != nil {
+		return before, err
+	}
+	t, err := p.deps.Queue.CancelAsync(ctx, id, accountID)
+	if err != nil {
+		return t, err
+	}
+	switch {
+	case before.Status == store.AsyncQueued && t.Status == store.AsyncCancelled:
+		p.ended(t)
+	case t.Status == store.AsyncRunning:
+		if !p.cancelLocal(id) {
+			p.publish(Event{Kind: EventCancel, TaskID: id})
+		}
+	}
+	return t, nil
+}
+
+// Wait reads a task until its status is final, until passes, or ctx ends
+// (then ctx's error). It wakes on an end heard (notify), and re-reads
+// every WaitRecheck for an end whose event was lost.
+func (p *Pump) Wait(ctx context.Context, id string, until time.Time) (store.AsyncTask, error) {
+	for {
+		ch := p.watch(id)
+		t, err := p.deps.Queue.AsyncTask(ctx, id)
+		left := time.Until(until)
+		if err != nil || Final(t.Status) || left <= 0 {
+			p.unwatch(id, ch)
+			return t, err
+		}
+		timer := time.NewTimer(min(left, WaitRecheck))
+		select {
+		case <-ch:
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		timer.Stop()
+		p.unwatch(id, ch)
+		if ctx.Err() != nil {
+			return t, ctx.Err()
+		}
+	}
+}
+
+func (p *Pump) watch(id string) chan struct{} {
+	ch := make(chan struct{}, 1)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.waiters[id] == nil {
+		p.waiters[id] = map[chan struct{}]string{}
+	}
+	p.waiters[id][ch] = id
+	return ch
+}
+
+func (p *Pump) unwatch(id string, ch chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.waiters[id], ch)
+	if len(p.waiters[id]) == 0 {
+		delete(p.waiters, id)
+	}
+}
+
+// notify wakes the waiters of a task.
+func (p *Pump) notify(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for ch := range p.waiters[id] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// cancelLocal stops a task running here; false if it is not here.
+func (p *Pump) cancelLocal(id string) bool {
+	p.mu.Lock()
+	j := p.jobs[id]
+	p.mu.Unlock()
+	if j == nil {
+		return false
+	}
+	j.cancel(errCancelled)
+	return true
+}
+
+// workQueued says a task may be queued: the next wake claims.
+func (p *Pump) workQueued() {
+	p.work.Store(true)
+	p.Nudge()
+}
+
+func (p *Pump) publish(e Event) {
+	if p.deps.Broadcast == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(p.ctx, 2*time.Second)
+	defer cancel()
+	err := p.deps.Broadcast.Publish(ctx, e)
+	switch {
+	case err != nil && p.ctx.Err() == nil:
+		// The backstops (Poll, WaitRecheck, the renewal) cover it. Logged
+		// once per episode, not per event (Redis away, at submit rate).
+		if !p.publishFailing.Swap(true) {
+			p.log.Warn("cannot broadcast async events; other instances learn of them at their next poll", "kind", e.Kind, "task_id", e.TaskID, "err", err)
+		}
+	case err == nil && p.publishFailing.Swap(false):
+		p.log.Info("async events are broadcast again")
+	}
+}
+
+// sleep waits d or until the pump stops; false if it stopped.
+func (p *Pump) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-p.ctx.Done():
+		return false
+	}
+}
+
+// backoff is the next wait after a store error.
+func backoff(d time.Duration) time.Duration {
+	return min(max(2*d, 250*time.Millisecond), maxBackoff)
+}
+
+// claimLoop claims work when woken (a submit, a freed slot) or polled.
+func (p *Pump) claimLoop() {
+	t := time.NewTicker(Poll)
+	defer t.Stop()
+	var wait time.Duration // after a store error
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-p.wake:
+		case <-t.C:
+			p.work.Store(true) // the backstop: a submit's event may be lost
+		}
+		if !p.work.Load() {
+			continue // a slot freed, and the queue was empty at the last look
+		}
+		if wait > 0 && !p.sleep(wait) {
+			return
+		}
+		if err := p.fill(); err != nil {
+			wait = backoff(wait)
+			if p.ctx.Err() == nil {
+				p.log.Warn("cannot claim async tasks; backing off", "retry_in", wait, "err", err)
+			}
+			continue
+		}
+		wait = 0
+	}
+}
+
+// fill claims tasks while a local node can take one. A task claimed and
+// not yet on its node holds one slot of its type (starting), so a burst
+// of claims never outruns the slots.
+func (p *Pump) fill() error {
+	for !p.draining.Load() && p.ctx.Err() == nil {
+		var anyTypes, official []string
+		p.mu.Lock()
+		for _, f := range p.deps.Local.Free() {
+			n := p.starting[f.TaskType]
+			switch {
+			case f.Official > n:
+				official = append(official, f.TaskType)
+			case f.Slots > n:
+				anyTypes = append(anyTypes, f.TaskType)
+			}
+		}
+		p.mu.Unlock()
+		if len(official)+len(anyTypes) == 0 {
+			return nil // no slot: a freed one wakes the loop (work stays as it is)
+		}
+		// Cleared before the query: a submit heard meanwhile sets it again.
+		p.work.Store(false)
+		claimed := false
+		for _, g := range []struct {
+			types    []string
+			official bool
+		}{{official, true}, {anyTypes, false}} {
+			if len(g.types) == 0 {
+				continue
+			}
+			t, err := p.deps.Queue.ClaimAsync(p.ctx, p.cfg.Instance, g.types, g.official, Lease)
+			if errors.Is(err, store.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				p.work.Store(true)
+				return err
+			}
+			p.work.Store(true)
+			p.start(t)
+			claimed = true
+			break
+		}
+		if !claimed {
+			return nil
+		}
+	}
+	return nil
+}
+
+// start runs a claimed task on its own goroutine.
+func (p *Pump) start(t store.AsyncTask) {
+	p.metrics.claimed.Inc()
+	ctx, cancel := context.WithCancelCause(p.ctx)
+	p.mu.Lock()
+	p.jobs[t.ID] = &job{cancel: cancel}
+	p.starting[t.TaskType]++
+	p.mu.Unlock()
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer cancel(nil)
+		p.run(ctx, t)
+	}()
+}
+
+// run runs one claimed task through the engine, on local nodes only, and
+// ends it.
+func (p *Pump) run(ctx context.Context, t store.AsyncTask) {
+	// The task holds one of its type's starting slots until a node has it.
+	holding := true
+	onNode := func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if holding {
+			holding = false
+			if p.starting[t.TaskType]--; p.starting[t.TaskType] <= 0 {
+				delete(p.starting, t.TaskType)
+			}
+		}
+	}
+	defer func() {
+		onNode()
+		p.mu.Lock()
+		delete(p.jobs, t.ID)
+		p.mu.Unlock()
+		p.Nudge() // its slot is free
+	}()
+	req := tasks.Request{TaskID: t.ID, AccountID: t.AccountID, TaskType: t.TaskType, Content: t.Content,
+		Params: t.Params, Stream: t.Stream, Trust: t.Trust, Priority: t.Priority, LocalOnly: true}
+	var joined strings.Builder
+	first := time.Now()
+	for {
+		assigned := false
+		joined.Reset()
+		out, err := p.deps.Runner.Run(ctx, req, tasks.Hooks{
+			Assigned: func() { assigned = true; onNode() },
+			Chunk:    func(d string) error { joined.WriteString(d); return nil },
+		})
+		end := store.AsyncEnd{Status: store.AsyncCompleted, NodeID: out.NodeID, Result: out.Result, ProcessingMs: out.ProcessingMs, Usage: out.Usage}
+		switch cause := context.Cause(ctx); {
+		case errors.Is(cause, errShutdown):
+			return // not ended: the lease lapses, another instance runs it again
+		case errors.Is(cause, errCancelled):
+			end = store.AsyncEnd{Status: store.AsyncCancelled, NodeID: out.NodeID, ErrorCode: "cancelled", ErrorMessage: "the task was cancelled (DELETE /api/v1/tasks/{id})"}
+		case err != nil:
+			e := tasks.AsError(err)
+			if !assigned && retryLocally(e.Code) && time.Since(first) < LocalRetry {
+				// No local node took it yet: wait for one here.
+				onNode()
+				if !p.sleep(500 * time.Millisecond) {
+					return
+				}
+				p.mu.Lock()
+				p.starting[t.TaskType]++
+				holding = true
+				p.mu.Unlock()
+				continue
+			}
+			end = store.AsyncEnd{Status: store.AsyncFailed, NodeID: out.NodeID, ErrorCode: string(e.Code), ErrorMessage: e.Message}
+		case out.Status != tasks.StatusCompleted:
+			end.Status, end.ErrorCode, end.ErrorMessage = store.AsyncFailed, string(tasks.CodeTaskFailed), "the node reported a failure"
+		}
+		if end.Status == store.AsyncCompleted && end.Result == "" && t.Stream {
+			end.Result = joined.String()
+		}
+		p.end(t, end)
+		return
+	}
+}
+
+// retryLocally tells the errors of a task that never reached a node and
+// may once one here is free.
+func retryLocally(c tasks.Code) bool {
+	return c == tasks.CodeNoNode || c == tasks.CodeBusy || c == tasks.CodeUnavailable
+}
+
+// end writes a task's end, fenced by its lease's generation. A store
+// error is retried (the lease is renewed meanwhile) until the write is
+// done, refused (ErrConflict: the lease moved on, so another owns the task
+// now) or the pump stops.
+func (p *Pump) end(t store.AsyncTask, end store.AsyncEnd) {
+	var wait time.Duration
+	for {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), storeWrites)
+		done, err := p.deps.Queue.EndAsync(ctx, t.ID, t.Gen, end)
+		cancel()
+		switch {
+		case err == nil:
+			p.ended(done)
+			return
+		case errors.Is(err, store.ErrConflict):
+			p.metrics.fenced.Inc()
+			p.log.Info("an async task's lease moved on before its end was written; dropping this end", "task_id", t.ID, "gen", t.Gen)
+			return
+		}
+		wait = backoff(wait)
+		p.log.Warn("cannot write an async task's end; retrying", "task_id", t.ID, "retry_in", wait, "err", err)
+		if !p.sleep(wait) {
+			return
+		}
+	}
+}
+
+// ended announces a task this instance ended: its waiters everywhere,
+// and its webhook.
+func (p *Pump) ended(t store.AsyncTask) {
+	p.metrics.ended.WithLabelValues(t.Status).Inc()
+	p.notify(t.ID)
+	p.publish(Event{Kind: EventEnded, TaskID: t.ID})
+	if t.WebhookURL != "" && t.WebhookPending {
+		p.webhook(t)
+	}
+}
+
+// webhook queues a task's webhook and clears its outbox mark. On failure
+// the mark stays, for the outbox sweep.
+func (p *Pump) webhook(t store.AsyncTask) {
+	body, err := WebhookBody(t)
+	if err != nil {
+		p.log.Error("cannot encode a webhook", "task_id", t.ID, "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), storeWrites)
+	defer cancel()
+	if err := p.deps.Webhooks.Enqueue(ctx, t.AccountID, t.WebhookURL, t.ID, body); err != nil {
+		p.log.Warn("cannot queue a webhook; the outbox sweep retries", "task_id", t.ID, "err", err)
+		return
+	}
+	if err := p.deps.Queue.ClearWebhook(ctx, t.ID); err != nil {
+		p.log.Warn("cannot clear a webhook's outbox mark; it may be queued twice", "task_id", t.ID, "err", err)
+	}
+}
+
+// renewLoop renews this instance's leases, and stops the tasks whose
+// cancellation was asked for elsewhere.
+func (p *Pump) renewLoop() {
+	wait := RenewEvery
+	for p.sleep(wait) {
+		if p.Running() == 0 {
+			wait = RenewEvery
+			continue // nothing held: no query
+		}
+		ctx, cancel := context.WithTimeout(p.ctx, RenewEvery)
+		ids, err := p.deps.Queue.RenewAsync(ctx, p.cfg.Instance, Lease)
+		cancel()
+		if err != nil {
+			if p.ctx.Err() == nil {
+				p.log.Warn("cannot renew async leases", "err", err)
+			}
+			wait = min(backoff(wait), RenewEvery) // a lease is three renewals long: keep trying
+			continue
+		}
+		wait = RenewEvery
+		for _, id := range ids {
+			p.cancelLocal(id)
+		}
+	}
+}
+
+// sweepLoop releases lost leases, purges expired tasks and empties the
+// webhook outbox.
+func (p *Pump) sweepLoop() {
+	var lastPurge, lastOutbox time.Time
+	wait := ReleaseEvery
+	for p.sleep(wait) {
+		if err := p.release(); err != nil {
+			wait = backoff(wait)
+			if p.ctx.Err() == nil {
+				p.log.Warn("cannot release lost async leases; backing off", "retry_in", wait, "err", err)
+			}
+			continue
+		}
+		wait = ReleaseEvery
+		if time.Since(lastPurge) >= PurgeEvery {
+			lastPurge = time.Now()
+			ctx, cancel := context.WithTimeout(p.ctx, storeWrites)
+			if n, err := p.deps.Queue.PurgeAsync(ctx, time.Now()); err != nil {
+				p.log.Warn("cannot purge expired async tasks", "err", err)
+			} else {
+				p.metrics.purged.Add(float64(n))
+			}
+			cancel()
+		}
+		if time.Since(lastOutbox) >= OutboxEvery {
+			lastOutbox = time.Now()
+			p.outbox()
+		}
+	}
+}
+
+func (p *Pump) release() error {
+	ctx, cancel := context.WithTimeout(p.ctx, storeWrites)
+	defer cancel()
+	var lost []string
+	if p.deps.Lost != nil {
+		var err error
+		if lost, err = p.deps.Lost(ctx); err != nil {
+			lost = nil // the lapsed leases are still released
+		}
+	}
+	ended, err := p.deps.Queue.ReleaseAsync(ctx, lost, MaxAttempts)
+	if err != nil {
+		return err
+	}
+	for _, t := range ended {
+		p.metrics.released.WithLabelValues(t.Status).Inc()
+		p.ended(t)
+	}
+	p.workQueued() // a lease released puts its task back in the queue
+	return nil
+}
+
+func (p *Pump) outbox() {
+	ctx, cancel := context.WithTimeout(p.ctx, storeWrites)
+	defer cancel()
+	pending, err := p.deps.Queue.PendingWebhooks(ctx, time.Now().Add(-OutboxAge), 100)
+	if err != nil {
+		p.log.Warn("cannot read the webhook outbox", "err", err)
+		return
+	}
+	for _, t := range pending {
+		p.webhook(t)
+	}
+}

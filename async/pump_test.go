@@ -1,0 +1,441 @@
+package async_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"switchyard/async"
+	"switchyard/internal/pgtest"
+	"switchyard/store"
+	"switchyard/tasks"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// stores runs f against the real SQLite and PostgreSQL stores.
+func stores(t *testing.T, f func(t *testing.T, st store.Store)) {
+	t.Run("sqlite", func(t *testing.T) {
+		st, err := store.Open(t.Context(), store.Options{DataDir: t.TempDir(), Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		f(t, st)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		st, err := store.Open(t.Context(), store.Options{DatabaseURL: pgtest.SchemaURL(t, "sytest"), Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		f(t, st)
+	})
+}
+
+// nodes is a fake of this instance's nodes and of the engine that runs
+// tasks on them: slots slots of taskType; each task runs until release
+// lets it (or its context ends), and answers "done:<content>".
+type nodes struct {
+	taskType string
+	slots    int
+
+	mu      sync.Mutex
+	busy    int
+	order   []string // task ids in the order they reached a node
+	runs    map[string]int
+	release chan struct{} // nil: answer at once
+	started chan string   // each task id as it reaches a node (buffered)
+}
+
+func newNodes(taskType string, slots int) *nodes {
+	return &nodes{taskType: taskType, slots: slots, runs: map[string]int{}, started: make(chan string, 1000)}
+}
+
+func (n *nodes) Free() []async.Free {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if free := n.slots - n.busy; free > 0 {
+		return []async.Free{{TaskType: n.taskType, Slots: free}}
+	}
+	return nil
+}
+
+func (n *nodes) Run(ctx context.Context, req tasks.Request, h tasks.Hooks) (tasks.Outcome, error) {
+	if !req.LocalOnly {
+		return tasks.Outcome{}, errors.New("an async task must run on local nodes only")
+	}
+	n.mu.Lock()
+	if n.busy >= n.slots {
+		n.mu.Unlock()
+		return tasks.Outcome{}, &tasks.Error{Code: tasks.CodeBusy, Message: "full"}
+	}
+	n.busy++
+	n.order = append(n.order, req.TaskID)
+	n.runs[req.TaskID]++
+	rel := n.release
+	n.mu.Unlock()
+	defer func() { n.mu.Lock(); n.busy--; n.mu.Unlock() }()
+	h.Assigned()
+	n.started <- req.TaskID
+	if rel != nil {
+		select {
+		case <-rel:
+		case <-ctx.Done():
+			return tasks.Outcome{}, &tasks.Error{Code: tasks.CodeCanceled, Message: "the client went away"}
+		}
+	}
+	return tasks.Outcome{TaskID: req.TaskID, NodeID: "n1", Status: tasks.StatusCompleted, Result: "done:" + req.Content, ProcessingMs: 3}, nil
+}
+
+func (n *nodes) served() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.order...)
+}
+
+// hooks records the webhooks queued.
+type hooks struct {
+	async.NoWebhooks
+	mu   sync.Mutex
+	got  map[string][]byte
+	fail bool
+}
+
+func (h *hooks) Enqueue(_ context.Context, accountID, url, eventID string, body []byte) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.fail {
+		return errors.New("webhooks down")
+	}
+	if h.got == nil {
+		h.got = map[string][]byte{}
+	}
+	h.got[eventID] = body
+	return nil
+}
+
+func (h *hooks) body(id string) []byte {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.got[id]
+}
+
+func newPump(t *testing.T, st store.Store, n *nodes, mutate func(*async.Deps)) *async.Pump {
+	deps := async.Deps{Queue: st, Runner: n, Local: n}
+	if mutate != nil {
+		mutate(&deps)
+	}
+	p := async.New(async.Config{Instance: "inst-" + t.Name(), Logger: quiet}, deps)
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+func task(id, account, content string) store.AsyncTask {
+	return store.AsyncTask{ID: id, AccountID: account, TaskType: "echo", Content: content, Priority: 5, TTL: time.Hour}
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// A submitted task runs on a local node and ends completed; a waiter
+// wakes with the end, well before its wait is over.
+func TestPumpRunsASubmittedTask(t *testing.T) {
+	stores(t, func(t *testing.T, st store.Store) {
+		n := newNodes("echo", 1)
+		p := newPump(t, st, n, nil)
+		if err := p.Submit(ctx(t), task("t1", "acct-x", "hello")); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		got, err := p.Wait(ctx(t), "t1", time.Now().Add(20*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status != store.AsyncCompleted || got.Result != "done:hello" || got.NodeID != "n1" || got.Attempts != 1 {
+			t.Fatalf("task ended %+v", got)
+		}
+		if waited := time.Since(start); waited > 5*time.Second {
+			t.Errorf("the waiter woke after %s", waited)
+		}
+	})
+}
+
+// Waiting work is served by priority, then accounts in turn: X with 200
+// queued and Y with 5, one slot: Y's five are among the first ten served.
+func TestPumpFairAcrossAccounts(t *testing.T) {
+	stores(t, func(t *testing.T, st store.Store) {
+		c := ctx(t)
+		for i := range 200 {
+			if err := st.SubmitAsync(c, task(fmt.Sprintf("x%03d", i), "acct-x", "x")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range 5 {
+			if err := st.SubmitAsync(c, task(fmt.Sprintf("y%d", i), "acct-y", "y")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n := newNodes("echo", 1)
+		newPump(t, st, n, nil)
+		waitUntil(t, 60*time.Second, func() bool { return len(n.served()) >= 10 })
+		ys := 0
+		for _, id := range n.served()[:10] {
+			if id[0] == 'y' {
+				ys++
+			}
+		}
+		if ys != 5 {
+			t.Errorf("the first ten served hold %d of Y's 5: %v", ys, n.served()[:10])
+		}
+	})
+}
+
+// DELETE of a running task stops it on its node and ends it cancelled; a
+// queued one ends cancelled at once and never runs.
+func TestPumpCancel(t *testing.T) {
+	stores(t, func(t *testing.T, st store.Store) {
+		n := newNodes("echo", 1)
+		n.release = make(chan struct{})
+		p := newPump(t, st, n, nil)
+		c := ctx(t)
+		if err := p.Submit(c, task("run", "acct", "a")); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, n.started, "run")
+		if err := p.Submit(c, task("queued", "acct", "b")); err != nil {
+			t.Fatal(err)
+		}
+		q, err := p.Cancel(c, "queued", "acct")
+		if err != nil || q.Status != store.AsyncCancelled {
+			t.Fatalf("cancel of a queued task: %+v, %v", q, err)
+		}
+		if _, err := p.Cancel(c, "run", "someone-else"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("another account cancelled the task: %v", err)
+		}
+		r, err := p.Cancel(c, "run", "acct")
+		if err != nil || r.Status != store.AsyncRunning {
+			t.Fatalf("cancel of a running task: %+v, %v", r, err)
+		}
+		got, err := p.Wait(c, "run", time.Now().Add(20*time.Second))
+		if err != nil || got.Status != store.AsyncCancelled || got.ErrorCode != "cancelled" {
+			t.Fatalf("the running task ended %+v, %v", got, err)
+		}
+		if runs := n.served(); len(runs) != 1 {
+			t.Errorf("nodes ran %v; the queued task was cancelled before it ran", runs)
+		}
+		// A second cancel of the ended task answers it as it is.
+		if again, err := p.Cancel(c, "queued", "acct"); err != nil || again.Status != store.AsyncCancelled || again.FinishedAt == nil || !again.FinishedAt.Equal(*q.FinishedAt) {
+			t.Errorf("a second cancel: %+v, %v", again, err)
+		}
+	})
+}
+
+// A running task whose instance is lost goes back to the queue and runs
+// here once more (its second attempt); a lease that lapsed after its
+// retry fails the task with instance_lost.
+func TestPumpReleasesLostInstances(t *testing.T) {
+	stores(t, func(t *testing.T, st store.Store) {
+		c := ctx(t)
+		// Two claims by the ghost of one task: its retry is spent (the store
+		// releases the first back to the queue, as a pump would). Then one
+		// claim of another. No pump runs yet.
+		if err := st.SubmitAsync(c, task("twice", "acct", "t")); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 2 {
+			if _, err := st.ClaimAsync(c, "ghost", []string{"echo"}, false, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			if i == 0 {
+				if _, err := st.ReleaseAsync(c, []string{"ghost"}, async.MaxAttempts); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := st.SubmitAsync(c, task("orphan", "acct", "o")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.ClaimAsync(c, "ghost", []string{"echo"}, false, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		n := newNodes("echo", 1)
+		p := newPump(t, st, n, func(d *async.Deps) {
+			d.Lost = func(context.Context) ([]string, error) { return []string{"ghost"}, nil }
+		})
+		got, err := p.Wait(c, "orphan", time.Now().Add(25*time.Second))
+		if err != nil || got.Status != store.AsyncCompleted || got.Attempts != 2 {
+			t.Fatalf("the lost instance's task ended %+v, %v", got, err)
+		}
+		got, err = p.Wait(c, "twice", time.Now().Add(25*time.Second))
+		if err != nil || got.Status != store.AsyncFailed || got.ErrorCode != "instance_lost" {
+			t.Fatalf("a task lost twice ended %+v, %v", got, err)
+		}
+		if runs := n.served(); len(runs) != 1 || runs[0] != "orphan" {
+			t.Errorf("a task lost after its retry ran again here")
+		}
+	})
+}
+
+// An ended task with a webhook_url is handed to Webhooks with its view as
+// the body, and leaves the outbox; one whose enqueue failed stays there.
+func TestPumpQueuesWebhooks(t *testing.T) {
+	stores(t, func(t *testing.T, st store.Store) {
+		n := newNodes("echo", 1)
+		h := &hooks{}
+		p := newPump(t, st, n, func(d *async.Deps) { d.Webhooks = h })
+		c := ctx(t)
+		tk := task("hooked", "acct", "w")
+		tk.WebhookURL = "https://example.com/hook"
+		if err := p.Submit(c, tk); err != nil {
+			t.Fatal(err)
+		}
+		got, err := p.Wait(c, "hooked", time.Now().Add(20*time.Second))
+		if err != nil || got.Status != store.AsyncCompleted {
+			t.Fatalf("ended %+v, %v", got, err)
+		}
+		waitUntil(t, 10*time.Second, func() bool { return h.body("hooked") != nil })
+		var v async.View
+		if err := json.Unmarshal(h.body("hooked"), &v); err != nil || v.TaskID != "hooked" || v.Status != store.AsyncCompleted || v.Result == nil || *v.Result != "done:w" {
+			t.Errorf("webhook body %s (%v)", h.body("hooked"), err)
+		}
+		waitUntil(t, 10*time.Second, func() bool {
+			pend, err := st.PendingWebhooks(c, time.Now().Add(time.Hour), 10)
+			return err == nil && len(pend) == 0
+		})
+
+		// A queued task cancelled before it runs ends too: its webhook goes.
+		n.mu.Lock()
+		n.slots = 0
+		n.mu.Unlock()
+		tk = task("cancelled", "acct", "c")
+		tk.WebhookURL = "https://example.com/hook"
+		if err := p.Submit(c, tk); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := p.Cancel(c, "cancelled", "acct"); err != nil || got.Status != store.AsyncCancelled {
+			t.Fatalf("cancel: %+v, %v", got, err)
+		}
+		if err := json.Unmarshal(h.body("cancelled"), &v); err != nil || v.Status != store.AsyncCancelled || v.Error == nil || v.Error.Code != "cancelled" {
+			t.Errorf("the cancelled task's webhook body %s (%v)", h.body("cancelled"), err)
+		}
+		n.mu.Lock()
+		n.slots = 1
+		n.mu.Unlock()
+
+		h.mu.Lock()
+		h.fail = true
+		h.mu.Unlock()
+		tk = task("unsent", "acct", "u")
+		tk.WebhookURL = "https://example.com/hook"
+		if err := p.Submit(c, tk); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := p.Wait(c, "unsent", time.Now().Add(20*time.Second)); err != nil || got.Status != store.AsyncCompleted {
+			t.Fatalf("ended %+v, %v", got, err)
+		}
+		pend, err := st.PendingWebhooks(c, time.Now().Add(time.Hour), 10)
+		if err != nil || len(pend) != 1 || pend[0].ID != "unsent" {
+			t.Errorf("the outbox holds %v (%v); want the task whose enqueue failed", pend, err)
+		}
+	})
+}
+
+// A pump that stops while its task runs does not end it: the task stays
+// running under its lease (another instance runs it once the lease lapses).
+func TestPumpCloseLeavesTheLease(t *testing.T) {
+	stores(t, func(t *testing.T, st store.Store) {
+		n := newNodes("echo", 1)
+		n.release = make(chan struct{})
+		p := newPump(t, st, n, nil)
+		if err := p.Submit(ctx(t), task("left", "acct", "l")); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, n.started, "left")
+		_ = p.Close()
+		got, err := st.AsyncTask(ctx(t), "left")
+		if err != nil || got.Status != store.AsyncRunning {
+			t.Errorf("after Close the task is %+v, %v; want still running", got, err)
+		}
+	})
+}
+
+func waitUntil(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s", d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func waitFor(t *testing.T, ch <-chan string, want string) {
+	t.Helper()
+	select {
+	case got := <-ch:
+		if got != want {
+			t.Fatalf("got %q first, want %q", got, want)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%q never reached a node", want)
+	}
+}
+
+// countingQueue counts the claim queries a pump makes of the real store.
+type countingQueue struct {
+	store.AsyncQueue
+	claims atomic.Int64
+}
+
+func (q *countingQueue) ClaimAsync(ctx context.Context, owner string, types []string, official bool, lease time.Duration) (store.AsyncTask, error) {
+	q.claims.Add(1)
+	return q.AsyncQueue.ClaimAsync(ctx, owner, types, official, lease)
+}
+
+// Idle cost is flat: with a free node and an empty queue, freed slots
+// (Nudge) cost no query once the queue was seen empty; only the poll
+// (once a second) and a release's wake (every 5 s) claim. A submit heard
+// from another instance claims at once, not at the poll.
+func TestPumpIdleCost(t *testing.T) {
+	stores(t, func(t *testing.T, st store.Store) {
+		q := &countingQueue{AsyncQueue: st}
+		n := newNodes("echo", 1)
+		p := newPump(t, st, n, func(d *async.Deps) { d.Queue = q })
+		start := time.Now()
+		waitUntil(t, 5*time.Second, func() bool { return q.claims.Load() >= 1 })
+		for range 1000 {
+			p.Nudge()
+			time.Sleep(time.Millisecond)
+		}
+		elapsed := time.Since(start)
+		if got, most := q.claims.Load(), int64(elapsed/async.Poll)+int64(elapsed/async.ReleaseEvery)+2; got > most {
+			t.Errorf("%d claim queries in %s of idle with 1000 nudges; want at most %d", got, elapsed.Round(time.Millisecond), most)
+		}
+
+		// Another instance's submit: the store has it, the event wakes us.
+		if err := st.SubmitAsync(ctx(t), task("heard", "acct", "h")); err != nil {
+			t.Fatal(err)
+		}
+		heard := time.Now()
+		p.Heard(async.Event{Kind: async.EventSubmitted, TaskID: "heard", TaskType: "echo"})
+		got, err := p.Wait(ctx(t), "heard", time.Now().Add(10*time.Second))
+		if err != nil || got.Status != store.AsyncCompleted {
+			t.Fatalf("the heard task ended %+v, %v", got, err)
+		}
+		if took := time.Since(heard); took > async.Poll/2 {
+			t.Errorf("the heard submit ran after %s: the event did not wake the pump", took)
+		}
+	})
+}

@@ -1,0 +1,288 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+	"github.com/redis/go-redis/v9"
+
+	asyncq "switchyard/async"
+	"switchyard/nodes"
+	"switchyard/store"
+)
+
+// Async tasks (POST /api/v1/tasks, issue 11): the pump (package async)
+// runs them; this file is their HTTP side and the pump's view of this
+// instance (its nodes, the cluster's events, the lost instances).
+
+// Limits of POST /api/v1/tasks beyond those of /api/v1/request.
+const (
+	asyncDefaultTTL = 24 * time.Hour
+	asyncMaxTTL     = 7 * 24 * time.Hour
+	asyncMaxWait    = 60 * time.Second
+)
+
+// AsyncEventsChannel is the pub/sub channel of the pumps' events in a
+// namespace (asyncq.Event, JSON): a submit wakes every pump, an end every
+// waiter.
+func AsyncEventsChannel(namespace string) string { return namespace + ":async:events" }
+
+const ctxAsyncBody = "switchyard.async_body"
+
+// asyncExtras are the fields of POST /api/v1/tasks that /api/v1/request has not.
+type asyncExtras struct {
+	WebhookURL string
+	TTL        time.Duration
+}
+
+// readAsyncBody reads a POST /api/v1/tasks body: the body of
+// /api/v1/request (the same validation) plus webhook_url and ttl.
+func (a *App) readAsyncBody(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		b, err := readBody(c)
+		if err != nil {
+			return err
+		}
+		body, err := parseTaskBody(b)
+		if err != nil {
+			return newError(http.StatusUnprocessableEntity, "invalid_request", trimKind(err))
+		}
+		extras, err := parseAsyncExtras(b)
+		if err != nil {
+			return newError(http.StatusUnprocessableEntity, "invalid_request", trimKind(err))
+		}
+		c.Set(ctxTaskBody, &body)
+		c.Set(ctxAsyncBody, &extras)
+		return next(c)
+	}
+}
+
+// parseAsyncExtras decodes webhook_url and ttl (a Go duration string such
+// as "90m" or "48h"; default 24h, at most 168h).
+func parseAsyncExtras(b []byte) (asyncExtras, error) {
+	var raw struct {
+		WebhookURL *string `json:"webhook_url"`
+		TTL        *string `json:"ttl"`
+	}
+	x := asyncExtras{TTL: asyncDefaultTTL}
+	if err := decodeObject(b, &raw); err != nil {
+		return x, err
+	}
+	if raw.WebhookURL != nil {
+		x.WebhookURL = *raw.WebhookURL
+	}
+	if raw.TTL != nil {
+		d, err := time.ParseDuration(*raw.TTL)
+		if err != nil || d < time.Second || d > asyncMaxTTL {
+			return x, invalid(`ttl must be a duration from "1s" to "168h" (such as "90m"; default "24h")`)
+		}
+		x.TTL = d
+	}
+	return x, nil
+}
+
+// submitTask is POST /api/v1/tasks.
+func (a *App) submitTask(c echo.Context) error {
+	if a.draining.Load() {
+		return &apiError{Status: http.StatusServiceUnavailable, Code: "not_ready", Message: "this instance is draining; retry on another", RetryAfter: "1"}
+	}
+	body := c.Get(ctxTaskBody).(*taskBody)
+	x := c.Get(ctxAsyncBody).(*asyncExtras)
+	ctx := c.Request().Context()
+	if x.WebhookURL != "" {
+		if err := a.webhooks.CheckURL(ctx, x.WebhookURL); err != nil {
+			return newError(http.StatusUnprocessableEntity, "invalid_webhook_url", err.Error())
+		}
+	}
+	trust := body.Trust
+	if strings.EqualFold(c.Request().Header.Get("X-GemmaNet-Trust"), "official") {
+		trust = "official"
+	}
+	t := store.AsyncTask{
+		ID: uuid.Must(uuid.NewV7()).String(), AccountID: accountOf(c).ID, TaskType: body.TaskType,
+		Content: body.Content, Params: body.Params, Stream: body.Stream, Trust: trust, Priority: body.Priority,
+		WebhookURL: x.WebhookURL, TTL: x.TTL,
+	}
+	if err := a.pump.Submit(ctx, t); err != nil {
+		return a.storeErr("cannot queue an async task", err)
+	}
+	c.Response().Header().Set(echo.HeaderLocation, "/api/v1/tasks/"+t.ID)
+	return c.JSON(http.StatusAccepted, map[string]string{"task_id": t.ID, "status": store.AsyncQueued})
+}
+
+// asyncTask answers GET /api/v1/tasks/{id} for an async task of the
+// caller's account; ok false if the id is none (the history answers then).
+// ?wait=30s long-polls until the status is final or the wait ends.
+func (a *App) asyncTask(c echo.Context, id string) (ok bool, _ error) {
+	ctx := c.Request().Context()
+	t, err := a.store.AsyncTask(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	case t.AccountID != accountOf(c).ID:
+		return false, nil // as unknown: the history's 404 (or another task)
+	}
+	if w := c.QueryParam("wait"); w != "" && !asyncq.Final(t.Status) {
+		d, err := time.ParseDuration(w)
+		if err != nil || d < 0 {
+			return true, newError(http.StatusUnprocessableEntity, "invalid_request", `wait must be a duration such as "30s" (at most 60s)`)
+		}
+		t, err = a.pump.Wait(ctx, id, time.Now().Add(min(d, asyncMaxWait)))
+		if err != nil {
+			if ctx.Err() != nil {
+				return true, nil // the client went away
+			}
+			return true, a.storeErr("cannot read an async task", err)
+		}
+	}
+	return true, c.JSON(http.StatusOK, asyncq.ViewOf(t))
+}
+
+// cancelTask is DELETE /api/v1/tasks/{id}.
+func (a *App) cancelTask(c echo.Context) error {
+	t, err := a.pump.Cancel(c.Request().Context(), c.Param("id"), accountOf(c).ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return newError(http.StatusNotFound, "task_not_found", "no task with this id for this account")
+	}
+	if err != nil {
+		return a.storeErr("cannot cancel an async task", err)
+	}
+	return c.JSON(http.StatusOK, asyncq.ViewOf(t))
+}
+
+// localNodes is the pump's view of this instance's nodes.
+type localNodes struct{ a *App }
+
+// Free implements asyncq.Local.
+func (l localNodes) Free() []asyncq.Free {
+	sessions := l.a.hub.Sessions()
+	if len(sessions) == 0 {
+		return nil
+	}
+	waiting := l.a.hub.Waiting()
+	byType := map[string]*asyncq.Free{}
+	var out []asyncq.Free
+	for _, s := range sessions {
+		free := s.FreeSlots()
+		if free <= 0 {
+			continue
+		}
+		for _, tt := range s.Info.Capabilities {
+			if waiting[tt].N > 0 {
+				continue // a synchronous request waits for it here: it comes first
+			}
+			f := byType[tt]
+			if f == nil {
+				f = &asyncq.Free{TaskType: tt}
+				byType[tt] = f
+			}
+			f.Slots += free
+			if s.Info.Trust == nodes.TrustOfficial {
+				f.Official += free
+			}
+		}
+	}
+	for _, f := range byType {
+		out = append(out, *f)
+	}
+	return out
+}
+
+// redisBroadcast carries the pumps' events on AsyncEventsChannel.
+type redisBroadcast struct {
+	rdb redis.UniversalClient
+	ch  string
+}
+
+func (b redisBroadcast) Publish(ctx context.Context, e asyncq.Event) error {
+	return b.rdb.Publish(ctx, b.ch, e.Encode()).Err()
+}
+
+// watchAsyncEvents hands the pumps' events to this instance's pump until
+// ctx ends. What is missed while Redis is away, the pump's backstops cover.
+func (c *cluster) watchAsyncEvents(ctx context.Context) {
+	a := c.app
+	ps := c.rdb.Subscribe(ctx, AsyncEventsChannel(a.cfg.Namespace))
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	defer func() {
+		if stop() {
+			_ = ps.Close()
+		}
+	}()
+	for ctx.Err() == nil {
+		msg, err := ps.ReceiveTimeout(ctx, 5*time.Second)
+		if err != nil {
+			var ne net.Error
+			if ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
+				return
+			}
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			select { // Redis is away; go-redis resubscribes on the next receive
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		m, ok := msg.(*redis.Message)
+		if !ok {
+			continue
+		}
+		e, err := asyncq.DecodeEvent([]byte(m.Payload))
+		if err != nil {
+			a.log.Warn("ignoring a bad async event", "err", err)
+			continue
+		}
+		a.pump.Heard(e)
+	}
+}
+
+// lostInstances remembers the instances the registry's sweep found dead,
+// for the pump's release of their leases (a lease also lapses on its own).
+type lostInstances struct {
+	mu   sync.Mutex
+	dead map[string]time.Time
+}
+
+// lostMemory is how long a dead instance is remembered: long past its
+// last lease.
+const lostMemory = 10 * time.Minute
+
+func (l *lostInstances) add(ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dead == nil {
+		l.dead = map[string]time.Time{}
+	}
+	for _, id := range ids {
+		l.dead[id] = time.Now()
+	}
+}
+
+func (l *lostInstances) list(context.Context) ([]string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for id, at := range l.dead {
+		if time.Since(at) > lostMemory {
+			delete(l.dead, id)
+			continue
+		}
+		out = append(out, id)
+	}
+	return out, nil
+}
