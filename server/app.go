@@ -22,6 +22,7 @@ import (
 	"switchyard/ratelimit"
 	"switchyard/store"
 	"switchyard/tasks"
+	"switchyard/webhooks"
 )
 
 // App is one switchyard instance: every component, wired, and the HTTP
@@ -50,6 +51,12 @@ type App struct {
 	auth            *authCache
 	metrics         *httpMetrics
 	dir             nodes.Directory
+	// webhooks delivers the outbox's webhooks (package webhooks): the async
+	// queue enqueues through it. Built with the store, closed after the
+	// HTTP server and before the store. hooks is its outbox and the
+	// accounts' secrets.
+	webhooks *webhooks.Dispatcher
+	hooks    store.WebhookStore
 
 	// Shared state, with a Redis URL (nil otherwise): see cluster.go.
 	cluster *cluster
@@ -145,7 +152,13 @@ func (a *App) openStore(ctx context.Context) error {
 	a.rep = store.NewReputation(st, a.writer, store.ReputationConfig{Logger: a.log})
 	a.rlm = ratelimit.NewMetrics(a.registry)
 	a.auth = newAuthCache(st)
-	return nil
+	if a.hooks, err = store.Webhooks(st); err != nil {
+		return err
+	}
+	a.webhooks, err = webhooks.New(webhooks.Config{
+		Instance: a.instanceID, AllowPrivate: a.cfg.WebhookAllowPrivate, Logger: a.log, Registerer: a.registry,
+	}, webhooks.Deps{Store: a.hooks})
+	return err
 }
 
 // connect sets up what the mode (DESIGN §3) decides: the bus, the
@@ -238,6 +251,10 @@ func (a *App) InstanceID() string { return a.instanceID }
 
 // Store is the instance's store (tests and the CLI use it).
 func (a *App) Store() store.Store { return a.store }
+
+// Webhooks returns the instance's webhook dispatcher (for the async queue,
+// and tests).
+func (a *App) Webhooks() *webhooks.Dispatcher { return a.webhooks }
 
 // Run serves until ctx ends, then drains (DESIGN §5, invariant 9): it stops
 // taking requests and nodes, reports not ready, lets tasks in flight
@@ -336,6 +353,9 @@ func (a *App) closeAll() {
 	}
 	if a.cluster != nil {
 		a.cluster.close()
+	}
+	if a.webhooks != nil {
+		_ = a.webhooks.Close() // its sends in flight are released for the next instance
 	}
 	if a.writer != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -110,6 +110,11 @@ type Config struct {
 	// routes, no dashboard.
 	AdminToken string
 
+	// WebhookAllowPrivate lets webhooks (package webhooks) call targets on
+	// loopback, private, link-local and CGNAT addresses, which are refused
+	// by default (a request forged from inside the network). Default off.
+	WebhookAllowPrivate bool
+
 	Logger *slog.Logger // nil: slog.Default()
 }
 
