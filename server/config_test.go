@@ -35,7 +35,7 @@ func TestDefaultConfigZeroFieldsAreDeliberate(t *testing.T) {
 		"DatabaseURL", "InstanceName", "RedisURL", "RedisCluster", "SingleInstance",
 		"UnsafeNoWatcher", "OpenRegistration", "TrustProxy", "NoNodeBenchmarks",
 		"PprofListen", "PprofAllowRemote", "AdminToken", "Logger",
-		"WebhookAllowPrivate", // off: webhooks to private networks are refused
+		"WebhookAllowPrivate",                // off: webhooks to private networks are refused
 		"MaxInflightPerKey",                  // 0: no cap on in-flight requests per key (off by default)
 		"RegisterTimeout", "BenchmarkMaxAge", // package nodes fills these
 	}
