@@ -225,6 +225,7 @@ func (d *Dispatcher) loop() {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	polls := 0
+	failing := false // the last claim failed
 	for {
 		select {
 		case <-d.ctx.Done():
@@ -240,8 +241,14 @@ func (d *Dispatcher) loop() {
 		if free := cap(d.slots) - len(d.slots); free > 0 {
 			ds, err := d.st.ClaimDeliveries(d.ctx, d.cfg.Instance, free, d.lease, d.cfg.Now())
 			d.m.polls.Inc()
-			if err != nil && d.ctx.Err() == nil {
-				d.log.Warn("cannot claim webhook deliveries", "err", err)
+			switch {
+			case err != nil && d.ctx.Err() == nil && !failing:
+				// Once, not every poll: the store's own breaker logs the outage.
+				failing = true
+				d.log.Warn("cannot claim webhook deliveries: retrying every poll", "err", err)
+			case err == nil && failing:
+				failing = false
+				d.log.Info("webhook deliveries claimed again")
 			}
 			for _, del := range ds {
 				d.slots <- struct{}{} // never blocks: at most free were claimed, and only this loop takes slots

@@ -465,3 +465,93 @@ func TestSignature(t *testing.T) {
 		t.Fatalf("Signature = %q, want %q", got, want)
 	}
 }
+
+// flakyClaims fails its first n claims, like a store that is down.
+type flakyClaims struct {
+	store.WebhookStore
+	fails atomic.Int32
+}
+
+func (f *flakyClaims) ClaimDeliveries(ctx context.Context, owner string, limit int, lease time.Duration, now time.Time) ([]store.Delivery, error) {
+	if f.fails.Add(-1) >= 0 {
+		return nil, fmt.Errorf("store: claim webhook deliveries: %w", store.ErrUnavailable)
+	}
+	return f.WebhookStore.ClaimDeliveries(ctx, owner, limit, lease, now)
+}
+
+// A store that cannot be reached for a while delays deliveries; it does
+// not stop the loop.
+func TestClaimsSurviveAStoreOutage(t *testing.T) {
+	ws := &flakyClaims{WebhookStore: outbox(t, openSQLite(t, t.TempDir()))}
+	ws.fails.Store(5)
+	rcv := newReceiver(t, func(int) int { return 200 })
+	d := start(t, fast("i1"), ws)
+	if err := d.Enqueue(testCtx(t), "acc", rcv.URL, "e", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "delivered after the outage", func() bool { return len(rcv.got()) == 1 })
+	if ws.fails.Load() >= 0 {
+		t.Errorf("delivered with %d failing claims left", ws.fails.Load()+1)
+	}
+}
+
+// No more than Concurrency sends are in flight at once, and no more
+// deliveries are claimed than there are free slots.
+func TestConcurrencyBounded(t *testing.T) {
+	ws := outbox(t, openSQLite(t, t.TempDir()))
+	var inFlight, peak, total atomic.Int32
+	release := make(chan struct{})
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		total.Add(1)
+		<-release
+	}))
+	defer rcv.Close()
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release) // a failed check must not leave handlers blocked
+		}
+	}()
+	cfg := fast("i1")
+	cfg.Concurrency = 2
+	d := start(t, cfg, ws)
+	const n = 6
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("e%d", i)
+		if err := d.Enqueue(testCtx(t), "acc", rcv.URL, ids[i], []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "two sends in flight", func() bool { return inFlight.Load() >= 2 })
+	claimed := 0
+	for _, id := range ids {
+		if status(t, ws, id).Attempts > 0 {
+			claimed++
+		}
+	}
+	if claimed != 2 {
+		t.Errorf("%d deliveries claimed with 2 slots full, want 2", claimed)
+	}
+	close(release)
+	eventually(t, "all delivered", func() bool {
+		p, err := ws.PendingDeliveries(testCtx(t))
+		return err == nil && p == 0
+	})
+	if p := peak.Load(); p > 2 {
+		t.Errorf("%d sends in flight at once, want at most 2", p)
+	}
+	if got := total.Load(); got != n {
+		t.Errorf("%d requests, want %d", got, n)
+	}
+}
