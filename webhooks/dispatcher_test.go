@@ -555,3 +555,17 @@ func TestConcurrencyBounded(t *testing.T) {
 		t.Errorf("%d requests, want %d", got, n)
 	}
 }
+
+// Idle, the loop asks the outbox once per PollInterval, no more: five polls
+// take at least four intervals (a loop that spun would take microseconds).
+func TestIdlePollsOncePerInterval(t *testing.T) {
+	ws := outbox(t, openSQLite(t, t.TempDir()))
+	cfg := fast("idle")
+	cfg.PollInterval = 50 * time.Millisecond
+	begin := time.Now()
+	d := start(t, cfg, ws)
+	eventually(t, "five polls", func() bool { return testutil.ToFloat64(d.m.polls) >= 5 })
+	if took := time.Since(begin); took < 4*cfg.PollInterval {
+		t.Fatalf("five idle polls in %s, want at least %s", took, 4*cfg.PollInterval)
+	}
+}
