@@ -10,6 +10,8 @@
 //   - the HTTP API client (Client): plain and streaming (SSE) requests,
 //     ratings, status, nodes and task lookups, with the server's error body
 //     decoded into an error that carries its code (apierror.go);
+//   - VerifyWebhook (webhook.go), which checks a webhook delivery's
+//     Switchyard-Signature for a receiver;
 //   - its own copy of the wire shapes (wire.go): GemmaNet's wire protocol plus
 //     switchyard's extensions (max_concurrency in node_register, and
 //     features: ["task_cancel"] there, which asks for task_cancel; status

@@ -23,6 +23,7 @@ import (
 	"switchyard/ratelimit"
 	"switchyard/store"
 	"switchyard/tasks"
+	"switchyard/webhooks"
 )
 
 // App is one switchyard instance: every component, wired, and the HTTP
@@ -46,13 +47,18 @@ type App struct {
 	sub             bus.Subscription
 	hub             *nodes.Hub
 	engine          *tasks.Engine
-	pump            *asyncq.Pump // async tasks (asyncq.go)
-	webhooks        asyncq.Webhooks
+	pump            *asyncq.Pump   // async tasks (asyncq.go)
 	tracker         *tasks.Tracker // the engine's requester side, for status and task lookup
 	replaced        prometheus.Counter
 	auth            *authCache
 	metrics         *httpMetrics
 	dir             nodes.Directory
+	// webhooks delivers the outbox's webhooks (package webhooks): the async
+	// queue enqueues through it. Built with the store, closed after the
+	// HTTP server and before the store. hooks is its outbox and the
+	// accounts' secrets.
+	webhooks *webhooks.Dispatcher
+	hooks    store.WebhookStore
 
 	// Shared state, with a Redis URL (nil otherwise): see cluster.go.
 	cluster *cluster
@@ -149,7 +155,13 @@ func (a *App) openStore(ctx context.Context) error {
 	a.rep = store.NewReputation(st, a.writer, store.ReputationConfig{Logger: a.log})
 	a.rlm = ratelimit.NewMetrics(a.registry)
 	a.auth = newAuthCache(st)
-	return nil
+	if a.hooks, err = store.Webhooks(st); err != nil {
+		return err
+	}
+	a.webhooks, err = webhooks.New(webhooks.Config{
+		Instance: a.instanceID, AllowPrivate: a.cfg.WebhookAllowPrivate, Logger: a.log, Registerer: a.registry,
+	}, webhooks.Deps{Store: a.hooks})
+	return err
 }
 
 // connect sets up what the mode (DESIGN §3) decides: the bus, the
@@ -220,10 +232,6 @@ func (a *App) buildEngine(claims nodes.Claims) {
 // buildPump builds the async side over the engine: local nodes only, the
 // cluster's events and lost instances with Redis, in-process alone.
 func (a *App) buildPump() {
-	a.webhooks = a.cfg.Webhooks
-	if a.webhooks == nil {
-		a.webhooks = asyncq.NoWebhooks{}
-	}
 	deps := asyncq.Deps{Queue: a.store, Runner: a.engine, Local: localNodes{a}, Webhooks: a.webhooks}
 	if a.cfg.Multi() {
 		deps.Broadcast = redisBroadcast{rdb: a.cluster.rdb, ch: AsyncEventsChannel(a.cfg.Namespace)}
@@ -260,6 +268,10 @@ func (a *App) InstanceID() string { return a.instanceID }
 
 // Store is the instance's store (tests and the CLI use it).
 func (a *App) Store() store.Store { return a.store }
+
+// Webhooks returns the instance's webhook dispatcher (for the async queue,
+// and tests).
+func (a *App) Webhooks() *webhooks.Dispatcher { return a.webhooks }
 
 // Run serves until ctx ends, then drains (DESIGN §5, invariant 9): it stops
 // taking requests and nodes, reports not ready, lets tasks in flight
@@ -366,6 +378,9 @@ func (a *App) closeAll() {
 	}
 	if a.cluster != nil {
 		a.cluster.close()
+	}
+	if a.webhooks != nil {
+		_ = a.webhooks.Close() // its sends in flight are released for the next instance
 	}
 	if a.writer != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

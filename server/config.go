@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	asyncq "switchyard/async"
 	"switchyard/bus"
 	"switchyard/nodes"
 	"switchyard/tasks"
@@ -111,12 +110,12 @@ type Config struct {
 	// routes, no dashboard.
 	AdminToken string
 
+	// WebhookAllowPrivate lets webhooks (package webhooks) call targets on
+	// loopback, private, link-local and CGNAT addresses, which are refused
+	// by default (a request forged from inside the network). Default off.
+	WebhookAllowPrivate bool
+
 	Logger *slog.Logger // nil: slog.Default()
-	// Webhooks checks the webhook_url of async tasks and queues their
-	// deliveries (the webhooks package's dispatcher); nil:
-	// asyncq.NoWebhooks, which accepts absolute http(s) URLs and delivers
-	// nothing.
-	Webhooks asyncq.Webhooks
 }
 
 // DefaultConfig is the one place every default of an instance is written.

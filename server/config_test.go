@@ -35,7 +35,7 @@ func TestDefaultConfigZeroFieldsAreDeliberate(t *testing.T) {
 		"DatabaseURL", "InstanceName", "RedisURL", "RedisCluster", "SingleInstance",
 		"UnsafeNoWatcher", "OpenRegistration", "TrustProxy", "NoNodeBenchmarks",
 		"PprofListen", "PprofAllowRemote", "AdminToken", "Logger",
-		"Webhooks",                           // nil: async.NoWebhooks until a dispatcher is plugged in
+		"WebhookAllowPrivate",                // off: webhooks to private networks are refused
 		"MaxInflightPerKey",                  // 0: no cap on in-flight requests per key (off by default)
 		"RegisterTimeout", "BenchmarkMaxAge", // package nodes fills these
 	}

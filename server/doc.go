@@ -6,8 +6,8 @@
 //     flags are bound to it) and Validate, which refuses an unusable
 //     configuration at boot with one sentence per problem (config.go);
 //   - the App (app.go): New builds the store, the task-record writer and
-//     reputation, the limiter, the bus, the node hub and the task components
-//     from the mode (DESIGN §3) and binds the listeners; Run serves until its
+//     reputation, the webhook dispatcher, the limiter, the bus, the node hub
+//     and the task components from the mode (DESIGN §3) and binds the listeners; Run serves until its
 //     context ends, then drains (invariant 9) and closes everything;
 //   - the cluster wiring (cluster.go): the Redis client, the registry
 //     heartbeat, the single-instance lock, and the Redis watch behind
@@ -17,6 +17,8 @@
 //     streams, the OpenAI-compatible endpoints, the node WebSocket accept,
 //     API-key authentication with a short cache, rate-limit middleware,
 //     /api/health, /livez and /metrics;
+//   - POST /api/v1/webhook-secret (webhooks.go), which rotates an account's
+//     webhook signing secret; the deliveries are package webhooks';
 //   - the operator-only view behind the admin token (admin.go), its
 //     overview and the embedded dashboard page (overview.go, dashboard.go);
 //   - the operator-only profiling endpoint on its own listener (pprof.go).

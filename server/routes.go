@@ -50,6 +50,7 @@ func (a *App) routes() *echo.Echo {
 	v1.DELETE("/tasks/:id", a.cancelTask, a.requireAccount, request)
 	get(v1, "/account", a.account, a.requireAccount, public)
 	v1.DELETE("/account", a.deleteAccount, a.requireAccount, public)
+	v1.POST("/webhook-secret", a.rotateWebhookSecret, a.requireAccount, public)
 	get(v1, "/status", a.status, public)
 	get(v1, "/nodes", a.nodes, public)
 	get(v1, "/capabilities", a.capabilitiesRoute, public)

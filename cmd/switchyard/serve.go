@@ -122,6 +122,7 @@ ws://HOST:PORT/ws/node; clients call http://HOST:PORT/api/v1/…`, cfg.Listen, c
 	fs.StringVar(&cfg.AdminToken, "admin-token", cfg.AdminToken, "open the operator-only routes (/admin/api/...) and the dashboard (/dashboard) to this bearer token (16 characters or more); empty: neither. Prefer SWITCHYARD_ADMIN_TOKEN: a flag shows in ps")
 	fs.StringVar(&cfg.PprofListen, "pprof-listen", cfg.PprofListen, "serve net/http/pprof (/debug/pprof/) on this address, apart from the API; empty: off. Loopback only (127.0.0.1:6060) unless --pprof-allow-remote")
 	fs.BoolVar(&cfg.PprofAllowRemote, "pprof-allow-remote", cfg.PprofAllowRemote, "let --pprof-listen bind a non-loopback address (the endpoint has no authentication: only on a network you trust)")
+	fs.BoolVar(&cfg.WebhookAllowPrivate, "webhook-allow-private", cfg.WebhookAllowPrivate, "let webhooks call loopback, private (RFC 1918, fc00::/7), link-local and CGNAT addresses, refused by default (only where every such address is yours to call)")
 	if err := fs.parse(args); err != nil {
 		return server.Config{}, err
 	}

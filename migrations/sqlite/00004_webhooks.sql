@@ -1,0 +1,37 @@
+-- Webhooks (issue 11): durable deliveries and per-account signing secrets,
+-- SQLite dialect (times INTEGER unix microseconds UTC).
+--
+-- A delivery is pending until an attempt gets a 2xx (delivered) or its
+-- retries run past 24 h after the first attempt (given_up). A due pending
+-- delivery (next_at passed, no live lease) is claimed by one dispatcher at
+-- a time: owner, gen (grows with every claim, fences the holder's writes),
+-- lease_until.
+
+-- +goose Up
+CREATE TABLE webhook_deliveries (
+    event_id         TEXT PRIMARY KEY,
+    account_id       TEXT NOT NULL,
+    url              TEXT NOT NULL,
+    body             BLOB NOT NULL,
+    status           TEXT NOT NULL CHECK (status IN ('pending', 'delivered', 'given_up')),
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    next_at          INTEGER NOT NULL,
+    first_attempt_at INTEGER,
+    owner            TEXT NOT NULL DEFAULT '',
+    gen              INTEGER NOT NULL DEFAULT 0,
+    lease_until      INTEGER,
+    last_error       TEXT NOT NULL DEFAULT '',
+    created_at       INTEGER NOT NULL,
+    finished_at      INTEGER
+);
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_at) WHERE status = 'pending';
+
+CREATE TABLE webhook_secrets (
+    account_id TEXT PRIMARY KEY,
+    secret     TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+);
+
+-- +goose Down
+DROP TABLE webhook_secrets;
+DROP TABLE webhook_deliveries;
