@@ -21,6 +21,7 @@ import (
 	"switchyard/nodes"
 	"switchyard/ratelimit"
 	"switchyard/store"
+	"switchyard/streamlog"
 	"switchyard/tasks"
 )
 
@@ -53,6 +54,14 @@ type App struct {
 
 	// Shared state, with a Redis URL (nil otherwise): see cluster.go.
 	cluster *cluster
+
+	// Resumable streams (taskstream.go): with both set before the routes
+	// are built, GET /api/v1/tasks/{id}/stream is served; nil, it is not.
+	streams       streamlog.Log
+	authorizeTask TaskAuthorizer
+	keepAlive     time.Duration   // between comments on an idle task stream
+	streamsStop   context.Context // done once the HTTP server begins to shut down
+	stopStreams   context.CancelFunc
 
 	echo     *echo.Echo
 	http     *http.Server
@@ -88,6 +97,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.log = cfg.Logger.With("instance", cfg.InstanceName)
 	a.root, a.stopRoot = context.WithCancel(context.WithoutCancel(ctx))
+	a.streamsStop, a.stopStreams = context.WithCancel(a.root)
+	a.keepAlive = defaultKeepAlive
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	ok := false
@@ -120,6 +131,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if a.http, a.listener, err = a.listen(httpLimitsFor(cfg)); err != nil {
 		return nil, err
 	}
+	// Task streams follow for as long as their task runs: Shutdown would
+	// wait for them, so they end when it begins (clients resume elsewhere).
+	a.http.RegisterOnShutdown(a.stopStreams)
 	if _, err := startPprof(a.root, &a.bg, cfg.PprofListen, a.log); err != nil {
 		return nil, err
 	}
@@ -327,6 +341,9 @@ func (a *App) closeAll() {
 	}
 	if a.engine != nil {
 		_ = a.engine.Close() // after the subscription: nothing reaches it any more
+	}
+	if a.streams != nil {
+		_ = a.streams.Close() // before the cluster's client closes
 	}
 	if a.bus != nil {
 		_ = a.bus.Close()

@@ -46,6 +46,7 @@ func (a *App) routes() *echo.Echo {
 	v1.POST("/request", a.request, a.readTaskBody, a.requireAccount, request, a.capInflight)
 	v1.POST("/rate", a.rate, a.requireAccount, request)
 	get(v1, "/tasks/:id", a.task, a.requireAccount, public)
+	a.routeTaskStream(v1, a.requireAccount, public) // only with a log and an authoriser (taskstream.go)
 	get(v1, "/account", a.account, a.requireAccount, public)
 	v1.DELETE("/account", a.deleteAccount, a.requireAccount, public)
 	get(v1, "/status", a.status, public)
