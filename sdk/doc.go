@@ -9,7 +9,9 @@
 //     replaces it — GemmaNet's Python SDK's rules;
 //   - the HTTP API client (Client): plain and streaming (SSE) requests,
 //     ratings, status, nodes and task lookups, with the server's error body
-//     decoded into an error that carries its code (apierror.go);
+//     decoded into an error that carries its code (apierror.go), and
+//     StreamTask, which follows an async task's resumable stream and
+//     reconnects with Last-Event-ID and backoff across cuts (stream_task.go);
 //   - its own copy of the wire shapes (wire.go): GemmaNet's wire protocol plus
 //     switchyard's extensions (max_concurrency in node_register, and
 //     features: ["task_cancel"] there, which asks for task_cancel; status
