@@ -62,6 +62,7 @@ type App struct {
 	keepAlive     time.Duration   // between comments on an idle task stream
 	streamsStop   context.Context // done once the HTTP server begins to shut down
 	stopStreams   context.CancelFunc
+	streamsOpen   atomic.Int64 // task streams being served
 
 	echo     *echo.Echo
 	http     *http.Server
@@ -240,6 +241,8 @@ func (a *App) registerMetrics() {
 			Help: "Cancelled tasks still running on nodes of this instance that do not take task_cancel: their slots stay taken until they answer."},
 			func() float64 { return float64(a.engine.Holding()) }),
 		newDemandGauges(a),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "switchyard", Subsystem: "tasks", Name: "streams_open",
+			Help: "Clients following a task's resumable stream (GET /api/v1/tasks/{id}/stream) on this instance."}, func() float64 { return float64(a.streamsOpen.Load()) }),
 	)
 	a.metrics = newHTTPMetrics(a.registry)
 }

@@ -93,12 +93,28 @@ func (a *App) taskStream(c echo.Context) error {
 		a.log.Warn("cannot authorise a task stream", "task_id", id, "err", err)
 		return &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "the task cannot be looked up; retry", RetryAfter: "1"}
 	}
+	if after > 0 {
+		end, err := a.streams.Ended(r.Context(), id)
+		if err != nil {
+			a.log.Warn("cannot read a task stream", "task_id", id, "err", err)
+			return &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "the stream cannot be read; retry", RetryAfter: "1"}
+		}
+		if end > 0 && after >= end {
+			// Nothing was missed. 204 tells an EventSource to stop
+			// reconnecting.
+			return c.NoContent(http.StatusNoContent)
+		}
+	}
+	// The headers go at once: a client must not wait for the first chunk
+	// (which may be long in coming) to know that its stream is open.
 	sse := newSSE(c.Response())
+	sse.start()
 	if r.Method == http.MethodHead {
-		sse.start()
 		return nil
 	}
 
+	a.streamsOpen.Add(1)
+	defer a.streamsOpen.Add(-1)
 	// The stream ends with the request, or when the server begins to shut
 	// down (the client then reconnects elsewhere with Last-Event-ID).
 	ctx, cancel := context.WithCancel(r.Context())
@@ -139,18 +155,12 @@ func (a *App) taskStream(c echo.Context) error {
 			}
 		case err := <-done:
 			done <- err // for the deferred wait
-			switch {
-			case err == nil && !sse.started:
-				// It ended at or before Last-Event-ID: nothing was missed.
-				// 204 tells an EventSource to stop reconnecting.
-				return c.NoContent(http.StatusNoContent)
-			case err == nil, ctx.Err() != nil:
+			if err == nil || ctx.Err() != nil {
+				// nil: it ended at or before Last-Event-ID just now (the
+				// check above saw it open).
 				return nil
 			}
 			a.log.Warn("task stream broken", "task_id", id, "err", err)
-			if !sse.started {
-				return &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "the stream cannot be read; retry", RetryAfter: "1"}
-			}
 			// Retryable: the client reconnects with the last id it saw.
 			_ = sse.send(errorEvent{Error: errorDetail{Code: codeStreamUnavailable, Message: "the stream cannot be read now; reconnect with Last-Event-ID"}, TaskID: id})
 			return nil

@@ -334,3 +334,38 @@ func TestTaskStreamEndsOnShutdown(t *testing.T) {
 		t.Fatal("the stream went on after the instance stopped")
 	}
 }
+
+// The open-streams gauge counts a follower while it follows, and not after.
+func TestTaskStreamGauge(t *testing.T) {
+	o := &owners{}
+	ta := startAppWith(t, nil, withTaskStreams(o, 0))
+	acct, key := ta.accountKey(t, "gauge")
+	o.set("t1", acct)
+	s := ta.openStream(t, key, "t1", "")
+	feed(t, ta.streams, "t1", 1, 1)
+	s.chunk(t, 1) // the handler is running
+	if n := ta.streamsOpen.Load(); n != 1 {
+		t.Fatalf("streams_open = %d while one follows, want 1", n)
+	}
+	s.cut()
+	deadline := time.Now().Add(5 * time.Second)
+	for ta.streamsOpen.Load() != 0 { // the handler notices the cut on its own time
+		if time.Now().After(deadline) {
+			t.Fatal("streams_open stayed up after the client went away")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// The stream's headers go at once, before any chunk exists: a client is
+// not left waiting for a task that has not started.
+func TestTaskStreamHeadersAtOnce(t *testing.T) {
+	o := &owners{}
+	ta := startAppWith(t, nil, withTaskStreams(o, time.Hour)) // no keep-alive to flush them either
+	acct, key := ta.accountKey(t, "early")
+	o.set("t1", acct)
+	opened := async(func() int { return ta.openStream(t, key, "t1", "").resp.StatusCode })
+	if code := waitFor(t, opened, 2*time.Second); code != http.StatusOK {
+		t.Fatalf("HTTP %d, want 200", code)
+	}
+}

@@ -34,6 +34,9 @@ type Log interface {
 	// or expired) reads as empty: Read waits for its first entry, so the
 	// caller bounds the wait with ctx.
 	Read(ctx context.Context, taskID string, after int64, fn func(Entry) error) error
+	// Ended returns the seq of taskID's end entry, or 0 while it has none
+	// (or no log at all).
+	Ended(ctx context.Context, taskID string) (int64, error)
 	// Close releases what the log holds; it is idempotent. Reads in
 	// progress end with ErrClosed.
 	Close() error

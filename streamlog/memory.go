@@ -9,8 +9,8 @@ import (
 )
 
 // Memory is the Log of one instance alone. Expired logs are dropped when
-// they are next touched and in a sweep at most once a minute on Append, so
-// it needs no goroutine of its own.
+// they are next touched, and by a sweep of all at most once a minute (on
+// any call), so it needs no goroutine of its own.
 type Memory struct {
 	cfg Config
 	now func() time.Time
@@ -37,9 +37,9 @@ func NewMemory(cfg Config) *Memory {
 	return &Memory{cfg: cfg.withDefaults(), now: time.Now, logs: map[string]*memLog{}, done: make(chan struct{})}
 }
 
-// logLocked returns taskID's live log, dropping it if it has expired;
-// create makes one if there is none (and sweeps, at most once a minute).
-func (m *Memory) logLocked(taskID string, create bool) *memLog {
+// logLocked returns taskID's live log, made empty if there is none or it
+// has expired, and sweeps every expired log at most once a minute.
+func (m *Memory) logLocked(taskID string) *memLog {
 	now := m.now()
 	l := m.logs[taskID]
 	if l != nil && !now.Before(l.expires) {
@@ -47,11 +47,11 @@ func (m *Memory) logLocked(taskID string, create bool) *memLog {
 		close(l.wake) // its readers start over on the empty log
 		l = nil
 	}
-	if l == nil && create {
+	if l == nil {
 		l = &memLog{wake: make(chan struct{}), expires: now.Add(m.cfg.TTL)}
 		m.logs[taskID] = l
 	}
-	if create && !now.Before(m.nextSweep) {
+	if !now.Before(m.nextSweep) {
 		m.nextSweep = now.Add(time.Minute)
 		for id, o := range m.logs {
 			if !now.Before(o.expires) {
@@ -77,7 +77,7 @@ func (m *Memory) Append(ctx context.Context, taskID, data string) (int64, error)
 	if m.closed {
 		return 0, ErrClosed
 	}
-	l := m.logLocked(taskID, true)
+	l := m.logLocked(taskID)
 	if l.ended {
 		return 0, ErrEnded
 	}
@@ -122,7 +122,7 @@ func (m *Memory) End(ctx context.Context, taskID string, final []byte) error {
 	if m.closed {
 		return ErrClosed
 	}
-	l := m.logLocked(taskID, true)
+	l := m.logLocked(taskID)
 	if l.ended {
 		return ErrEnded
 	}
@@ -141,7 +141,7 @@ func (m *Memory) Read(ctx context.Context, taskID string, after int64, fn func(E
 		}
 		// A reader of a log not written yet makes it (empty), so that it
 		// has something to wake on; only authorised readers get here.
-		l := m.logLocked(taskID, true)
+		l := m.logLocked(taskID)
 		var batch []Entry
 		if after < int64(len(l.entries)) {
 			batch = l.entries[max(after, 0):] // entries never change once written: safe to read unlocked
@@ -175,6 +175,20 @@ func (m *Memory) wait(ctx context.Context, wake <-chan struct{}) error {
 	case <-wake:
 	}
 	return nil
+}
+
+// Ended implements Log.
+func (m *Memory) Ended(ctx context.Context, taskID string) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return 0, ErrClosed
+	}
+	l := m.logs[taskID]
+	if l == nil || !l.ended || !m.now().Before(l.expires) {
+		return 0, nil
+	}
+	return int64(len(l.entries)), nil
 }
 
 // Close implements Log.

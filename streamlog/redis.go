@@ -200,6 +200,21 @@ func (r *Redis) End(ctx context.Context, taskID string, final []byte) error {
 	return nil
 }
 
+// Ended implements Log.
+func (r *Redis) Ended(ctx context.Context, taskID string) (int64, error) {
+	if r.isClosed() {
+		return 0, ErrClosed
+	}
+	e, err := r.rdb.HGet(ctx, metaKey(r.ns, taskID), "e").Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("streamlog: ended: %w", err)
+	}
+	return e, nil
+}
+
 // readBatch is how many entries one XREAD returns at most.
 const readBatch = 512
 

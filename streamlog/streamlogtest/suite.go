@@ -252,11 +252,29 @@ func testEnd(t *testing.T, newLog NewLog) {
 	checkRun(t, readAll(t, l, "empty", 0), 1, 0, `null`)
 }
 
+func ended(t *testing.T, l streamlog.Log, task string) int64 {
+	t.Helper()
+	n, err := l.Ended(ctxT(t), task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func testReadPastEnd(t *testing.T, newLog NewLog) {
 	l := newLog(t, streamlog.Config{})
+	if n := ended(t, l, "t"); n != 0 {
+		t.Fatalf("Ended of a log never written = %d, want 0", n)
+	}
 	appendN(t, l, "t", 1, 3)
+	if n := ended(t, l, "t"); n != 0 {
+		t.Fatalf("Ended of an open log = %d, want 0", n)
+	}
 	if err := l.End(ctxT(t), "t", []byte(`{}`)); err != nil {
 		t.Fatal(err)
+	}
+	if n := ended(t, l, "t"); n != 4 {
+		t.Fatalf("Ended after 3 chunks and the end = %d, want 4", n)
 	}
 	for _, after := range []int64{4, 5, 1 << 40} {
 		if got := readAll(t, l, "t", after); len(got) != 0 {
@@ -345,6 +363,9 @@ func testExpiry(t *testing.T, newLog NewLog) {
 		t.Fatal(err)
 	}
 	gone(t, l, "ended")
+	if n := ended(t, l, "ended"); n != 0 {
+		t.Fatalf("Ended of an expired log = %d, want 0", n)
+	}
 	if d := time.Since(start); d < 200*time.Millisecond {
 		t.Fatalf("the ended log went after %s, before its grace of 200ms", d)
 	}
