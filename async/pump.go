@@ -3,6 +3,7 @@ package async
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"switchyard/store"
+	"switchyard/streamlog"
 	"switchyard/tasks"
 )
 
@@ -90,6 +92,15 @@ type Deps struct {
 	// nil: none (alone, or only lapsed leases are released).
 	Lost     func(ctx context.Context) ([]string, error)
 	Webhooks Webhooks // nil: NoWebhooks
+	// Streams keeps the chunks of tasks submitted with stream: true for
+	// GET /api/v1/tasks/{id}/stream (streamlog.Log); nil: none are kept.
+	Streams Streams
+}
+
+// Streams is the chunk log of resumable streams (streamlog.Log).
+type Streams interface {
+	Append(ctx context.Context, taskID, data string) (int64, error)
+	End(ctx context.Context, taskID string, final []byte) error
 }
 
 var (
@@ -472,12 +483,20 @@ func (p *Pump) run(ctx context.Context, t store.AsyncTask) {
 		Params: t.Params, Stream: t.Stream, Trust: t.Trust, Priority: t.Priority, LocalOnly: true}
 	var joined strings.Builder
 	first := time.Now()
+	streamed := false
 	for {
 		assigned := false
 		joined.Reset()
 		out, err := p.deps.Runner.Run(ctx, req, tasks.Hooks{
 			Assigned: func() { assigned = true; onNode() },
-			Chunk:    func(d string) error { joined.WriteString(d); return nil },
+			Chunk: func(d string) error {
+				joined.WriteString(d)
+				if err := p.logChunk(ctx, t, d, !streamed); err != nil {
+					return err
+				}
+				streamed = true
+				return nil
+			},
 		})
 		end := store.AsyncEnd{Status: store.AsyncCompleted, NodeID: out.NodeID, Result: out.Result, ProcessingMs: out.ProcessingMs, Usage: out.Usage}
 		switch cause := context.Cause(ctx); {
@@ -509,6 +528,27 @@ func (p *Pump) run(ctx context.Context, t store.AsyncTask) {
 		p.end(t, end)
 		return
 	}
+}
+
+// logChunk keeps a chunk of a stream task for its readers. Before the
+// first, the task is marked streamed under its lease: from then on it is
+// never run again (a second run would append a second set of chunks), so
+// the mark comes first — a holder lost between the two fails the task
+// rather than doubling its stream. A refused mark (the lease moved on) or
+// chunk (a bound of the log) fails the task.
+func (p *Pump) logChunk(ctx context.Context, t store.AsyncTask, d string, first bool) error {
+	if !t.Stream || p.deps.Streams == nil {
+		return nil
+	}
+	if first {
+		if err := p.deps.Queue.MarkStreamed(ctx, t.ID, t.Gen); err != nil {
+			return fmt.Errorf("async: mark task %s streamed: %w", t.ID, err)
+		}
+	}
+	if _, err := p.deps.Streams.Append(ctx, t.ID, d); err != nil {
+		return fmt.Errorf("async: keep a chunk of task %s: %w", t.ID, err)
+	}
+	return nil
 }
 
 // retryLocally tells the errors of a task that never reached a node and
@@ -548,10 +588,30 @@ func (p *Pump) end(t store.AsyncTask, end store.AsyncEnd) {
 // and its webhook.
 func (p *Pump) ended(t store.AsyncTask) {
 	p.metrics.ended.WithLabelValues(t.Status).Inc()
+	if t.Stream && p.deps.Streams != nil {
+		p.endStream(t)
+	}
 	p.notify(t.ID)
 	p.publish(Event{Kind: EventEnded, TaskID: t.ID})
 	if t.WebhookURL != "" && t.WebhookPending {
 		p.webhook(t)
+	}
+}
+
+// endStream closes a stream task's chunk log with its final view, which
+// its readers get as the stream's last event. Whoever ends the task ends
+// its log (the releaser of a lost instance's task too); one already ended
+// is left as it is.
+func (p *Pump) endStream(t store.AsyncTask) {
+	body, err := WebhookBody(t)
+	if err != nil {
+		p.log.Error("cannot encode an async task's view", "task_id", t.ID, "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), storeWrites)
+	defer cancel()
+	if err := p.deps.Streams.End(ctx, t.ID, body); err != nil && !errors.Is(err, streamlog.ErrEnded) {
+		p.log.Warn("cannot end an async task's stream; its readers wait for the log to expire", "task_id", t.ID, "err", err)
 	}
 }
 

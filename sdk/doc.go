@@ -12,6 +12,8 @@
 //     decoded into an error that carries its code (apierror.go);
 //   - VerifyWebhook (webhook.go), which checks a webhook delivery's
 //     Switchyard-Signature for a receiver;
+//   - StreamTask, which follows an async task's resumable stream and
+//     reconnects with Last-Event-ID and backoff across cuts (stream_task.go);
 //   - its own copy of the wire shapes (wire.go): GemmaNet's wire protocol plus
 //     switchyard's extensions (max_concurrency in node_register, and
 //     features: ["task_cancel"] there, which asks for task_cancel; status

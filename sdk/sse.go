@@ -81,3 +81,66 @@ func (s *sseReader) line() ([]byte, error) {
 		return bytes.TrimSuffix(line, []byte("\r")), nil
 	}
 }
+
+// sseEvent is one whole event: its data and, if it had an id field, its id.
+type sseEvent struct {
+	id    string
+	hasID bool
+	data  []byte
+}
+
+// maxEventIDBytes bounds an id the reader keeps (and sends back as
+// Last-Event-ID); a longer one is ignored.
+const maxEventIDBytes = 256
+
+// event returns the next whole event (one that ended with its blank line)
+// that has data or an id; comments and other fields are skipped. An event
+// cut short by the end of the stream is not returned, so that a resuming
+// reader never takes a half-received event (or its id) for a received one:
+// then it returns io.ErrUnexpectedEOF. A stream that ends between events
+// returns io.EOF.
+func (s *sseReader) event() (sseEvent, error) {
+	var ev sseEvent
+	started := false // a data or id field has been read
+	for {
+		line, err := s.line()
+		if errors.Is(err, io.EOF) {
+			if started {
+				return sseEvent{}, io.ErrUnexpectedEOF
+			}
+			return sseEvent{}, io.EOF
+		}
+		if err != nil {
+			return sseEvent{}, err
+		}
+		// A last line without its newline is taken as read, but the read
+		// after it says EOF: its event is then dropped as cut.
+		if len(line) == 0 {
+			if started {
+				return ev, nil
+			}
+			continue
+		}
+		field, value, _ := bytes.Cut(line, []byte(":"))
+		value = bytes.TrimPrefix(value, []byte(" "))
+		switch string(field) {
+		case "data":
+			if ev.data == nil {
+				ev.data = []byte{} // data, even if empty
+			} else {
+				ev.data = append(ev.data, '\n')
+			}
+			if len(ev.data)+len(value) > maxEventBytes {
+				return sseEvent{}, errEventTooLarge
+			}
+			ev.data = append(ev.data, value...)
+			started = true
+		case "id":
+			// The SSE spec ignores an id with a NUL in it.
+			if len(value) <= maxEventIDBytes && !bytes.ContainsRune(value, 0) {
+				ev.id, ev.hasID = string(value), true
+			}
+			started = true
+		}
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"switchyard/nodes"
 	"switchyard/ratelimit"
 	"switchyard/store"
+	"switchyard/streamlog"
 	"switchyard/tasks"
 	"switchyard/webhooks"
 )
@@ -63,6 +64,15 @@ type App struct {
 	// Shared state, with a Redis URL (nil otherwise): see cluster.go.
 	cluster *cluster
 
+	// Resumable streams (taskstream.go): with both set before the routes
+	// are built, GET /api/v1/tasks/{id}/stream is served; nil, it is not.
+	streams       streamlog.Log
+	authorizeTask TaskAuthorizer
+	keepAlive     time.Duration   // between comments on an idle task stream
+	streamsStop   context.Context // done once the HTTP server begins to shut down
+	stopStreams   context.CancelFunc
+	streamsOpen   atomic.Int64 // task streams being served
+
 	echo     *echo.Echo
 	http     *http.Server
 	listener net.Listener
@@ -97,6 +107,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.log = cfg.Logger.With("instance", cfg.InstanceName)
 	a.root, a.stopRoot = context.WithCancel(context.WithoutCancel(ctx))
+	a.streamsStop, a.stopStreams = context.WithCancel(a.root)
+	a.keepAlive = defaultKeepAlive
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	ok := false
@@ -130,6 +142,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if a.http, a.listener, err = a.listen(httpLimitsFor(cfg)); err != nil {
 		return nil, err
 	}
+	// Task streams follow for as long as their task runs: Shutdown would
+	// wait for them, so they end when it begins (clients resume elsewhere).
+	a.http.RegisterOnShutdown(a.stopStreams)
 	if _, err := startPprof(a.root, &a.bg, cfg.PprofListen, a.log); err != nil {
 		return nil, err
 	}
@@ -232,7 +247,9 @@ func (a *App) buildEngine(claims nodes.Claims) {
 // buildPump builds the async side over the engine: local nodes only, the
 // cluster's events and lost instances with Redis, in-process alone.
 func (a *App) buildPump() {
-	deps := asyncq.Deps{Queue: a.store, Runner: a.engine, Local: localNodes{a}, Webhooks: a.webhooks}
+	a.streams = a.newStreamLog()
+	a.authorizeTask = a.authorizeAsyncStream
+	deps := asyncq.Deps{Queue: a.store, Runner: a.engine, Local: localNodes{a}, Webhooks: a.webhooks, Streams: a.streams}
 	if a.cfg.Multi() {
 		deps.Broadcast = redisBroadcast{rdb: a.cluster.rdb, ch: AsyncEventsChannel(a.cfg.Namespace)}
 		deps.Lost = a.cluster.lost.list
@@ -256,6 +273,8 @@ func (a *App) registerMetrics() {
 			Help: "Cancelled tasks still running on nodes of this instance that do not take task_cancel: their slots stay taken until they answer."},
 			func() float64 { return float64(a.engine.Holding()) }),
 		newDemandGauges(a),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "switchyard", Subsystem: "tasks", Name: "streams_open",
+			Help: "Clients following a task's resumable stream (GET /api/v1/tasks/{id}/stream) on this instance."}, func() float64 { return float64(a.streamsOpen.Load()) }),
 	)
 	a.metrics = newHTTPMetrics(a.registry)
 }
@@ -369,6 +388,9 @@ func (a *App) closeAll() {
 	}
 	if a.engine != nil {
 		_ = a.engine.Close() // after the subscription: nothing reaches it any more
+	}
+	if a.streams != nil {
+		_ = a.streams.Close() // before the cluster's client closes
 	}
 	if a.bus != nil {
 		_ = a.bus.Close()

@@ -48,6 +48,13 @@ func testLogger(t testing.TB) *slog.Logger {
 // them. It stops when the test ends.
 func startApp(t testing.TB, mutate func(*Config)) *testApp {
 	t.Helper()
+	return startAppWith(t, mutate, nil)
+}
+
+// startAppWith is startApp with before, if set, run on the built App before
+// it serves (to set what New would, e.g. the task streams' log).
+func startAppWith(t testing.TB, mutate func(*Config), before func(*App)) *testApp {
+	t.Helper()
 	cfg := Config{
 		Listen: "127.0.0.1:0", DataDir: t.TempDir(), Logger: testLogger(t),
 		RequestRate: -1, PublicRate: -1, HandshakeRate: -1, RegisterRate: -1,
@@ -62,6 +69,9 @@ func startApp(t testing.TB, mutate func(*Config)) *testApp {
 	app, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if before != nil {
+		before(app)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ta := &testApp{App: app, url: "http://" + app.Addr(), wsURL: "ws://" + app.Addr() + "/ws/node", cancel: cancel, done: make(chan error, 1)}
@@ -268,6 +278,12 @@ func waitFor[T any](t *testing.T, ch <-chan T, d time.Duration) T {
 // both. It skips the test when Redis is not there.
 func startPair(t *testing.T, schema string, mutate func(*Config)) (a, b *testApp) {
 	t.Helper()
+	return startPairWith(t, schema, mutate, nil)
+}
+
+// startPairWith is startPair with before run on each App before it serves.
+func startPairWith(t *testing.T, schema string, mutate func(*Config), before func(*App)) (a, b *testApp) {
+	t.Helper()
 	redistest.Client(t)
 	ns, db := redistest.Namespace(t), pgtest.SchemaURL(t, schema)
 	multi := func(c *Config) {
@@ -276,7 +292,7 @@ func startPair(t *testing.T, schema string, mutate func(*Config)) (a, b *testApp
 			mutate(c)
 		}
 	}
-	return startApp(t, multi), startApp(t, multi)
+	return startAppWith(t, multi, before), startAppWith(t, multi, before)
 }
 
 // answerOne sends one request for taskType with key to ta, has n answer it

@@ -48,6 +48,7 @@ func (a *App) routes() *echo.Echo {
 	v1.POST("/tasks", a.submitTask, a.readAsyncBody, a.requireAccount, request)
 	get(v1, "/tasks/:id", a.task, a.requireAccount, public)
 	v1.DELETE("/tasks/:id", a.cancelTask, a.requireAccount, request)
+	a.routeTaskStream(v1, a.requireAccount, public) // only with a log and an authoriser (taskstream.go)
 	get(v1, "/account", a.account, a.requireAccount, public)
 	v1.DELETE("/account", a.deleteAccount, a.requireAccount, public)
 	v1.POST("/webhook-secret", a.rotateWebhookSecret, a.requireAccount, public)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"strconv"
 
 	"github.com/labstack/echo/v4"
 
@@ -11,7 +12,8 @@ import (
 )
 
 // sseWriter writes GemmaNet's event stream: each event is one
-// "data: <json>" line and a blank line; no event: lines, no [DONE].
+// "data: <json>" line and a blank line; no event: lines, no [DONE]. A
+// resumable stream (taskstream.go) puts an "id: <seq>" line first.
 type sseWriter struct {
 	w       *echo.Response
 	started bool
@@ -35,9 +37,17 @@ func (s *sseWriter) start() {
 }
 
 // send writes one event and flushes it. An error means the client is gone.
-func (s *sseWriter) send(v any) error {
+func (s *sseWriter) send(v any) error { return s.sendID(0, v) }
+
+// sendID writes one event with its id (none when id is 0) and flushes it.
+func (s *sseWriter) sendID(id int64, v any) error {
 	s.start()
 	s.buf.Reset()
+	if id > 0 {
+		s.buf.WriteString("id: ")
+		s.buf.WriteString(strconv.FormatInt(id, 10))
+		s.buf.WriteByte('\n')
+	}
 	s.buf.WriteString("data: ")
 	enc := json.NewEncoder(&s.buf)
 	enc.SetEscapeHTML(false)
@@ -46,6 +56,16 @@ func (s *sseWriter) send(v any) error {
 	}
 	s.buf.WriteByte('\n')
 	if _, err := s.w.Write(s.buf.Bytes()); err != nil {
+		return errClientGone
+	}
+	s.w.Flush()
+	return nil
+}
+
+// comment writes a comment line (a keep-alive, which clients ignore).
+func (s *sseWriter) comment(text string) error {
+	s.start()
+	if _, err := s.w.Write([]byte(": " + text + "\n\n")); err != nil {
 		return errClientGone
 	}
 	s.w.Flush()

@@ -1,0 +1,16 @@
+package streamlog_test
+
+import (
+	"testing"
+
+	"switchyard/streamlog"
+	"switchyard/streamlog/streamlogtest"
+)
+
+func TestMemory(t *testing.T) {
+	streamlogtest.Run(t, func(t *testing.T, cfg streamlog.Config) streamlog.Log {
+		m := streamlog.NewMemory(cfg)
+		t.Cleanup(func() { _ = m.Close() })
+		return m
+	}, false)
+}

@@ -1,0 +1,145 @@
+package streamlog_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"switchyard/internal/redistest"
+	"switchyard/streamlog"
+	"switchyard/streamlog/streamlogtest"
+)
+
+// The suite on the shared Redis: each subtest in a namespace of its own
+// (deleted when it ends); two Logs of one subtest share it, as two
+// instances of a cluster do.
+func TestRedis(t *testing.T) {
+	redistest.Client(t)
+	streamlogtest.Run(t, sharedFactory(func(t *testing.T) (redis.UniversalClient, string) {
+		return redistest.Client(t), nsOf(t)
+	}), true)
+}
+
+// The suite on a private 3-master Redis Cluster: each script touches the
+// two keys of one hash tag, and the subscription that wakes readers is on
+// one node while tasks live on all three.
+func TestRedisCluster(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterOptions{})
+	rdb := c.Client(t)
+	streamlogtest.Run(t, sharedFactory(func(t *testing.T) (redis.UniversalClient, string) {
+		return rdb, nsOf(t)
+	}), true)
+}
+
+// namespaces holds one namespace per subtest, so both Logs of it share one.
+var namespaces sync.Map // *testing.T → string
+
+func nsOf(t *testing.T) string {
+	if ns, ok := namespaces.Load(t); ok {
+		return ns.(string)
+	}
+	ns := redistest.Namespace(t)
+	namespaces.Store(t, ns)
+	t.Cleanup(func() { namespaces.Delete(t) })
+	return ns
+}
+
+func sharedFactory(client func(t *testing.T) (redis.UniversalClient, string)) streamlogtest.NewLog {
+	return func(t *testing.T, cfg streamlog.Config) streamlog.Log {
+		rdb, ns := client(t)
+		l := streamlog.NewRedis(rdb, ns, cfg)
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+}
+
+// TTL and grace are set on both keys, on append and on end.
+func TestRedisKeysAndTTL(t *testing.T) {
+	rdb := redistest.Client(t)
+	ns := redistest.Namespace(t)
+	l := streamlog.NewRedis(rdb, ns, streamlog.Config{TTL: time.Hour, Grace: time.Minute})
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := context.Background()
+	if _, err := l.Append(ctx, "t1", "x"); err != nil {
+		t.Fatal(err)
+	}
+	key := ns + ":stream:{t1}"
+	if got := streamlog.Key(ns, "t1"); got != key {
+		t.Fatalf("Key = %q, want %q", got, key)
+	}
+	for _, k := range []string{key, key + ":meta"} {
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl < 59*time.Minute || ttl > time.Hour {
+			t.Fatalf("%s: TTL %s after an append, want about 1h", k, ttl)
+		}
+	}
+	if err := l.End(ctx, "t1", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{key, key + ":meta"} {
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl < 59*time.Second || ttl > time.Minute {
+			t.Fatalf("%s: TTL %s after the end, want about 1m (the grace)", k, ttl)
+		}
+	}
+}
+
+// Following holds no pooled connection: 300 readers of 100 tasks all
+// follow live through a client of 4 connections (a blocked XREAD per
+// reader would starve it), and each gets its task's chunk and end.
+func TestRedisManyReadersFewConnections(t *testing.T) {
+	redistest.Client(t)
+	opt, _ := redis.ParseURL(redistest.URL())
+	opt.PoolSize, opt.PoolTimeout = 4, 2*time.Second
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	l := streamlog.NewRedis(rdb, redistest.Namespace(t), streamlog.Config{})
+	t.Cleanup(func() { _ = l.Close() })
+
+	const tasks, readers = 100, 300
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errs := make(chan error, readers)
+	started := make(chan struct{}, readers)
+	for i := range readers {
+		go func() {
+			task := fmt.Sprint("t", i%tasks)
+			n := 0
+			err := l.Read(ctx, task, 0, func(e streamlog.Entry) error {
+				if n == 0 {
+					started <- struct{}{}
+				}
+				n++
+				return nil
+			})
+			if err == nil && n != 2 {
+				err = fmt.Errorf("%s: %d entries, want a chunk and the end", task, n)
+			}
+			errs <- err
+		}()
+	}
+	for i := range tasks {
+		if _, err := l.Append(ctx, fmt.Sprint("t", i), "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range readers { // every reader is following (it has its first entry)
+		select {
+		case <-started:
+		case <-ctx.Done():
+			t.Fatal("readers did not all get their first chunk")
+		}
+	}
+	for i := range tasks {
+		if err := l.End(ctx, fmt.Sprint("t", i), []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range readers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
