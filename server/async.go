@@ -3,11 +3,13 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
@@ -27,6 +29,8 @@ const (
 	asyncDefaultTTL = 24 * time.Hour
 	asyncMaxTTL     = 7 * 24 * time.Hour
 	asyncMaxWait    = 60 * time.Second
+	// maxWebhookURLChars bounds webhook_url (docs/PROTOCOL.md).
+	maxWebhookURLChars = 2048
 )
 
 // AsyncEventsChannel is the pub/sub channel of the pumps' events in a
@@ -97,6 +101,9 @@ func (a *App) submitTask(c echo.Context) error {
 	x := c.Get(ctxAsyncBody).(*asyncExtras)
 	ctx := c.Request().Context()
 	if x.WebhookURL != "" {
+		if n := utf8.RuneCountInString(x.WebhookURL); n > maxWebhookURLChars {
+			return newError(http.StatusUnprocessableEntity, "invalid_webhook_url", fmt.Sprintf("webhook_url is %d characters; at most %d", n, maxWebhookURLChars))
+		}
 		if err := a.webhooks.CheckURL(ctx, x.WebhookURL); err != nil {
 			return newError(http.StatusUnprocessableEntity, "invalid_webhook_url", err.Error())
 		}

@@ -105,6 +105,7 @@ func TestAsyncSubmitValidation(t *testing.T) {
 		{map[string]any{"task_type": "echo", "content": "x", "ttl": 3600}, "invalid_request", "ttl"},
 		{map[string]any{"task_type": "echo", "content": "x", "webhook_url": "ftp://example.com/x"}, "invalid_webhook_url", "webhook_url"},
 		{map[string]any{"task_type": "echo", "content": "x", "webhook_url": "/relative"}, "invalid_webhook_url", "webhook_url"},
+		{map[string]any{"task_type": "echo", "content": "x", "webhook_url": "https://example.com/" + strings.Repeat("a", 2029)}, "invalid_webhook_url", "at most 2048"},
 		{map[string]any{"content": "x"}, "invalid_request", "task_type"},
 	} {
 		var e apiErr
