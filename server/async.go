@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -218,41 +217,14 @@ func (b redisBroadcast) Publish(ctx context.Context, e asyncq.Event) error {
 // ctx ends. What is missed while Redis is away, the pump's backstops cover.
 func (c *cluster) watchAsyncEvents(ctx context.Context) {
 	a := c.app
-	ps := c.rdb.Subscribe(ctx, AsyncEventsChannel(a.cfg.Namespace))
-	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
-	defer func() {
-		if stop() {
-			_ = ps.Close()
-		}
-	}()
-	for ctx.Err() == nil {
-		msg, err := ps.ReceiveTimeout(ctx, 5*time.Second)
-		if err != nil {
-			var ne net.Error
-			if ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
-				return
-			}
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			select { // Redis is away; go-redis resubscribes on the next receive
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-			continue
-		}
-		m, ok := msg.(*redis.Message)
-		if !ok {
-			continue
-		}
+	c.follow(ctx, AsyncEventsChannel(a.cfg.Namespace), func(m *redis.Message) {
 		e, err := asyncq.DecodeEvent([]byte(m.Payload))
 		if err != nil {
 			a.log.Warn("ignoring a bad async event", "err", err)
-			continue
+			return
 		}
 		a.pump.Heard(e)
-	}
+	}, nil)
 }
 
 // lostInstances remembers the instances the registry's sweep found dead,

@@ -100,7 +100,23 @@ func (a *App) publishAuth(ev AuthEvent) {
 // event may have been missed meanwhile.
 func (c *cluster) watchAuthEvents(ctx context.Context) {
 	a := c.app
-	ps := c.rdb.Subscribe(ctx, AuthEventsChannel(a.cfg.Namespace))
+	c.follow(ctx, AuthEventsChannel(a.cfg.Namespace), func(m *redis.Message) {
+		var ev AuthEvent
+		if err := json.Unmarshal([]byte(m.Payload), &ev); err != nil {
+			a.log.Warn("dropping a malformed auth event", "err", err)
+			return
+		}
+		a.applyAuthEvent(ev)
+	}, c.checkKeysNow)
+}
+
+// follow subscribes to channel and hands each message to onMessage until
+// ctx ends; onSubscribed (if not nil) runs on each confirmation of the
+// subscription, the first and those after Redis was away (go-redis
+// subscribes again on the next receive), when a message may have been
+// missed.
+func (c *cluster) follow(ctx context.Context, channel string, onMessage func(*redis.Message), onSubscribed func()) {
+	ps := c.rdb.Subscribe(ctx, channel)
 	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
 	defer func() {
 		if stop() {
@@ -126,15 +142,10 @@ func (c *cluster) watchAuthEvents(ctx context.Context) {
 		}
 		switch m := msg.(type) {
 		case *redis.Message:
-			var ev AuthEvent
-			if err := json.Unmarshal([]byte(m.Payload), &ev); err != nil {
-				a.log.Warn("dropping a malformed auth event", "err", err)
-				continue
-			}
-			a.applyAuthEvent(ev)
+			onMessage(m)
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				c.checkKeysNow()
+			if m.Kind == "subscribe" && onSubscribed != nil {
+				onSubscribed()
 			}
 		}
 	}
