@@ -459,14 +459,16 @@ func (h *Hub) done() {
 }
 
 // pingLoop is the hub's one pinger, running while any connection is
-// served: every PingInterval/4 (at most a second) it asks the writer of
-// each node silent for PingInterval to ping it. One ticker for the hub
-// rather than one per session: each timer firing wakes the process, and
-// on an idle fleet of thousands of nodes those wakeups were a large part
-// of its CPU (BENCHMARKS.md, "the fleet profile").
+// served: every PingInterval/4 it asks the writer of each node silent for
+// PingInterval to ping it, so a silent node is pinged within 1¼
+// PingIntervals. One ticker for the hub rather than one per session: each
+// timer firing wakes the process, and on an idle fleet of thousands of
+// nodes those wakeups were a large part of its CPU; a scan every second
+// rather than every PingInterval/4 was another 11 % of an idle
+// instance's CPU at 3,000 nodes (BENCHMARKS.md, "the fleet profile").
 func (h *Hub) pingLoop(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
-	t := time.NewTicker(max(min(h.cfg.PingInterval/4, time.Second), time.Millisecond))
+	t := time.NewTicker(max(h.cfg.PingInterval/4, time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
