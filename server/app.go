@@ -19,6 +19,7 @@ import (
 
 	asyncq "switchyard/async"
 	"switchyard/bus"
+	"switchyard/internal/gcfloor"
 	"switchyard/nodes"
 	"switchyard/ratelimit"
 	"switchyard/store"
@@ -297,6 +298,11 @@ func (a *App) Webhooks() *webhooks.Dispatcher { return a.webhooks }
 // finish up to the drain timeout, closes node sockets with 1001, flushes
 // the store and closes everything.
 func (a *App) Run(ctx context.Context) error {
+	if a.cfg.GCHeapFloorBytes > 0 {
+		if stop, ok := gcfloor.Start(uint64(a.cfg.GCHeapFloorBytes)); ok {
+			defer stop()
+		}
+	}
 	a.bg.Add(2)
 	if a.cluster != nil {
 		a.cluster.run(a)

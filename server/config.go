@@ -83,6 +83,13 @@ type Config struct {
 
 	StoreFlushInterval time.Duration // how often task records are written, in batches
 
+	// GCHeapFloorBytes: the process's garbage collector waits for the heap
+	// to reach this before it collects, where GOGC alone would collect a
+	// small heap many times a second under load (package gcfloor); a heap
+	// above it is collected as GOGC says. -1: no floor. Process-wide: the
+	// first App of a process to run sets it, until it stops.
+	GCHeapFloorBytes int64
+
 	// NoNodeBenchmarks stops sending nodes the benchmark probe after they
 	// register (and every 6 h); routing then has no benchmark to go by.
 	NoNodeBenchmarks bool
@@ -163,6 +170,7 @@ func DefaultConfig() Config {
 		PingInterval:       n.PingInterval,
 		DrainTimeout:       30 * time.Second,
 		StoreFlushInterval: 200 * time.Millisecond,
+		GCHeapFloorBytes:   64 << 20,
 		SplitTaskTypes:     []string{"translate"},
 	}
 }
@@ -205,6 +213,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.PingInterval, d.PingInterval)
 	setDefault(&c.DrainTimeout, d.DrainTimeout)
 	setDefault(&c.StoreFlushInterval, d.StoreFlushInterval)
+	setDefault(&c.GCHeapFloorBytes, d.GCHeapFloorBytes)
 	if c.SplitTaskTypes == nil {
 		c.SplitTaskTypes = d.SplitTaskTypes
 	} else {
@@ -304,6 +313,9 @@ func (c Config) Validate() error {
 	}
 	if c.StoreFlushInterval <= 0 {
 		bad("--store-flush-interval must be positive")
+	}
+	if c.GCHeapFloorBytes < -1 {
+		bad("--gc-heap-floor-bytes must be -1 (no floor) or a positive number of bytes")
 	}
 	if c.AdminToken != "" && len(c.AdminToken) < minAdminToken {
 		bad("--admin-token must be at least %d characters (a short token can be guessed); e.g. openssl rand -hex 24", minAdminToken)

@@ -1,0 +1,142 @@
+// Package gcfloor keeps Go's collector from running on a small heap.
+//
+// With GOGC's default (100) a collection starts once the heap has grown by
+// as much as it held live after the last one. A coordinator's live heap is
+// small (about 7 MiB with 20 nodes) while it allocates tens of MiB a second
+// under load (about 16 KiB a request), so at 5,000 requests/s it collected
+// 22 times a second, and each collection took one of a 2-core machine's
+// two Ps for its mark phase: half of the p99 at that rate (BENCHMARKS.md,
+// "a floor under the heap"). A floor makes the next collection wait until
+// the heap reaches the larger of the floor and GOGC's own goal, so a small
+// heap is collected rarely and a large one exactly as before.
+//
+// After every collection the floor's goroutine-free hook (a finalizer that
+// re-arms itself) reads the live heap, stacks and globals from
+// runtime/metrics and sets the GC percent that puts the next goal at the
+// floor, never below GOGC's. It costs a few microseconds per collection.
+package gcfloor
+
+import (
+	"os"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// maxPercent bounds the percent set for a nearly empty heap.
+const maxPercent = 10_000
+
+var (
+	mu      sync.Mutex
+	current *floor
+)
+
+type floor struct {
+	bytes   uint64
+	base    int // GOGC's percent: the floor never lowers it
+	stopped atomic.Bool
+	last    int
+	samples []metrics.Sample
+}
+
+// Start puts a floor of bytes under the heap goal for as long as the
+// process runs or until stop is called. The collector is the process's:
+// only one floor runs at a time, and Start reports false (with a stop that
+// does nothing) when one already does, when bytes is 0, or when GOGC=off
+// turned collection off.
+func Start(bytes uint64) (stop func(), started bool) {
+	base, ok := gogc(os.Getenv("GOGC"))
+	if bytes == 0 || !ok {
+		return func() {}, false
+	}
+	f := &floor{bytes: bytes, base: base, last: base, samples: []metrics.Sample{
+		{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"},
+	}}
+	mu.Lock()
+	if current != nil {
+		mu.Unlock()
+		return func() {}, false
+	}
+	current = f
+	mu.Unlock()
+	f.adjust()
+	f.arm()
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if current == f && !f.stopped.Swap(true) {
+			current = nil
+			debug.SetGCPercent(f.base)
+		}
+	}, true
+}
+
+// gogc reads GOGC as the runtime does: empty is 100, "off" is no
+// collection (no floor then), a number is the percent.
+func gogc(v string) (int, bool) {
+	switch v {
+	case "":
+		return 100, true
+	case "off":
+		return 0, false
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 100, true // the runtime ignores a GOGC it cannot read
+	}
+	return n, true
+}
+
+// sentinel is what the finalizer hangs on: big enough not to share a tiny
+// allocation block, whose finalizer would wait for its neighbours.
+type sentinel struct{ _ [32]byte }
+
+// arm makes the next collection call adjust, and arm again.
+func (f *floor) arm() {
+	runtime.SetFinalizer(&sentinel{}, func(*sentinel) {
+		if f.stopped.Load() {
+			return
+		}
+		f.adjust()
+		f.arm()
+	})
+}
+
+// adjust sets the percent whose goal, live + (live+stacks+globals)×p/100
+// (the runtime's since Go 1.18), is the floor; GOGC's percent when that
+// goal is already above it.
+func (f *floor) adjust() {
+	metrics.Read(f.samples)
+	live, stacks, globals := value(f.samples[0]), value(f.samples[1]), value(f.samples[2])
+	p := Percent(f.bytes, live, stacks+globals, f.base)
+	// Setting the percent takes the heap lock: skip changes under 5 %.
+	if d := p - f.last; d != 0 && (d*20 > f.last || -d*20 > f.last || p == f.base) {
+		mu.Lock()
+		if !f.stopped.Load() {
+			debug.SetGCPercent(p)
+			f.last = p
+		}
+		mu.Unlock()
+	}
+}
+
+// Percent is the GC percent that makes the heap goal the floor, given the
+// live heap and the other roots the runtime scans, and never below base.
+func Percent(floor, live, roots uint64, base int) int {
+	if live >= floor {
+		return base
+	}
+	scannable := max(live+roots, 1)
+	p := (floor - live) * 100 / scannable
+	return int(min(max(p, uint64(base)), maxPercent))
+}
+
+func value(s metrics.Sample) uint64 {
+	if s.Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s.Value.Uint64()
+}

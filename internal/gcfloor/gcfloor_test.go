@@ -1,0 +1,101 @@
+package gcfloor
+
+import (
+	"runtime"
+	"runtime/metrics"
+	"testing"
+	"time"
+)
+
+func TestPercent(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		name               string
+		floor, live, roots uint64
+		base, want         int
+	}{
+		{"small heap: the goal is the floor", 64 * mib, 7 * mib, 1 * mib, 100, 712}, // 7 + 8×7.12 = 64
+		{"heap above the floor: GOGC's", 64 * mib, 80 * mib, 1 * mib, 100, 100},
+		{"goal already past the floor: GOGC's", 64 * mib, 40 * mib, 0, 100, 100}, // 40 + 40 = 80 > 64
+		{"a higher GOGC is kept", 64 * mib, 30 * mib, 0, 200, 200},
+		{"empty heap: bounded", 64 * mib, 0, 0, 100, maxPercent},
+		{"roots count: many goroutine stacks", 64 * mib, 8 * mib, 24 * mib, 100, 175},
+	} {
+		if got := Percent(c.floor, c.live, c.roots, c.base); got != c.want {
+			t.Errorf("%s: Percent(%d, %d, %d, %d) = %d, want %d", c.name, c.floor, c.live, c.roots, c.base, got, c.want)
+		}
+	}
+}
+
+func TestGOGC(t *testing.T) {
+	for v, want := range map[string]int{"": 100, "50": 50, "400": 400, "junk": 100} {
+		if got, ok := gogc(v); !ok || got != want {
+			t.Errorf("gogc(%q) = %d, %v; want %d, true", v, got, ok, want)
+		}
+	}
+	if _, ok := gogc("off"); ok {
+		t.Error(`gogc("off") would put a floor under a collector that is off`)
+	}
+}
+
+func read(name string) uint64 {
+	s := []metrics.Sample{{Name: name}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+var sink []byte
+
+// With a floor far above the live heap, garbage well under the floor is
+// collected at most once; without it (GOGC's 100 on a heap of a few MiB)
+// the same garbage takes several collections. Then stop gives GOGC back.
+func TestFloorDefersCollections(t *testing.T) {
+	const floor = 512 << 20
+	garbage := func() uint64 { // 96 MiB in 4 KiB pieces, none kept
+		before := read("/gc/cycles/total:gc-cycles")
+		for range 96 << 8 {
+			sink = make([]byte, 4<<10)
+		}
+		return read("/gc/cycles/total:gc-cycles") - before
+	}
+	runtime.GC()
+	if without := garbage(); without < 3 {
+		t.Fatalf("without a floor 96 MiB of garbage took %d collections: the test cannot tell a floor from none", without)
+	}
+
+	stop, ok := Start(floor)
+	if !ok {
+		t.Fatal("Start refused")
+	}
+	defer stop()
+	if _, again := Start(floor); again {
+		t.Error("a second floor started beside the first")
+	}
+	runtime.GC() // the floor's hook runs after a collection, on the finalizer goroutine
+	for deadline := time.Now().Add(10 * time.Second); read("/gc/gogc:percent") <= 100; {
+		if time.Now().After(deadline) {
+			t.Fatal("GOGC still 100 ten seconds after a collection: the floor's hook did not run")
+		}
+		runtime.Gosched()
+	}
+	if with := garbage(); with > 1 {
+		t.Errorf("with a %d MiB floor, 96 MiB of garbage took %d collections, want at most 1", floor>>20, with)
+	}
+
+	stop()
+	if got := read("/gc/gogc:percent"); got != 100 {
+		t.Errorf("after stop GOGC is %d, want 100 back", got)
+	}
+	stopAgain, again := Start(floor)
+	if !again {
+		t.Error("a floor cannot start again after stop")
+	}
+	stopAgain()
+}
+
+func TestOffWhenGOGCOff(t *testing.T) {
+	t.Setenv("GOGC", "off")
+	if _, ok := Start(64 << 20); ok {
+		t.Error("a floor started with GOGC=off")
+	}
+}
