@@ -194,6 +194,11 @@ func (p *Pump) Waiters() int {
 // Nudge says a local slot may have freed: look for work, unless the
 // queue was seen empty since the last sign of new work. It never blocks.
 func (p *Pump) Nudge() {
+	if !p.work.Load() {
+		// Every finished task frees a slot: with the queue empty, waking
+		// the claimer for each was a wakeup of the process per request.
+		return
+	}
 	select {
 	case p.wake <- struct{}{}:
 	default:

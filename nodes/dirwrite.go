@@ -358,10 +358,18 @@ func (d *ClusterDirectory) writeLoop(ctx context.Context) {
 	pending := false
 	var last time.Time
 	for {
+		// While a flush waits for its gap, marks only add to the set the
+		// flush will take: listening to them would wake this goroutine for
+		// every slot taken or given back (twice a request under load) only
+		// to find the gap still running.
+		changed := d.changes.C()
+		if pending && gapArmed {
+			changed = nil
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-d.changes.C():
+		case <-changed:
 			pending = true
 		case <-scan.C:
 			d.changes.MarkAll()

@@ -26,8 +26,10 @@ import (
 	"sync/atomic"
 )
 
-// maxPercent bounds the percent set for a nearly empty heap.
-const maxPercent = 10_000
+// runtimeHeapMinimum is the runtime's smallest heap goal at GOGC=100
+// (defaultHeapMinimum, 4 MiB); it scales with the percent, so a percent
+// above floor/4 MiB×100 would raise the goal of a small heap past the floor.
+const runtimeHeapMinimum = 4 << 20
 
 var (
 	mu      sync.Mutex
@@ -125,13 +127,17 @@ func (f *floor) adjust() {
 
 // Percent is the GC percent that makes the heap goal the floor, given the
 // live heap and the other roots the runtime scans, and never below base.
+// It is at most floor/4 MiB×100: the runtime's heap minimum (4 MiB at 100)
+// grows with the percent, and would otherwise put a nearly empty heap's
+// goal far above the floor (at 10,000 %, 400 MiB).
 func Percent(floor, live, roots uint64, base int) int {
 	if live >= floor {
 		return base
 	}
 	scannable := max(live+roots, 1)
 	p := (floor - live) * 100 / scannable
-	return int(min(max(p, uint64(base)), maxPercent))
+	p = min(p, floor*100/runtimeHeapMinimum)
+	return int(max(p, uint64(base)))
 }
 
 func value(s metrics.Sample) uint64 {

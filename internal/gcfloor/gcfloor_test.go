@@ -18,7 +18,9 @@ func TestPercent(t *testing.T) {
 		{"heap above the floor: GOGC's", 64 * mib, 80 * mib, 1 * mib, 100, 100},
 		{"goal already past the floor: GOGC's", 64 * mib, 40 * mib, 0, 100, 100}, // 40 + 40 = 80 > 64
 		{"a higher GOGC is kept", 64 * mib, 30 * mib, 0, 200, 200},
-		{"empty heap: bounded", 64 * mib, 0, 0, 100, maxPercent},
+		{"empty heap: the runtime's 4 MiB minimum × 16 is the floor", 64 * mib, 0, 0, 100, 1600},
+		{"tiny heap: no more than the minimum's percent", 64 * mib, 1 * mib, 0, 100, 1600},
+		{"small floor: never below base", 2 * mib, 0, 0, 100, 100},
 		{"roots count: many goroutine stacks", 64 * mib, 8 * mib, 24 * mib, 100, 175},
 	} {
 		if got := Percent(c.floor, c.live, c.roots, c.base); got != c.want {
@@ -46,21 +48,25 @@ func read(name string) uint64 {
 
 var sink []byte
 
-// With a floor far above the live heap, garbage well under the floor is
+// garbageOf allocates n bytes in 4 KiB pieces, keeping none, and returns
+// the collections that ran meanwhile.
+func garbageOf(n int) uint64 {
+	before := read("/gc/cycles/total:gc-cycles")
+	for range n >> 12 {
+		sink = make([]byte, 4<<10)
+	}
+	return read("/gc/cycles/total:gc-cycles") - before
+}
+
+// With a floor far above the live heap, garbage under the floor is
 // collected at most once; without it (GOGC's 100 on a heap of a few MiB)
 // the same garbage takes several collections. Then stop gives GOGC back.
 func TestFloorDefersCollections(t *testing.T) {
-	const floor = 512 << 20
-	garbage := func() uint64 { // 96 MiB in 4 KiB pieces, none kept
-		before := read("/gc/cycles/total:gc-cycles")
-		for range 96 << 8 {
-			sink = make([]byte, 4<<10)
-		}
-		return read("/gc/cycles/total:gc-cycles") - before
-	}
+	const floor = 64 << 20
+	garbage := func() uint64 { return garbageOf(48 << 20) }
 	runtime.GC()
 	if without := garbage(); without < 3 {
-		t.Fatalf("without a floor 96 MiB of garbage took %d collections: the test cannot tell a floor from none", without)
+		t.Fatalf("without a floor 48 MiB of garbage took %d collections: the test cannot tell a floor from none", without)
 	}
 
 	stop, ok := Start(floor)
@@ -79,7 +85,13 @@ func TestFloorDefersCollections(t *testing.T) {
 		runtime.Gosched()
 	}
 	if with := garbage(); with > 1 {
-		t.Errorf("with a %d MiB floor, 96 MiB of garbage took %d collections, want at most 1", floor>>20, with)
+		t.Errorf("with a %d MiB floor, 48 MiB of garbage took %d collections, want at most 1", floor>>20, with)
+	}
+	// A floor, not a ceiling gone: garbage of several floors is collected
+	// about once a floor (a percent too high for the runtime's heap
+	// minimum once put a nearly empty heap's goal at 400 MiB).
+	if n := garbageOf(4 * floor); n < 3 {
+		t.Errorf("with a %d MiB floor, %d MiB of garbage took %d collections, want about 4", floor>>20, 4*floor>>20, n)
 	}
 
 	stop()
