@@ -83,11 +83,12 @@ type Config struct {
 
 	StoreFlushInterval time.Duration // how often task records are written, in batches
 
-	// GCHeapFloorBytes: the process's garbage collector waits for the heap
-	// to reach this before it collects, where GOGC alone would collect a
-	// small heap many times a second under load (package gcfloor); a heap
-	// above it is collected as GOGC says. -1: no floor. Process-wide: the
-	// first App of a process to run sets it, until it stops.
+	// GCHeapFloorBytes: when the process allocates fast enough that GOGC
+	// alone would collect its small heap more than once a second, the
+	// collector lets the heap grow by a second's allocation, up to this,
+	// before it runs (package gcfloor); otherwise, and above it, GOGC
+	// rules. -1: never. Process-wide: the first App of a process to run
+	// sets it, until it stops.
 	GCHeapFloorBytes int64
 
 	// NoNodeBenchmarks stops sending nodes the benchmark probe after they

@@ -1,4 +1,5 @@
-// Package gcfloor keeps Go's collector from running on a small heap.
+// Package gcfloor keeps Go's collector from running many times a second
+// on a small heap.
 //
 // With GOGC's default (100) a collection starts once the heap has grown by
 // as much as it held live after the last one. A coordinator's live heap is
@@ -6,14 +7,18 @@
 // under load (about 16 KiB a request), so at 5,000 requests/s it collected
 // 22 times a second, and each collection took one of a 2-core machine's
 // two Ps for its mark phase: half of the p99 at that rate (BENCHMARKS.md,
-// "a floor under the heap"). A floor makes the next collection wait until
-// the heap reaches the larger of the floor and GOGC's own goal, so a small
-// heap is collected rarely and a large one exactly as before.
+// "a floor under the heap").
 //
-// After every collection the floor's goroutine-free hook (a finalizer that
-// re-arms itself) reads the live heap, stacks and globals from
-// runtime/metrics and sets the GC percent that puts the next goal at the
-// floor, never below GOGC's. It costs a few microseconds per collection.
+// After every collection a goroutine-free hook (a finalizer that re-arms
+// itself) reads the live heap, stacks, globals and the bytes allocated
+// since the last collection from runtime/metrics. When the process
+// allocates faster than GOGC's headroom a second (so it would collect
+// more than once a second), it sets the GC percent that gives the heap a
+// second's allocation of headroom, up to the floor; otherwise GOGC's. So
+// a quiet or lightly loaded process is collected exactly as GOGC says
+// (its memory does not creep up to the floor), a busy one about once a
+// second, and a heap above the floor as GOGC says. It costs a few
+// microseconds per collection.
 package gcfloor
 
 import (
@@ -24,6 +29,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // runtimeHeapMinimum is the runtime's smallest heap goal at GOGC=100
@@ -42,6 +48,9 @@ type floor struct {
 	stopped atomic.Bool
 	last    int
 	samples []metrics.Sample
+
+	prevAt     time.Time // the last adjust, and the bytes allocated by then
+	prevAllocs uint64
 }
 
 // Start puts a floor of bytes under the heap goal for as long as the
@@ -56,6 +65,7 @@ func Start(bytes uint64) (stop func(), started bool) {
 	}
 	f := &floor{bytes: bytes, base: base, last: base, samples: []metrics.Sample{
 		{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"},
+		{Name: "/gc/heap/allocs:bytes"},
 	}}
 	mu.Lock()
 	if current != nil {
@@ -112,8 +122,16 @@ func (f *floor) arm() {
 // goal is already above it.
 func (f *floor) adjust() {
 	metrics.Read(f.samples)
-	live, stacks, globals := value(f.samples[0]), value(f.samples[1]), value(f.samples[2])
-	p := Percent(f.bytes, live, stacks+globals, f.base)
+	live, stacks, globals, allocs := value(f.samples[0]), value(f.samples[1]), value(f.samples[2]), value(f.samples[3])
+	now := time.Now()
+	var perSecond uint64
+	if !f.prevAt.IsZero() {
+		if dt := now.Sub(f.prevAt); dt > 0 {
+			perSecond = uint64(float64(allocs-f.prevAllocs) / dt.Seconds())
+		}
+	}
+	f.prevAt, f.prevAllocs = now, allocs
+	p := Percent(f.bytes, live, stacks+globals, f.base, perSecond)
 	// Setting the percent takes the heap lock: skip changes under 5 %.
 	if d := p - f.last; d != 0 && (d*20 > f.last || -d*20 > f.last || p == f.base) {
 		mu.Lock()
@@ -125,17 +143,21 @@ func (f *floor) adjust() {
 	}
 }
 
-// Percent is the GC percent that makes the heap goal the floor, given the
-// live heap and the other roots the runtime scans, and never below base.
-// It is at most floor/4 MiB×100: the runtime's heap minimum (4 MiB at 100)
-// grows with the percent, and would otherwise put a nearly empty heap's
-// goal far above the floor (at 10,000 %, 400 MiB).
-func Percent(floor, live, roots uint64, base int) int {
-	if live >= floor {
+// Percent is the GC percent for the next cycle: base (GOGC's) when the
+// process allocates no more a second than base leaves it headroom
+// (live+roots)×base/100, where roots are the stacks and globals the
+// runtime also scans; otherwise the percent whose headroom is a second's
+// allocation, up to the floor. It is at most floor/4 MiB×100: the
+// runtime's heap minimum (4 MiB at 100) grows with the percent, and would
+// otherwise put a nearly empty heap's goal far above the floor (at
+// 10,000 %, 400 MiB).
+func Percent(floor, live, roots uint64, base int, allocPerSecond uint64) int {
+	scannable := max(live+roots, 1)
+	if live >= floor || allocPerSecond <= scannable*uint64(base)/100 {
 		return base
 	}
-	scannable := max(live+roots, 1)
-	p := (floor - live) * 100 / scannable
+	room := min(allocPerSecond, floor-live)
+	p := room * 100 / scannable
 	p = min(p, floor*100/runtimeHeapMinimum)
 	return int(max(p, uint64(base)))
 }

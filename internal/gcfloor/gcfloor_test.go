@@ -9,22 +9,28 @@ import (
 
 func TestPercent(t *testing.T) {
 	const mib = 1 << 20
+	const busy = 1 << 40 // allocating far faster than any headroom
 	for _, c := range []struct {
 		name               string
 		floor, live, roots uint64
-		base, want         int
+		base               int
+		perSecond          uint64
+		want               int
 	}{
-		{"small heap: the goal is the floor", 64 * mib, 7 * mib, 1 * mib, 100, 712}, // 7 + 8×7.12 = 64
-		{"heap above the floor: GOGC's", 64 * mib, 80 * mib, 1 * mib, 100, 100},
-		{"goal already past the floor: GOGC's", 64 * mib, 40 * mib, 0, 100, 100}, // 40 + 40 = 80 > 64
-		{"a higher GOGC is kept", 64 * mib, 30 * mib, 0, 200, 200},
-		{"empty heap: the runtime's 4 MiB minimum × 16 is the floor", 64 * mib, 0, 0, 100, 1600},
-		{"tiny heap: no more than the minimum's percent", 64 * mib, 1 * mib, 0, 100, 1600},
-		{"small floor: never below base", 2 * mib, 0, 0, 100, 100},
-		{"roots count: many goroutine stacks", 64 * mib, 8 * mib, 24 * mib, 100, 175},
+		{"busy, small heap: the goal is the floor", 64 * mib, 7 * mib, 1 * mib, 100, busy, 712}, // 7 + 8×7.12 = 64
+		{"busy, a second's allocation under the floor: that much headroom", 64 * mib, 7 * mib, 1 * mib, 100, 32 * mib, 400},
+		{"quiet: GOGC's, the heap does not creep up to the floor", 64 * mib, 7 * mib, 1 * mib, 100, 6 * mib, 100},
+		{"idle: GOGC's", 64 * mib, 7 * mib, 1 * mib, 100, 0, 100},
+		{"heap above the floor: GOGC's", 64 * mib, 80 * mib, 1 * mib, 100, busy, 100},
+		{"goal already past the floor: GOGC's", 64 * mib, 40 * mib, 0, 100, busy, 100}, // 40 + 40 = 80 > 64
+		{"a higher GOGC is kept", 64 * mib, 30 * mib, 0, 200, busy, 200},
+		{"empty heap: the runtime's 4 MiB minimum × 16 is the floor", 64 * mib, 0, 0, 100, busy, 1600},
+		{"tiny heap: no more than the minimum's percent", 64 * mib, 1 * mib, 0, 100, busy, 1600},
+		{"small floor: never below base", 2 * mib, 0, 0, 100, busy, 100},
+		{"roots count: many goroutine stacks", 64 * mib, 8 * mib, 24 * mib, 100, busy, 175},
 	} {
-		if got := Percent(c.floor, c.live, c.roots, c.base); got != c.want {
-			t.Errorf("%s: Percent(%d, %d, %d, %d) = %d, want %d", c.name, c.floor, c.live, c.roots, c.base, got, c.want)
+		if got := Percent(c.floor, c.live, c.roots, c.base, c.perSecond); got != c.want {
+			t.Errorf("%s: Percent(%d, %d, %d, %d, %d) = %d, want %d", c.name, c.floor, c.live, c.roots, c.base, c.perSecond, got, c.want)
 		}
 	}
 }
@@ -77,11 +83,13 @@ func TestFloorDefersCollections(t *testing.T) {
 	if _, again := Start(floor); again {
 		t.Error("a second floor started beside the first")
 	}
-	runtime.GC() // the floor's hook runs after a collection, on the finalizer goroutine
+	// The hook runs after each collection, on the finalizer goroutine; it
+	// raises the percent once it has seen this test allocate fast.
 	for deadline := time.Now().Add(10 * time.Second); read("/gc/gogc:percent") <= 100; {
 		if time.Now().After(deadline) {
-			t.Fatal("GOGC still 100 ten seconds after a collection: the floor's hook did not run")
+			t.Fatal("GOGC still 100 after ten seconds of allocating hundreds of MiB a second: the floor's hook did not run")
 		}
+		garbageOf(8 << 20)
 		runtime.Gosched()
 	}
 	if with := garbage(); with > 1 {
