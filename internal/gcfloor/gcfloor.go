@@ -53,8 +53,9 @@ type floor struct {
 	prevAllocs uint64
 }
 
-// Start puts a floor of bytes under the heap goal for as long as the
-// process runs or until stop is called. The collector is the process's:
+// Start lets a busy process's heap grow by up to bytes before a
+// collection (see the package comment) for as long as the process runs or
+// until stop is called, which gives GOGC back. The collector is the process's:
 // only one floor runs at a time, and Start reports false (with a stop that
 // does nothing) when one already does, when bytes is 0, or when GOGC=off
 // turned collection off.
@@ -117,9 +118,9 @@ func (f *floor) arm() {
 	})
 }
 
-// adjust sets the percent whose goal, live + (live+stacks+globals)×p/100
-// (the runtime's since Go 1.18), is the floor; GOGC's percent when that
-// goal is already above it.
+// adjust measures the allocation rate since the last collection and sets
+// the percent Percent gives for it; the runtime's goal is
+// live + (live+stacks+globals)×p/100 (since Go 1.18).
 func (f *floor) adjust() {
 	metrics.Read(f.samples)
 	live, stacks, globals, allocs := value(f.samples[0]), value(f.samples[1]), value(f.samples[2]), value(f.samples[3])
