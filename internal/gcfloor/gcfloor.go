@@ -17,16 +17,14 @@
 // second's allocation of headroom, up to the floor; otherwise GOGC's. So
 // a quiet or lightly loaded process is collected exactly as GOGC says
 // (its memory does not creep up to the floor), a busy one about once a
-// second, and a heap above the floor as GOGC says. It costs a few
-// microseconds per collection.
+// second, and a heap above the floor as GOGC says. Its work is one
+// runtime/metrics read per collection.
 package gcfloor
 
 import (
-	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,11 +55,15 @@ type floor struct {
 // collection (see the package comment) for as long as the process runs or
 // until stop is called, which gives GOGC back. The collector is the process's:
 // only one floor runs at a time, and Start reports false (with a stop that
-// does nothing) when one already does, when bytes is 0, or when GOGC=off
-// turned collection off.
+// does nothing) when one already does, when bytes is 0, or when
+// collection is off (GOGC=off, or debug.SetGCPercent(-1)).
 func Start(bytes uint64) (stop func(), started bool) {
-	base, ok := gogc(os.Getenv("GOGC"))
-	if bytes == 0 || !ok {
+	// GOGC as the runtime holds it (its environment variable, or a
+	// debug.SetGCPercent before this); -1 is off.
+	gogc := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(gogc)
+	base := int(int64(value(gogc[0])))
+	if bytes == 0 || base < 0 {
 		return func() {}, false
 	}
 	f := &floor{bytes: bytes, base: base, last: base, samples: []metrics.Sample{
@@ -85,22 +87,6 @@ func Start(bytes uint64) (stop func(), started bool) {
 			debug.SetGCPercent(f.base)
 		}
 	}, true
-}
-
-// gogc reads GOGC as the runtime does: empty is 100, "off" is no
-// collection (no floor then), a number is the percent.
-func gogc(v string) (int, bool) {
-	switch v {
-	case "":
-		return 100, true
-	case "off":
-		return 0, false
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		return 100, true // the runtime ignores a GOGC it cannot read
-	}
-	return n, true
 }
 
 // sentinel is what the finalizer hangs on: big enough not to share a tiny

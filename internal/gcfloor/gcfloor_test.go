@@ -2,6 +2,7 @@ package gcfloor
 
 import (
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"testing"
 	"time"
@@ -32,17 +33,6 @@ func TestPercent(t *testing.T) {
 		if got := Percent(c.floor, c.live, c.roots, c.base, c.perSecond); got != c.want {
 			t.Errorf("%s: Percent(%d, %d, %d, %d, %d) = %d, want %d", c.name, c.floor, c.live, c.roots, c.base, c.perSecond, got, c.want)
 		}
-	}
-}
-
-func TestGOGC(t *testing.T) {
-	for v, want := range map[string]int{"": 100, "50": 50, "400": 400, "junk": 100} {
-		if got, ok := gogc(v); !ok || got != want {
-			t.Errorf("gogc(%q) = %d, %v; want %d, true", v, got, ok, want)
-		}
-	}
-	if _, ok := gogc("off"); ok {
-		t.Error(`gogc("off") would put a floor under a collector that is off`)
 	}
 }
 
@@ -113,9 +103,12 @@ func TestFloorDefersCollections(t *testing.T) {
 	stopAgain()
 }
 
-func TestOffWhenGOGCOff(t *testing.T) {
-	t.Setenv("GOGC", "off")
-	if _, ok := Start(64 << 20); ok {
-		t.Error("a floor started with GOGC=off")
+// With collection off (GOGC=off, here debug.SetGCPercent(-1)) there is
+// nothing to put a floor under.
+func TestOffWhenCollectionIsOff(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	if stop, ok := Start(64 << 20); ok {
+		stop()
+		t.Error("a floor started with collection off")
 	}
 }
