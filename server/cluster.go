@@ -397,3 +397,44 @@ func redactURL(u string) string {
 	}
 	return o.Addr
 }
+
+// follow subscribes to channel and hands each message to onMessage until
+// ctx ends; onSubscribed (if not nil) runs on each confirmation of the
+// subscription, the first and those after Redis was away (go-redis
+// subscribes again on the next receive), when a message may have been
+// missed.
+func (c *cluster) follow(ctx context.Context, channel string, onMessage func(*redis.Message), onSubscribed func()) {
+	ps := c.rdb.Subscribe(ctx, channel)
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	defer func() {
+		if stop() {
+			_ = ps.Close()
+		}
+	}()
+	for ctx.Err() == nil {
+		msg, err := ps.ReceiveTimeout(ctx, 5*time.Second)
+		if err != nil {
+			var ne net.Error
+			if ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
+				return
+			}
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			select { // Redis is away; go-redis resubscribes on the next receive
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		switch m := msg.(type) {
+		case *redis.Message:
+			onMessage(m)
+		case *redis.Subscription:
+			if m.Kind == "subscribe" && onSubscribed != nil {
+				onSubscribed()
+			}
+		}
+	}
+}
