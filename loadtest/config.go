@@ -58,7 +58,7 @@ type Config struct {
 	// against Nodes echo workers; no ramp, streams, fault or instance
 	// counts (the mode fixes the instances).
 	Sweep bool
-	Modes []string  // sweep modes, run in this order: nats, local, cross; default all three
+	Modes []string  // sweep modes, run in this order: nats, floor, local, cross; default all four
 	Rates []float64 // sweep rates in requests/s, ascending; default 1000, 2500, 5000, 10000
 
 	// Where the instances come from: started here (Switchyard, RedisURL,
@@ -140,7 +140,7 @@ var Profiles = map[string]Config{
 	// timeout is short: an echo answers in milliseconds or not at all,
 	// and a saturated step should not hold the sweep for a minute.
 	"sweep": {
-		Sweep: true, Modes: []string{ModeNATS, ModeLocal, ModeCross}, Rates: []float64{1000, 2500, 5000, 10000},
+		Sweep: true, Modes: []string{ModeNATS, ModeFloor, ModeLocal, ModeCross}, Rates: []float64{1000, 2500, 5000, 10000},
 		Nodes: 20, Duration: 10 * time.Second, TaskTimeout: 10 * time.Second, Fault: FaultNone,
 	},
 }

@@ -516,6 +516,15 @@ func evalSweepRatio(s *SweepReport, mode, name string, rate, bar float64) Criter
 	if c.Status == Fail {
 		c.Detail = fmt.Sprintf("over the bar by %.2f×: p99 %.2f ms, the bar %.2f ms", ratio-bar, row.Latency.P99, bar*base.Latency.P99)
 	}
+	// The floor says how much of the figure any coordinator of this
+	// protocol pays on this machine, and whether the bar is within reach.
+	if f := s.row(ModeFloor, rate); f != nil && !f.p99Unknown() && f.Latency.P99 > 0 {
+		floor := fmt.Sprintf("the floor (a bare forwarder, same client and nodes): p99 %.2f ms, %.2f× NATS", f.Latency.P99, f.Latency.P99/base.Latency.P99)
+		if f.Latency.P99 > bar*base.Latency.P99 {
+			floor += ", itself over the bar"
+		}
+		c.Detail = strings.TrimPrefix(c.Detail+"; "+floor, "; ")
+	}
 	return c
 }
 

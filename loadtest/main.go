@@ -42,6 +42,13 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		}
 		return exitPass
 	}
+	if len(args) == 1 && args[0] == floorServerArg { // the sweep's floor mode (sweepfloor.go)
+		if err := runFloorServer(os.Stdin, stdout); err != nil {
+			fmt.Fprintln(stderr, "loadtest:", err)
+			return exitError
+		}
+		return exitPass
+	}
 	cfg, out, err := parseArgs(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitPass
@@ -164,7 +171,7 @@ func parseArgs(args []string, stderr io.Writer) (Config, outputs, error) {
 	fs.IntVar(&cfg.NodesPerProcess, "nodes-per-process", defaultNodesPerProcess, "fleet profile: the most nodes one process holds (one socket each; RLIMIT_NOFILE bounds a process): the rest run in helper processes of this binary, serving an idle-only task type")
 	fs.Float64Var(&cfg.ConnectRate, "connect-rate", 500, "nodes connected per second, paced, so that registration is not a thundering herd")
 	fs.DurationVar(&cfg.Idle, "idle", cfg.Idle, "fleet profile: the idle window (no requests at all) between the registration and the loaded window")
-	fs.Var((*modeList)(&cfg.Modes), "modes", "sweep profile: the modes to run, in order (`list` of nats, local, cross)")
+	fs.Var((*modeList)(&cfg.Modes), "modes", "sweep profile: the modes to run, in order (`list` of nats, floor, local, cross)")
 	fs.Var((*rateList)(&cfg.Rates), "rates", "sweep profile: the rates of each mode's steps, rising (`list` of requests/s, e.g. 1000,2500)")
 	fs.IntVar(&cfg.NodeConcurrency, "node-concurrency", 4, "max_concurrency each node declares (the server's default)")
 	fs.DurationVar(&cfg.HandlerMin, "handler-min", cfg.HandlerMin, "shortest plain handler sleep")
@@ -290,6 +297,12 @@ workers that answer with the request's content at once:
            the workers are queue-group subscribers, each on its own
            connection; every request goes out on one shared client
            connection (nc.RequestWithContext)
+  floor    the same SDK client and echo nodes as local, through a bare
+           forwarder in a process of this binary (HTTP/1.1 in, one
+           WebSocket round trip to a node with a free slot, JSON; no
+           accounts, limits, records, metrics or cluster): what any
+           coordinator of this protocol costs on this machine, so what
+           local adds over it is switchyard's own
   local    one instance; SDK echo nodes (--node-concurrency slots each)
            on it, and the requests sent to it
   cross    two instances sharing Redis and PostgreSQL; every node on the
@@ -342,7 +355,9 @@ The fleet profile judges instead:
 The loaded window's CPU and Redis figures are reported, not judged.
 The sweep profile judges instead (issue 13; a SKIP when its mode or rate,
 or the NATS step it compares with, did not run):
-  local p99 vs NATS          at 5000/s: ≤ 2× the NATS p99 (--bar-sweep-local)
+  local p99 vs NATS          at 5000/s: ≤ 2× the NATS p99 (--bar-sweep-local);
+                             the floor's p99 at the same rate is shown beside
+                             it (a bar under the floor's is out of reach here)
   cross p99 vs NATS          at 2500/s: ≤ 3× the NATS p99 (--bar-sweep-cross)
   cross on schedule          at 5000/s: 0 late, 0 errors, 0 timeouts
   every request one outcome, instances stay up   as above
@@ -363,7 +378,7 @@ Profiles (flags override them):
          50 requests/s for 15s; 10 streams of 2s; kill mid-run
   fleet  instances 1,2,3; 10,000 nodes connecting 500/s; idle 60s; then
          100 requests/s for 60s, handlers 10ms–50ms; no fault
-  sweep  modes nats,local,cross; rates 1000,2500,5000,10000; 20 echo
+  sweep  modes nats,floor,local,cross; rates 1000,2500,5000,10000; 20 echo
          workers; each step 1s warm-up + 10s; task timeout 10s
 
 Examples:

@@ -25,9 +25,10 @@ const (
 	ModeNATS  = "nats"  // the embedded NATS baseline (sweepnats.go)
 	ModeLocal = "local" // one instance; the nodes and the requests on it
 	ModeCross = "cross" // two instances; every node on the first, every request to the second
+	ModeFloor = "floor" // a bare forwarder in place of switchyard (sweepfloor.go)
 )
 
-var sweepModes = []string{ModeNATS, ModeLocal, ModeCross}
+var sweepModes = []string{ModeNATS, ModeFloor, ModeLocal, ModeCross}
 
 // parseModes reads --modes: a comma-separated list of sweep modes.
 func parseModes(s string) ([]string, error) {
@@ -40,11 +41,11 @@ func parseModes(s string) ([]string, error) {
 
 func checkModes(modes []string) error {
 	if len(modes) == 0 {
-		return errors.New("--modes must name at least one of nats, local and cross")
+		return errors.New("--modes must name at least one of nats, floor, local and cross")
 	}
 	for i, m := range modes {
 		if !slices.Contains(sweepModes, m) {
-			return fmt.Errorf("--modes: %q is not a mode: use nats, local or cross", m)
+			return fmt.Errorf("--modes: %q is not a mode: use nats, floor, local or cross", m)
 		}
 		if slices.Contains(modes[:i], m) {
 			return fmt.Errorf("--modes names %s twice", m)
@@ -132,9 +133,12 @@ func runSweep(ctx context.Context, cfg Config, bin, logDir string, progress io.W
 	for _, mode := range cfg.Modes {
 		fmt.Fprintf(progress, "== sweep: %s ==\n", mode)
 		var err error
-		if mode == ModeNATS {
+		switch mode {
+		case ModeNATS:
 			err = s.runNATS(ctx, cfg, progress)
-		} else {
+		case ModeFloor:
+			err = s.runFloor(ctx, cfg, progress)
+		default:
 			err = s.runSwitchyard(ctx, cfg, mode, bin, logDir, progress)
 		}
 		if err != nil {
@@ -190,7 +194,7 @@ func (s *SweepReport) runSwitchyard(ctx context.Context, cfg Config, mode, bin, 
 
 	capability := "loadtest." + randHex(4) + ".echo"
 	start := time.Now()
-	nodes, err := startEchoNodes(ctx, cfg, home, c.nodeKeys, capability)
+	nodes, err := startEchoNodes(ctx, cfg, home.WSURL(), c.nodeKeys, capability)
 	if err != nil {
 		return err
 	}
@@ -292,15 +296,15 @@ type echoNodes struct {
 	wg         sync.WaitGroup
 }
 
-// startEchoNodes connects cfg.Nodes echo nodes to instance in, all at
-// once: twenty are no thundering herd.
-func startEchoNodes(ctx context.Context, cfg Config, in *Instance, keys []string, capability string) (*echoNodes, error) {
+// startEchoNodes connects cfg.Nodes echo nodes to the node socket at
+// wsURL, all at once: twenty are no thundering herd.
+func startEchoNodes(ctx context.Context, cfg Config, wsURL string, keys []string, capability string) (*echoNodes, error) {
 	nctx, cancel := context.WithCancel(ctx)
 	e := &echoNodes{want: cfg.Nodes, cancel: cancel}
 	prefix := "sweep-" + randHex(3) + "-"
 	for i := range cfg.Nodes {
 		node, err := sdk.NewNode(sdk.NodeConfig{
-			URL: in.WSURL(), APIKey: keys[i%len(keys)], Name: prefix + strconv.Itoa(i),
+			URL: wsURL, APIKey: keys[i%len(keys)], Name: prefix + strconv.Itoa(i),
 			Capabilities: []string{capability}, MaxConcurrency: cfg.NodeConcurrency, Handler: handlers.Echo(),
 			Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 			OnRegistered: func(string) { e.registered.Add(1) },

@@ -48,6 +48,7 @@ func TestParseModes(t *testing.T) {
 		err  string
 	}{
 		{"nats,local,cross", []string{"nats", "local", "cross"}, ""},
+		{"floor,local", []string{"floor", "local"}, ""},
 		{"cross, nats", []string{"cross", "nats"}, ""},
 		{"local", []string{"local"}, ""},
 		{"", nil, "not a mode"},
@@ -72,7 +73,7 @@ func TestSweepProfileFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cfg.Sweep || !slices.Equal(cfg.Modes, []string{"nats", "local", "cross"}) ||
+	if !cfg.Sweep || !slices.Equal(cfg.Modes, []string{"nats", "floor", "local", "cross"}) ||
 		!slices.Equal(cfg.Rates, []float64{1000, 2500, 5000, 10000}) || cfg.Nodes != 20 || cfg.NodeConcurrency != 4 ||
 		cfg.Duration != 10*time.Second || cfg.TaskTimeout != 10*time.Second || cfg.Fault != FaultNone ||
 		cfg.Bars.SweepLocal != 2 || cfg.Bars.SweepCross != 3 {
@@ -349,11 +350,11 @@ func TestSweepRun(t *testing.T) {
 			t.Errorf("%s at %g/s: no ratio to NATS", r.Mode, r.Rate)
 		}
 	}
-	want := []string{"nats 50", "nats 100", "local 50", "local 100", "cross 50", "cross 100"}
+	want := []string{"nats 50", "nats 100", "floor 50", "floor 100", "local 50", "local 100", "cross 50", "cross 100"}
 	if !slices.Equal(got, want) {
 		t.Errorf("rows %v, want %v", got, want)
 	}
-	if len(s.Knees) != 3 || len(s.Members[ModeLocal]) != 1 || len(s.Members[ModeCross]) != 2 {
+	if len(s.Knees) != 4 || len(s.Members[ModeLocal]) != 1 || len(s.Members[ModeCross]) != 2 {
 		t.Errorf("knees %v, members %v", s.Knees, s.Members)
 	}
 	status := map[string]string{}
@@ -366,7 +367,7 @@ func TestSweepRun(t *testing.T) {
 			t.Errorf("criterion %q: %q, want %q", name, status[name], want)
 		}
 	}
-	for _, line := range []string{"[sweep nats] ", "[sweep local] ", "[sweep cross] ", "s left"} {
+	for _, line := range []string{"[sweep nats] ", "[sweep floor] ", "[sweep local] ", "[sweep cross] ", "s left"} {
 		if !strings.Contains(progress, line) {
 			t.Errorf("no progress line with %q:\n%s", line, progress)
 		}

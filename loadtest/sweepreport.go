@@ -193,6 +193,9 @@ func (s *SweepReport) notes() []string {
 		"latency counts from each request's due time, not from when it went out: a generator that fell behind shows as latency and as late sends (no coordinated omission)",
 		"a p99 leaves out the requests that did not come back ok; where more than 1 % of a step's did not, its p99 is a failure: the knee is at that rate, and a p99 bar fails",
 	}
+	if slices.ContainsFunc(s.Rows, func(r SweepRow) bool { return r.Mode == ModeFloor }) {
+		n = append(n, "floor = the same client and echo nodes through a bare forwarder in its own process (HTTP/1.1 in, one WebSocket round trip to a node, JSON, nothing else: no accounts, limits, records, metrics or cluster): what any coordinator of this protocol costs on this machine; what local adds over it is switchyard's own")
+	}
 	slots := s.Nodes * s.NodeConcurrency
 	var bound []string
 	for _, r := range s.Rows {
