@@ -332,3 +332,60 @@ func TestRegistrationsBeyondTheBoundAreShed(t *testing.T) {
 	}
 	dialRaw(t, h.url).register(t, "after") // the slot is free again
 }
+
+// SendDirect writes in its caller's goroutine only when the socket is
+// free and nothing is queued, so what one goroutine sends, directly or
+// queued, reaches the node in order, and nothing sent from several at once
+// is lost or torn.
+func TestSendDirectKeepsOrder(t *testing.T) {
+	h := serveHub(t, Config{PingInterval: time.Hour, SendQueue: 10_000}) // room for the burst: the bound is not under test
+	p := dialRaw(t, h.url)
+	p.register(t, "ordered")
+	s := h.Session(NodeID("acct", "ordered"))
+	if s == nil {
+		t.Fatal("no session for the registered node")
+	}
+	const each = 300
+	done := make(chan struct{})
+	for _, g := range []string{"a", "b"} {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range each {
+				msg := []byte(fmt.Sprintf(`{"g":%q,"i":%d}`, g, i))
+				var ok bool
+				if i%3 == 0 {
+					ok = s.Send(msg)
+				} else {
+					ok = s.SendDirect(msg)
+				}
+				if !ok {
+					t.Errorf("%s %d: refused", g, i)
+					return
+				}
+			}
+		}()
+	}
+	next := map[string]int{}
+	for range 2 * each {
+		op, payload := p.readFrame(t, 5*time.Second)
+		if op != opText {
+			t.Fatalf("frame %#x %q, want a text message", op, payload)
+		}
+		var m struct {
+			G string
+			I int
+		}
+		if err := json.Unmarshal(payload, &m); err != nil {
+			t.Fatalf("message %q: %v", payload, err)
+		}
+		if m.I != next[m.G] {
+			t.Fatalf("%s: message %d after %d", m.G, m.I, next[m.G]-1)
+		}
+		next[m.G]++
+	}
+	<-done
+	<-done
+	if s.isClosing() {
+		t.Fatal("the session closed")
+	}
+}

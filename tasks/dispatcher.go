@@ -353,7 +353,7 @@ func (d *dispatcher) send(ctx context.Context, c nodes.Candidate, req *Request, 
 		Deadline: p.created.Add(d.deadline(req)).UnixMilli(), Account: req.AccountID,
 	}
 	if c.Owner == d.cfg.Instance {
-		return noRelease, d.owner.assign(e)
+		return noRelease, d.owner.assign(e, true)
 	}
 	release, ok := d.dir.Reserve(c.NodeID)
 	if !ok {

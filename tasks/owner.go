@@ -42,8 +42,11 @@ func newOwner(ctx context.Context, cfg Config, b Bus, local func(*bus.Envelope) 
 // (with a *refusal) when the node is not connected here at that generation
 // or has no free slot (DESIGN §5, invariant 7). Once it returns nil, the
 // requester hears from this owner exactly once more: a result or
-// node_gone. It never blocks: it runs on the bus's receive loop too.
-func (o *owner) assign(e *bus.Envelope) error {
+// node_gone. It never blocks unless direct: the bus's receive loop calls it
+// too. direct (the caller is the request's own goroutine) lets the node's
+// session write the assign in the caller's goroutine when its socket is
+// free (nodes.Session.SendDirect).
+func (o *owner) assign(e *bus.Envelope, direct bool) error {
 	if o.draining.Load() {
 		o.metrics.refusals.WithLabelValues("draining").Inc()
 		return &refusal{refusedGone, "the instance holding the node is draining"}
@@ -70,9 +73,15 @@ func (o *owner) assign(e *bus.Envelope) error {
 	if len(params) == 0 {
 		params = []byte("{}")
 	}
-	ok := s.Send(nodes.Encode(nodes.MsgTaskAssign, nodes.AssignPayload{
+	msg := nodes.Encode(nodes.MsgTaskAssign, nodes.AssignPayload{
 		TaskID: e.TaskID, TaskType: e.TaskType, Content: e.Content, Params: params, Stream: e.Stream,
-	}))
+	})
+	var ok bool
+	if direct {
+		ok = s.SendDirect(msg)
+	} else {
+		ok = s.Send(msg)
+	}
 	refuse, gone := o.fwd.sent(ent, ok)
 	switch {
 	case refuse:
@@ -248,7 +257,7 @@ func (o *owner) tooLarge() string {
 func (o *owner) handleEnvelope(e *bus.Envelope) {
 	switch e.Kind {
 	case bus.KindAssign:
-		if err := o.assign(e); err != nil {
+		if err := o.assign(e, false); err != nil {
 			r := err.(*refusal)
 			o.post(&fwdEntry{taskID: e.TaskID, nodeID: e.NodeID, gen: e.Gen, replyTo: e.ReplyTo},
 				&bus.Envelope{Kind: bus.KindResult, Result: &bus.Result{Code: string(r.kind), Message: r.msg}})
