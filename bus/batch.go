@@ -41,24 +41,36 @@ type pub struct {
 
 var pubPool = sync.Pool{New: func() any { return &pub{done: make(chan struct{}, 1)} }}
 
-// batcher sends the queued publishes in pipelines.
+// batcher sends the queued publishes in pipelines. A publish that finds
+// nothing queued and a pipeline free runs a pipeline of its own, in its
+// own goroutine: handing it to
+// a run goroutine and the answer back costs two wakeups of other threads,
+// and on two cores those wakeups were a third of an instance's CPU
+// (docs/BENCHMARKS.md, "one hand-off fewer"). Under load the queue is not
+// empty and the run goroutines batch as before.
 type batcher struct {
 	rdb     redis.UniversalClient
 	sharded bool
 	q       chan *pub
-	stop    <-chan struct{} // closed when the bus closes: nothing more is sent
+	// inFlight holds a token per pipeline under way, the run goroutines'
+	// and the direct publishers' together: at most pipelines.
+	inFlight chan struct{}
+	ctx      context.Context // the bus's: bounds every pipeline, ends at Close
 	// timeout bounds one pipeline's round trip (the client's own read and
 	// write timeouts bound it too).
 	timeout time.Duration
 }
 
-func newBatcher(rdb redis.UniversalClient, sharded bool, stop <-chan struct{}) *batcher {
-	return &batcher{rdb: rdb, sharded: sharded, q: make(chan *pub, batchQueue), stop: stop, timeout: 5 * time.Second}
+func newBatcher(ctx context.Context, rdb redis.UniversalClient, sharded bool) *batcher {
+	return &batcher{rdb: rdb, sharded: sharded, q: make(chan *pub, batchQueue), inFlight: make(chan struct{}, pipelines),
+		ctx: ctx, timeout: 5 * time.Second}
 }
 
-// run sends pipelines until ctx ends; start it pipelines times. What is
-// queued when ctx ends is answered with ctx's error.
-func (b *batcher) run(ctx context.Context) {
+// run sends the queued publishes in pipelines until the bus closes; start
+// it pipelines times. What is queued when it closes is answered with the
+// context's error.
+func (b *batcher) run() {
+	ctx := b.ctx
 	batch := make([]*pub, 0, batchMax)
 	for {
 		select {
@@ -68,18 +80,34 @@ func (b *batcher) run(ctx context.Context) {
 		case p := <-b.q:
 			batch = append(batch[:0], p)
 		}
-	fill:
-		for len(batch) < batchMax {
-			select {
-			case p := <-b.q:
-				batch = append(batch, p)
-			default:
-				break fill
+		select {
+		case b.inFlight <- struct{}{}:
+		case <-ctx.Done():
+			for _, p := range batch {
+				p.err = ctx.Err()
+				p.done <- struct{}{}
 			}
+			b.drain(ctx.Err())
+			return
 		}
+		batch = b.fill(batch)
 		b.send(ctx, batch)
+		<-b.inFlight
 		clear(batch)
 	}
+}
+
+// fill adds what is queued to batch, up to batchMax, without waiting.
+func (b *batcher) fill(batch []*pub) []*pub {
+	for len(batch) < batchMax {
+		select {
+		case p := <-b.q:
+			batch = append(batch, p)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 // send runs one pipeline and answers each of its publishes.
@@ -120,15 +148,39 @@ func (b *batcher) drain(err error) {
 // subscribers that received it. A caller whose ctx ends first gets ctx's
 // error; the envelope may still be delivered.
 func (b *batcher) publish(ctx context.Context, channel string, payload []byte) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if len(b.q) == 0 && b.ctx.Err() == nil {
+		select {
+		case b.inFlight <- struct{}{}:
+			// Direct: the caller waits for Redis's answer either way. It
+			// sends its publish alone, so that its context bounds it (as
+			// it bounds the wait for a queued one) without failing anyone
+			// else's.
+			pctx, cancel := context.WithTimeout(ctx, b.timeout)
+			var cmd *redis.IntCmd
+			if b.sharded {
+				cmd = b.rdb.SPublish(pctx, channel, payload)
+			} else {
+				cmd = b.rdb.Publish(pctx, channel, payload)
+			}
+			cancel()
+			<-b.inFlight
+			return cmd.Result()
+		default:
+		}
+	}
 	p := pubPool.Get().(*pub)
 	p.channel, p.payload = channel, payload
+	stop := b.ctx.Done()
 	select {
 	case b.q <- p:
 	case <-ctx.Done():
 		p.channel, p.payload = "", nil
 		pubPool.Put(p)
 		return 0, ctx.Err()
-	case <-b.stop:
+	case <-stop:
 		p.channel, p.payload = "", nil
 		pubPool.Put(p)
 		return 0, ErrClosed
@@ -142,7 +194,7 @@ func (b *batcher) publish(ctx context.Context, channel string, payload []byte) (
 	case <-ctx.Done():
 		// The pipeline still holds p and will answer it: p is not reused.
 		return 0, ctx.Err()
-	case <-b.stop:
+	case <-stop:
 		// p may never be answered (the pipelines have stopped): not reused.
 		return 0, ErrClosed
 	}

@@ -123,10 +123,10 @@ func NewRedis(rdb redis.UniversalClient, cfg RedisConfig) *Redis {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Redis{rdb: rdb, cfg: cfg, log: cfg.Logger.With("component", "bus"), metrics: m,
 		ctx: ctx, cancel: cancel, subs: map[*redisSub]struct{}{}}
-	r.batch = newBatcher(rdb, cfg.Sharded, ctx.Done())
+	r.batch = newBatcher(ctx, rdb, cfg.Sharded)
 	for range pipelines {
 		r.wg.Add(1)
-		go func() { defer r.wg.Done(); r.batch.run(ctx) }()
+		go func() { defer r.wg.Done(); r.batch.run() }()
 	}
 	return r
 }

@@ -145,6 +145,66 @@ func Run(t *testing.T, newBus Factory) {
 		}
 	})
 
+	// Publishes from many goroutines at once (a Redis bus sends some in a
+	// goroutine of their own and queues the rest for pipelines): each is
+	// answered with its own receiver count, each arrives once, and each
+	// goroutine's arrive in its order.
+	t.Run("ConcurrentPublishesEachAnswered", func(t *testing.T) {
+		b, peer := newBus(t)
+		other := peer(t)
+		const senders, each = 20, 50
+		var mu sync.Mutex
+		next := map[string]uint32{}
+		var bad []string
+		all := make(chan struct{}, senders*each)
+		sub, err := b.Subscribe(ctx, "inst-a", func(e *bus.Envelope) {
+			mu.Lock()
+			if e.Seq != next[e.TaskID]+1 {
+				bad = append(bad, fmt.Sprintf("%s: seq %d after %d", e.TaskID, e.Seq, next[e.TaskID]))
+			}
+			next[e.TaskID] = e.Seq
+			mu.Unlock()
+			all <- struct{}{}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		var wg sync.WaitGroup
+		errs := make(chan error, 2*senders*each)
+		for g := range senders {
+			wg.Go(func() {
+				for i := 1; i <= each; i++ {
+					id := fmt.Sprintf("sender-%d", g)
+					if n, err := other.Publish(ctx, "inst-a", &bus.Envelope{Kind: bus.KindChunk, TaskID: id, Seq: uint32(i)}); err != nil || n != 1 {
+						errs <- fmt.Errorf("%s %d to a subscriber: %d, %v", id, i, n, err)
+					}
+					if n, err := other.Publish(ctx, "nobody-"+id, &bus.Envelope{Kind: bus.KindChunk, TaskID: id, Seq: uint32(i)}); err != nil || n != 0 {
+						errs <- fmt.Errorf("%s %d to nobody: %d, %v", id, i, n, err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		deadline := time.After(10 * time.Second)
+		for range senders * each {
+			select {
+			case <-all:
+			case <-deadline:
+				t.Fatal("not every envelope arrived within 10 s")
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(bad) > 0 {
+			t.Fatalf("order lost: %v", bad[:min(len(bad), 5)])
+		}
+	})
+
 	t.Run("ReceiversCountsSubscribers", func(t *testing.T) {
 		b, peer := newBus(t)
 		other := peer(t)
