@@ -42,12 +42,12 @@ type pub struct {
 var pubPool = sync.Pool{New: func() any { return &pub{done: make(chan struct{}, 1)} }}
 
 // batcher sends the queued publishes in pipelines. A publish that finds
-// nothing queued and a pipeline free runs a pipeline of its own, in its
-// own goroutine: handing it to
-// a run goroutine and the answer back costs two wakeups of other threads,
-// and on two cores those wakeups were a third of an instance's CPU
-// (docs/BENCHMARKS.md, "one hand-off fewer"). Under load the queue is not
-// empty and the run goroutines batch as before.
+// nothing queued and a pipeline free is sent at once from its caller's
+// goroutine: handing it to a run goroutine and the answer back may wake
+// two other threads, and such wakeups were about a third of an instance's
+// CPU at 2,500 requests/s on two cores (docs/BENCHMARKS.md, "the floor, and
+// fewer hand-offs"). Under load the queue is not empty and the run
+// goroutines batch as before.
 type batcher struct {
 	rdb     redis.UniversalClient
 	sharded bool
@@ -144,9 +144,10 @@ func (b *batcher) drain(err error) {
 	}
 }
 
-// publish queues one publish and waits for Redis's answer: the number of
-// subscribers that received it. A caller whose ctx ends first gets ctx's
-// error; the envelope may still be delivered.
+// publish sends one publish (itself, or through the queue) and waits for
+// Redis's answer: the number of subscribers that received it. A caller
+// whose ctx ends first gets ctx's error; the envelope may still be
+// delivered.
 func (b *batcher) publish(ctx context.Context, channel string, payload []byte) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err

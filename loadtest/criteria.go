@@ -504,6 +504,7 @@ func evalSweepRatio(s *SweepReport, mode, name string, rate, bar float64) Criter
 		return c
 	case row.p99Unknown():
 		c.Status, c.Figure = Fail, fmt.Sprintf("%d of %d requests did not come back ok: the p99 of the requests sent is a failure", row.notOK(), row.Sent)
+		c.Detail = floorNote(s, mode, rate, bar, base)
 		return c
 	}
 	ratio := row.Latency.P99 / base.Latency.P99
@@ -516,16 +517,26 @@ func evalSweepRatio(s *SweepReport, mode, name string, rate, bar float64) Criter
 	if c.Status == Fail {
 		c.Detail = fmt.Sprintf("over the bar by %.2f×: p99 %.2f ms, the bar %.2f ms", ratio-bar, row.Latency.P99, bar*base.Latency.P99)
 	}
-	// The floor says how much of the figure any coordinator of this
-	// protocol pays on this machine, and whether the bar is within reach.
-	if f := s.row(ModeFloor, rate); f != nil && !f.p99Unknown() && f.Latency.P99 > 0 {
-		floor := fmt.Sprintf("the floor (a bare forwarder, same client and nodes): p99 %.2f ms, %.2f× NATS", f.Latency.P99, f.Latency.P99/base.Latency.P99)
-		if f.Latency.P99 > bar*base.Latency.P99 {
-			floor += ", itself over the bar"
-		}
-		c.Detail = strings.TrimPrefix(c.Detail+"; "+floor, "; ")
+	if f := floorNote(s, mode, rate, bar, base); f != "" {
+		c.Detail = strings.TrimPrefix(c.Detail+"; "+f, "; ")
 	}
 	return c
+}
+
+// floorNote says, for the local bar, what the floor mode's p99 was at the
+// same rate: how much of the figure any coordinator of this protocol pays
+// on this machine, and whether the bar is within reach at all. The floor
+// has one instance's path, so it says nothing of the cross bar.
+func floorNote(s *SweepReport, mode string, rate, bar float64, base *SweepRow) string {
+	f := s.row(ModeFloor, rate)
+	if mode != ModeLocal || f == nil || f.p99Unknown() || f.Latency.P99 <= 0 {
+		return ""
+	}
+	note := fmt.Sprintf("the floor (a bare forwarder, same client and nodes): p99 %.2f ms, %.2f× NATS", f.Latency.P99, f.Latency.P99/base.Latency.P99)
+	if f.Latency.P99 > bar*base.Latency.P99 {
+		note += ", itself over the bar: out of reach on this machine"
+	}
+	return note
 }
 
 // evalSweepSchedule judges the cross mode at 5000 requests/s: every

@@ -254,6 +254,18 @@ func TestEvaluateSweep(t *testing.T) {
 			s.Rows = slices.DeleteFunc(s.Rows, func(r SweepRow) bool { return r.Rate > 2500 })
 		},
 			CritSweepSchedule, Skip, "did not run"},
+		{"the floor under the local bar", func(s *SweepReport) {
+			s.Rows = append(s.Rows, sweepRow(ModeFloor, 5000, 3))
+			s.row(ModeLocal, 5000).Latency.P99 = 6
+		}, CritSweepLocal, Fail, "the floor (a bare forwarder, same client and nodes): p99 3.00 ms, 1.20× NATS"},
+		{"the floor itself over the local bar", func(s *SweepReport) {
+			s.Rows = append(s.Rows, sweepRow(ModeFloor, 5000, 6))
+			s.row(ModeLocal, 5000).Latency.P99 = 7
+		}, CritSweepLocal, Fail, "p99 6.00 ms, 2.40× NATS, itself over the bar"},
+		{"local collapsed beside the floor", func(s *SweepReport) {
+			s.Rows = append(s.Rows, sweepRow(ModeFloor, 5000, 6))
+			*s.row(ModeLocal, 5000) = failing(*s.row(ModeLocal, 5000), 5000)
+		}, CritSweepLocal, Fail, "itself over the bar"},
 		{"an outcome missing", func(s *SweepReport) { s.row(ModeLocal, 1000).NoOutcome = 1 }, CritSweepOutcomes, Fail, "1 without an outcome"},
 		{"the counts disagree", func(s *SweepReport) { s.row(ModeNATS, 1000).OK-- }, CritSweepOutcomes, Fail, "nats at 1000/s"},
 		{"an instance died", func(s *SweepReport) { s.Exited = []string{"c-2 exited"} }, CritInstances, Fail, "c-2 exited"},
@@ -265,6 +277,14 @@ func TestEvaluateSweep(t *testing.T) {
 		if c.Status != tc.want || !strings.Contains(c.Figure+" "+c.Detail, tc.words) {
 			t.Errorf("%s: %s %q, want %s with %q", tc.name, c.Status, c.Figure+" / "+c.Detail, tc.want, tc.words)
 		}
+	}
+
+	// The floor is one instance's path: the cross bar does not cite it.
+	s = sweepReport()
+	s.Rows = append(s.Rows, sweepRow(ModeFloor, 2500, 20))
+	s.row(ModeCross, 2500).Latency.P99 = 30
+	if c := find(EvaluateSweep(s, DefaultBars), CritSweepCross); c.Status != Fail || strings.Contains(c.Detail, "floor") {
+		t.Errorf("cross over the bar beside a floor row: %s %q", c.Status, c.Detail)
 	}
 }
 

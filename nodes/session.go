@@ -178,9 +178,9 @@ func (s *Session) Send(msg []byte) bool {
 // SendDirect is Send for a caller that may wait on the socket (a request's
 // own goroutine, never the bus's receive loop). When nothing is queued or
 // being written, it writes msg itself: the hand-off to the writer goroutine
-// is a wakeup of another thread, and thread wakeups were a third of an
-// instance's CPU at 2,500 requests/s (docs/BENCHMARKS.md, "one hand-off
-// fewer"). Otherwise it queues msg as Send does, behind what is there, so
+// may wake another thread, and such wakeups were about a third of an
+// instance's CPU at 2,500 requests/s on two cores (docs/BENCHMARKS.md, "the
+// floor, and fewer hand-offs"). Otherwise it queues msg as Send does, behind what is there, so
 // the node still gets its messages in the order they were sent. The write
 // is bounded by WriteTimeout and a failed one closes the session, as the
 // writer's are; it reports whether msg was written or queued.
