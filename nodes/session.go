@@ -180,10 +180,11 @@ func (s *Session) Send(msg []byte) bool {
 // being written, it writes msg itself: the hand-off to the writer goroutine
 // may wake another thread, and such wakeups were about a third of an
 // instance's CPU at 2,500 requests/s on two cores (docs/BENCHMARKS.md, "the
-// floor, and fewer hand-offs"). Otherwise it queues msg as Send does, behind what is there, so
-// the node still gets its messages in the order they were sent. The write
-// is bounded by WriteTimeout and a failed one closes the session, as the
-// writer's are; it reports whether msg was written or queued.
+// floor, and fewer hand-offs"). Otherwise it queues msg as Send does,
+// behind what is there, so the node still gets its messages in the order
+// they were sent. The write is bounded by WriteTimeout and a failed one
+// closes the session, as the writer's are; it reports whether msg was
+// written or queued.
 func (s *Session) SendDirect(msg []byte) bool {
 	s.mu.Lock()
 	if s.closing || s.writing || len(s.queue) > 0 {
