@@ -57,28 +57,42 @@ type helperProc struct {
 	done       chan struct{}
 }
 
-// startHelpers starts the helper processes for nodes from..nodes-1.
-func startHelpers(spec helperSpec, nodes, per int) ([]*helperProc, error) {
+// startChild starts this binary with args as a child process of the load
+// test (a fleet helper, the sweep's floor server): its stderr is the load
+// test's, it is told to stop by the closing of its stdin, and it is killed
+// if the load test ends first, whatever way it ends.
+func startChild(args ...string) (cmd *exec.Cmd, stdin io.WriteCloser, stdout io.ReadCloser, err error) {
 	self, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("fleet helpers: %w", err)
+		return nil, nil, nil, err
 	}
+	cmd = exec.Command(self, args...)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err = cmd.StdoutPipe()
+	if err == nil {
+		stdin, err = cmd.StdinPipe()
+	}
+	if err == nil {
+		err = cmd.Start()
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return cmd, stdin, stdout, nil
+}
+
+// startHelpers starts the helper processes for nodes from..nodes-1.
+func startHelpers(spec helperSpec, nodes, per int) ([]*helperProc, error) {
 	var hs []*helperProc
 	for from := spec.From; from < nodes; from += per {
 		s := spec
 		s.From, s.To = from, min(from+per, nodes)
 		arg, _ := json.Marshal(s)
-		h := &helperProc{spec: s, cmd: exec.Command(self, fleetHelperArg, string(arg)), done: make(chan struct{})}
-		h.cmd.Stderr = os.Stderr
-		// The helper ends when the load test does, whatever way it ends.
-		h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		out, err := h.cmd.StdoutPipe()
-		if err == nil {
-			h.stdin, err = h.cmd.StdinPipe()
-		}
-		if err == nil {
-			err = h.cmd.Start()
-		}
+		h := &helperProc{spec: s, done: make(chan struct{})}
+		var out io.ReadCloser
+		var err error
+		h.cmd, h.stdin, out, err = startChild(fleetHelperArg, string(arg))
 		if err != nil {
 			stopHelpers(hs)
 			return nil, fmt.Errorf("fleet helper for nodes %d-%d: %w", s.From, s.To-1, err)

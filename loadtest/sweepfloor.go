@@ -9,11 +9,9 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -79,9 +77,8 @@ func runFloorServer(stdin io.Reader, stdout io.Writer) error {
 
 // floorRequest is what the floor reads of POST /api/v1/request.
 type floorRequest struct {
-	TaskType string          `json:"task_type"`
-	Content  string          `json:"content"`
-	Params   json.RawMessage `json:"params"`
+	TaskType string `json:"task_type"`
+	Content  string `json:"content"`
 }
 
 // floorResult is the answer, in the shape of switchyard's (and GemmaNet's).
@@ -230,21 +227,10 @@ type floorProc struct {
 // startFloor starts the floor server as a process of this binary and waits
 // for its address.
 func startFloor() (*floorProc, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("floor server: %w", err)
-	}
-	p := &floorProc{cmd: exec.Command(self, floorServerArg)}
-	p.cmd.Stderr = os.Stderr
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := p.cmd.StdoutPipe()
-	if err == nil {
-		p.stdin, err = p.cmd.StdinPipe()
-	}
-	if err == nil {
-		err = p.cmd.Start()
-	}
-	if err != nil {
+	p := &floorProc{}
+	var out io.ReadCloser
+	var err error
+	if p.cmd, p.stdin, out, err = startChild(floorServerArg); err != nil {
 		return nil, fmt.Errorf("floor server: %w", err)
 	}
 	line, err := bufio.NewReader(out).ReadString('\n')
