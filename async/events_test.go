@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"switchyard/async"
+	"github.com/switchyard-dev/switchyard/async"
 )
 
 func TestEventRoundTrip(t *testing.T) {

@@ -12,9 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"switchyard/store"
-	"switchyard/streamlog"
-	"switchyard/tasks"
+	"github.com/switchyard-dev/switchyard/store"
+	"github.com/switchyard-dev/switchyard/streamlog"
+	"github.com/switchyard-dev/switchyard/tasks"
 )
 
 // The pump's figures, in one place (docs/OPERATIONS.md lists them).

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/async"
-	"switchyard/internal/pgtest"
-	"switchyard/store"
-	"switchyard/tasks"
+	"github.com/switchyard-dev/switchyard/async"
+	"github.com/switchyard-dev/switchyard/internal/pgtest"
+	"github.com/switchyard-dev/switchyard/store"
+	"github.com/switchyard-dev/switchyard/tasks"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 // View is an async task as GET /api/v1/tasks/{id} answers it, and as its

@@ -5,7 +5,7 @@ import (
 	"reflect"
 	"testing"
 
-	"switchyard/bus"
+	"github.com/switchyard-dev/switchyard/bus"
 )
 
 func sampleEnvelopes() []*bus.Envelope {

@@ -5,8 +5,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"switchyard/bus"
-	"switchyard/bus/bustest"
+	"github.com/switchyard-dev/switchyard/bus"
+	"github.com/switchyard-dev/switchyard/bus/bustest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -9,9 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"switchyard/bus"
-	"switchyard/bus/bustest"
-	"switchyard/internal/redistest"
+	"github.com/switchyard-dev/switchyard/bus"
+	"github.com/switchyard-dev/switchyard/bus/bustest"
+	"github.com/switchyard-dev/switchyard/internal/redistest"
 )
 
 var _ bus.Bus = (*bus.Redis)(nil)

@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"switchyard/bus"
-	"switchyard/internal/redistest"
+	"github.com/switchyard-dev/switchyard/bus"
+	"github.com/switchyard-dev/switchyard/internal/redistest"
 )
 
 // The registry and the lock on the shared Redis and on a private 3-master

@@ -356,23 +356,26 @@ func buildLoadtest(ctx context.Context, dir string) (string, error) {
 		return "", err
 	}
 	out := filepath.Join(dir, "loadtest")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./loadtest")
-	cmd.Dir = root
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, ".")
+	cmd.Dir = filepath.Join(root, "loadtest") // a module of its own
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./loadtest in %s: %w\n%s", root, err, b)
+		return "", fmt.Errorf("go build in %s: %w\n%s", cmd.Dir, err, b)
 	}
 	return out, nil
 }
 
-// moduleRoot finds the directory of the switchyard module's go.mod, from
-// the working directory upwards.
+// rootModule is the path of the module that holds cmd/switchyard.
+const rootModule = "github.com/switchyard-dev/switchyard"
+
+// moduleRoot finds the directory of the switchyard module's go.mod (not
+// the load test's own, nested one), from the working directory upwards.
 func moduleRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.HasPrefix(bytes.TrimSpace(b), []byte("module switchyard\n")) {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.HasPrefix(bytes.TrimSpace(b), []byte("module "+rootModule+"\n")) {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)

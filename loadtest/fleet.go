@@ -14,8 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"switchyard/sdk"
-	"switchyard/sdk/handlers"
+	"github.com/switchyard-dev/switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk/handlers"
 )
 
 // fleet is the simulated nodes: SDK node agents whose handlers sleep (or

@@ -17,8 +17,8 @@ import (
 	"syscall"
 	"time"
 
-	"switchyard/sdk"
-	"switchyard/sdk/handlers"
+	"github.com/switchyard-dev/switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk/handlers"
 )
 
 // defaultNodesPerProcess is the most simulated nodes one load test

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 func TestLedgerEveryRequestHasExactlyOneOutcome(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 // runner drives one configuration: the ramp, the steady phase with its

@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"switchyard/internal/redistest"
+	"github.com/switchyard-dev/switchyard/internal/redistest"
 )
 
 // redisClient connects to the Redis of cfg: a cluster client on a Redis

@@ -16,8 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"switchyard/sdk"
-	"switchyard/sdk/handlers"
+	"github.com/switchyard-dev/switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk/handlers"
 )
 
 // The sweep's modes (issue 13).

@@ -17,7 +17,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/google/uuid"
 
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 // floorServerArg is the first argument that runs the binary as the sweep's

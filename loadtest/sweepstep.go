@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 // The sweep's fixed figures (issue 13).

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 func TestClassifySweep(t *testing.T) {

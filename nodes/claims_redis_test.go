@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/internal/redistest"
+	"github.com/switchyard-dev/switchyard/internal/redistest"
 )
 
 func redisClaims(t *testing.T, ttl time.Duration) *RedisClaims {

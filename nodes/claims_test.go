@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/internal/redistest"
-	"switchyard/nodes"
-	"switchyard/nodes/claimstest"
+	"github.com/switchyard-dev/switchyard/internal/redistest"
+	"github.com/switchyard-dev/switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/nodes/claimstest"
 )
 
 func TestMemoryClaimsSuite(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"switchyard/bus"
+	"github.com/switchyard-dev/switchyard/bus"
 )
 
 // ClusterConfig configures a ClusterDirectory. Zero values take the defaults shown.

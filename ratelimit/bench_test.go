@@ -11,7 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"switchyard/ratelimit"
+	"github.com/switchyard-dev/switchyard/ratelimit"
 )
 
 // benchLimit admits about half the calls at a few million a second, so both

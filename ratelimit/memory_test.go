@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/ratelimit"
-	"switchyard/ratelimit/ratelimittest"
+	"github.com/switchyard-dev/switchyard/ratelimit"
+	"github.com/switchyard-dev/switchyard/ratelimit/ratelimittest"
 )
 
 func TestMemory(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"switchyard/ratelimit"
+	"github.com/switchyard-dev/switchyard/ratelimit"
 )
 
 // serve builds an echo server with one GET / route behind mw.

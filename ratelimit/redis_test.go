@@ -14,9 +14,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"switchyard/internal/redistest"
-	"switchyard/ratelimit"
-	"switchyard/ratelimit/ratelimittest"
+	"github.com/switchyard-dev/switchyard/internal/redistest"
+	"github.com/switchyard-dev/switchyard/ratelimit"
+	"github.com/switchyard-dev/switchyard/ratelimit/ratelimittest"
 )
 
 const defaultTestRedisURL = "redis://127.0.0.1:6379/0"

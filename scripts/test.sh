@@ -8,7 +8,7 @@
 # sudo) and starts them, so a fresh machine with only Go can run it:
 #
 #   ./scripts/test.sh            # everything: vet, tests with -race, short fuzzing
-#   ./scripts/test.sh ./store/   # only some packages (no fuzzing)
+#   ./scripts/test.sh ./store/   # only some packages of the root module (no fuzzing)
 #
 # Environment:
 #   SWITCHYARD_TEST_DATABASE_URL  PostgreSQL for the tests
@@ -101,20 +101,23 @@ pkgs=("${@:-./...}")
 say "go vet"
 go vet "${pkgs[@]}"
 if [ $# -eq 0 ]; then
+	# The load test is a module of its own (loadtest/go.mod), so that its
+	# embedded NATS server is not a dependency of the coordinator or its SDK.
+	go -C loadtest vet ./...
 	# The multi-process tests (they start instances of the built binary) and
 	# the load test judge timings, so they run after the others, one package
 	# at a time, on an otherwise quiet machine.
-	serial=(./internal/clustertest ./loadtest)
-	mapfile -t parallel < <(go list ./... | grep -v -e /internal/clustertest -e /loadtest)
+	mapfile -t parallel < <(go list ./... | grep -v -e /internal/clustertest)
 	# The slow-reader flood test streams millions of chunks to a slow TCP
 	# client; beside the other packages' -race runs on 2 cores it takes a
 	# minute (docs/TESTING.md), so it runs with the serial ones.
 	quiet=TestSlowStreamReaderFloodStaysFlat
 	say "go test -race (in-process packages)"
 	go test -race -count=1 -timeout 20m -skip "^$quiet\$" "${parallel[@]}"
-	say "go test -race ${serial[*]} and $quiet (one package at a time)"
+	say "go test -race ./internal/clustertest, ./loadtest and $quiet (one package at a time)"
 	go test -race -count=1 -timeout 20m -run "^$quiet\$" ./server
-	go test -race -count=1 -timeout 20m -p 1 "${serial[@]}"
+	go test -race -count=1 -timeout 20m -p 1 ./internal/clustertest
+	go -C loadtest test -race -count=1 -timeout 20m -p 1 ./...
 else
 	say "go test -race ${pkgs[*]}"
 	go test -race -count=1 -timeout 20m "${pkgs[@]}"

@@ -6,7 +6,7 @@ import (
 	"log"
 	"strings"
 
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 // A node that upper-cases text, two tasks at a time, streaming word by word.

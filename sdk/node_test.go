@@ -13,9 +13,9 @@ import (
 	"github.com/coder/websocket"
 	"github.com/google/uuid"
 
-	"switchyard/sdk"
-	"switchyard/sdk/handlers"
-	"switchyard/sdk/internal/fakeserver"
+	"github.com/switchyard-dev/switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk/handlers"
+	"github.com/switchyard-dev/switchyard/sdk/internal/fakeserver"
 )
 
 // waitCtx bounds how long a test waits for an event that should come.

@@ -7,8 +7,8 @@ import (
 
 	"github.com/coder/websocket"
 
-	"switchyard/sdk"
-	"switchyard/sdk/internal/fakeserver"
+	"github.com/switchyard-dev/switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk/internal/fakeserver"
 )
 
 // Connection lifecycle: drops, backoff, permanent stops, draining, pings.

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 // taskStreamServer serves one task's stream of n chunks and its result,

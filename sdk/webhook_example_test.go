@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 // A receiver of switchyard's webhooks: verify the signature over the raw

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/internal/pgtest"
-	"switchyard/internal/redistest"
+	"github.com/switchyard-dev/switchyard/internal/pgtest"
+	"github.com/switchyard-dev/switchyard/internal/redistest"
 )
 
 const testAdmin = "admin-token-for-the-tests-0123"

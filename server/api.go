@@ -12,7 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 // rate is POST /api/v1/rate: {task_id, rating} → {status, node_ids, rating}.

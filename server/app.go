@@ -17,15 +17,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	asyncq "switchyard/async"
-	"switchyard/bus"
-	"switchyard/internal/gcfloor"
-	"switchyard/nodes"
-	"switchyard/ratelimit"
-	"switchyard/store"
-	"switchyard/streamlog"
-	"switchyard/tasks"
-	"switchyard/webhooks"
+	asyncq "github.com/switchyard-dev/switchyard/async"
+	"github.com/switchyard-dev/switchyard/bus"
+	"github.com/switchyard-dev/switchyard/internal/gcfloor"
+	"github.com/switchyard-dev/switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/ratelimit"
+	"github.com/switchyard-dev/switchyard/store"
+	"github.com/switchyard-dev/switchyard/streamlog"
+	"github.com/switchyard-dev/switchyard/tasks"
+	"github.com/switchyard-dev/switchyard/webhooks"
 )
 
 // App is one switchyard instance: every component, wired, and the HTTP

@@ -14,9 +14,9 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/redis/go-redis/v9"
 
-	asyncq "switchyard/async"
-	"switchyard/nodes"
-	"switchyard/store"
+	asyncq "github.com/switchyard-dev/switchyard/async"
+	"github.com/switchyard-dev/switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 // Async tasks (POST /api/v1/tasks, issue 11): the pump (package async)

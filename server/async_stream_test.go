@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"testing"
 
-	"switchyard/internal/redistest"
+	"github.com/switchyard-dev/switchyard/internal/redistest"
 )
 
 // Issue 11's resume bar, end to end: an async task submitted with stream:

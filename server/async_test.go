@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
-	asyncq "switchyard/async"
-	"switchyard/internal/pgtest"
-	"switchyard/internal/redistest"
-	"switchyard/sdk"
-	"switchyard/sdk/handlers"
-	"switchyard/store"
+	asyncq "github.com/switchyard-dev/switchyard/async"
+	"github.com/switchyard-dev/switchyard/internal/pgtest"
+	"github.com/switchyard-dev/switchyard/internal/redistest"
+	"github.com/switchyard-dev/switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk/handlers"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 // asyncView is GET /api/v1/tasks/{id}'s answer for an async task.

@@ -14,8 +14,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"switchyard/ratelimit"
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/ratelimit"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 // Cache lifetimes and bounds. A revoked key or deleted account stops working

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 // An adversarial client sends 150 made-up keys from one address: it is

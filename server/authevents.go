@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 // Revocations reach every instance at once (DESIGN §5, invariant 15): who

@@ -19,9 +19,9 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/internal/nodetest"
-	"switchyard/sdk"
-	"switchyard/sdk/handlers"
+	"github.com/switchyard-dev/switchyard/internal/nodetest"
+	"github.com/switchyard-dev/switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk/handlers"
 )
 
 // benchSetup starts an instance with limits off and nodes echo nodes, all
@@ -86,7 +86,7 @@ func buildBinary(b *testing.B) string {
 			return
 		}
 		builtBin = dir + "/switchyard"
-		out, err := exec.Command("go", "build", "-o", builtBin, "switchyard/cmd/switchyard").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", builtBin, "github.com/switchyard-dev/switchyard/cmd/switchyard").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/nodes"
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 func benchmarkOf(t *testing.T, ta *testApp, nodeID string) map[string]any {

@@ -13,9 +13,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"switchyard/bus"
-	"switchyard/nodes"
-	"switchyard/ratelimit"
+	"github.com/switchyard-dev/switchyard/bus"
+	"github.com/switchyard-dev/switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/ratelimit"
 )
 
 // cluster is the state an instance shares through Redis: in multi-instance

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/internal/pgtest"
-	"switchyard/internal/redistest"
+	"github.com/switchyard-dev/switchyard/internal/pgtest"
+	"github.com/switchyard-dev/switchyard/internal/redistest"
 )
 
 // Invariant 11 end to end: two instances on one Redis, and on a Redis

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"switchyard/bus"
-	"switchyard/nodes"
-	"switchyard/tasks"
+	"github.com/switchyard-dev/switchyard/bus"
+	"github.com/switchyard-dev/switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/tasks"
 )
 
 // Config is everything an instance is started with. DefaultConfig holds

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/bus"
+	"github.com/switchyard-dev/switchyard/bus"
 )
 
 // A zero Config takes every default from DefaultConfig, and nothing else.

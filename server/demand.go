@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/nodes"
 )
 
 // Demand is what an autoscaler reads (GET /api/v1/capabilities): per task

@@ -9,7 +9,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"switchyard/internal/nodetest"
+	"github.com/switchyard-dev/switchyard/internal/nodetest"
 )
 
 // HEAD is answered wherever GET is (issue 10, point 9), with GET's status

@@ -7,7 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"switchyard/tasks"
+	"github.com/switchyard-dev/switchyard/tasks"
 )
 
 // apiError is an error answer. Its body serves both of GemmaNet's readers:

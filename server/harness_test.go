@@ -15,9 +15,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"switchyard/internal/nodetest"
-	"switchyard/internal/pgtest"
-	"switchyard/internal/redistest"
+	"github.com/switchyard-dev/switchyard/internal/nodetest"
+	"github.com/switchyard-dev/switchyard/internal/pgtest"
+	"github.com/switchyard-dev/switchyard/internal/redistest"
 )
 
 func TestMain(m *testing.M) {

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/internal/pgtest"
-	"switchyard/internal/redistest"
+	"github.com/switchyard-dev/switchyard/internal/pgtest"
+	"github.com/switchyard-dev/switchyard/internal/redistest"
 )
 
 // benchCluster starts n instances of the built binary sharing the test

@@ -10,7 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"switchyard/ratelimit"
+	"github.com/switchyard-dev/switchyard/ratelimit"
 )
 
 // The per-key cap on tasks in flight (issue 11, --max-inflight-per-key):

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/internal/nodetest"
+	"github.com/switchyard-dev/switchyard/internal/nodetest"
 )
 
 // Invariant 2: only the assigned connection answers. A result from another

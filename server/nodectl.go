@@ -10,8 +10,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"switchyard/bus"
-	"switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/bus"
+	"github.com/switchyard-dev/switchyard/nodes"
 )
 
 // Node maintenance (issue 12): POST /api/v1/nodes/{id}/pause, /resume and

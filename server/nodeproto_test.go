@@ -14,8 +14,8 @@ import (
 
 	"github.com/coder/websocket"
 
-	"switchyard/internal/nodetest"
-	"switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/internal/nodetest"
+	"github.com/switchyard-dev/switchyard/nodes"
 )
 
 // A node written against the wire spec alone registers and serves a plain

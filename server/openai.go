@@ -14,9 +14,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
-	"switchyard/nodes"
-	"switchyard/store"
-	"switchyard/tasks"
+	"github.com/switchyard-dev/switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/store"
+	"github.com/switchyard-dev/switchyard/tasks"
 )
 
 // The OpenAI-compatible routes, POST /v1/chat/completions and GET /v1/models

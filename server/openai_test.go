@@ -20,8 +20,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"switchyard/internal/nodetest"
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/internal/nodetest"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 // openAIError is the OpenAI error shape; Detail must stay empty, since

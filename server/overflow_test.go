@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/internal/nodetest"
-	"switchyard/tasks"
+	"github.com/switchyard-dev/switchyard/internal/nodetest"
+	"github.com/switchyard-dev/switchyard/tasks"
 )
 
 func heapInuse() uint64 {

@@ -15,9 +15,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"switchyard/nodes"
-	"switchyard/store"
-	"switchyard/tasks"
+	"github.com/switchyard-dev/switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/store"
+	"github.com/switchyard-dev/switchyard/tasks"
 )
 
 // GET /admin/api/overview: everything the dashboard (dashboard.go) shows,

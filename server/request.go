@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
-	"switchyard/tasks"
+	"github.com/switchyard-dev/switchyard/tasks"
 )
 
 const ctxTaskBody = "switchyard.task_body"

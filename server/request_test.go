@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/internal/nodetest"
+	"github.com/switchyard-dev/switchyard/internal/nodetest"
 )
 
 func TestRequestBodyErrors(t *testing.T) {

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/internal/pgtest"
-	"switchyard/internal/redistest"
-	"switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/internal/pgtest"
+	"github.com/switchyard-dev/switchyard/internal/redistest"
+	"github.com/switchyard-dev/switchyard/nodes"
 )
 
 // Invariant 15: revoking a key acts on every instance within a second. Two

@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/internal/nodetest"
-	"switchyard/internal/sdktest"
-	"switchyard/sdk"
-	"switchyard/sdk/handlers"
+	"github.com/switchyard-dev/switchyard/internal/nodetest"
+	"github.com/switchyard-dev/switchyard/internal/sdktest"
+	"github.com/switchyard-dev/switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk/handlers"
 )
 
 // These tests drive a real instance with the project's own SDK, node agent

@@ -8,7 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"switchyard/tasks"
+	"github.com/switchyard-dev/switchyard/tasks"
 )
 
 // sseWriter writes GemmaNet's event stream: each event is one

@@ -11,10 +11,10 @@ import (
 
 	"github.com/coder/websocket"
 
-	"switchyard/internal/nodetest"
-	"switchyard/internal/pgtest"
-	"switchyard/sdk"
-	"switchyard/sdk/handlers"
+	"github.com/switchyard-dev/switchyard/internal/nodetest"
+	"github.com/switchyard-dev/switchyard/internal/pgtest"
+	"github.com/switchyard-dev/switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk/handlers"
 )
 
 // When the store cannot answer, the instance says so: health is not ready,

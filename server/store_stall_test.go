@@ -11,10 +11,10 @@ import (
 	"github.com/coder/websocket"
 	"github.com/jackc/pgx/v5"
 
-	"switchyard/internal/nodetest"
-	"switchyard/internal/pgtest"
-	"switchyard/sdk"
-	"switchyard/sdk/handlers"
+	"github.com/switchyard-dev/switchyard/internal/nodetest"
+	"github.com/switchyard-dev/switchyard/internal/pgtest"
+	"github.com/switchyard-dev/switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk/handlers"
 )
 
 // timed makes a request and returns its status, error code and duration.

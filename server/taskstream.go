@@ -11,9 +11,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	asyncq "switchyard/async"
-	"switchyard/store"
-	"switchyard/streamlog"
+	asyncq "github.com/switchyard-dev/switchyard/async"
+	"github.com/switchyard-dev/switchyard/store"
+	"github.com/switchyard-dev/switchyard/streamlog"
 )
 
 // Resumable streams (issue 11): GET /api/v1/tasks/{id}/stream replays and

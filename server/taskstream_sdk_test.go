@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 // The SDK's StreamTask through a balancer in front of two instances: it

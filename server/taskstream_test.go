@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/streamlog"
+	"github.com/switchyard-dev/switchyard/streamlog"
 )
 
 // owners is a TaskAuthorizer over a map the test fills: task id → account

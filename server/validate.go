@@ -11,7 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/nodes"
 )
 
 // Limits of POST /api/v1/request (GEMMANET-WIRE §2).

@@ -6,7 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"switchyard/webhooks"
+	"github.com/switchyard-dev/switchyard/webhooks"
 )
 
 // rotateWebhookSecret is POST /api/v1/webhook-secret: a new signing secret

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 // POST /api/v1/webhook-secret rotates the account's secret and shows it

@@ -12,8 +12,8 @@ import (
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
 
-	"switchyard/nodes"
-	"switchyard/ratelimit"
+	"github.com/switchyard-dev/switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/ratelimit"
 )
 
 // nodeSocket is GET /ws/node: the handshake limit per client IP, then the

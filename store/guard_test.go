@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 // stallStore answers Authenticate and Ping, or stalls them (blocking until

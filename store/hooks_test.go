@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 var errBoom = errors.New("boom: database unavailable")

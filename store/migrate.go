@@ -14,7 +14,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
-	"switchyard/migrations"
+	"github.com/switchyard-dev/switchyard/migrations"
 )
 
 // Migrate applies pending migrations to the configured database and returns

@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 
-	"switchyard/internal/pgtest"
-	"switchyard/migrations"
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/internal/pgtest"
+	"github.com/switchyard-dev/switchyard/migrations"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 var wantApplied = []string{"00001_init.sql", "00002_benchmarks.sql", "00003_async_tasks.sql", "00004_webhooks.sql"}

@@ -8,9 +8,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"switchyard/internal/pgtest"
-	"switchyard/store"
-	"switchyard/store/storetest"
+	"github.com/switchyard-dev/switchyard/internal/pgtest"
+	"github.com/switchyard-dev/switchyard/store"
+	"github.com/switchyard-dev/switchyard/store/storetest"
 )
 
 func openPostgres(t *testing.T) store.Store {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 func TestScore(t *testing.T) {

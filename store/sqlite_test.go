@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/store"
-	"switchyard/store/storetest"
+	"github.com/switchyard-dev/switchyard/store"
+	"github.com/switchyard-dev/switchyard/store/storetest"
 )
 
 func openSQLite(t *testing.T) store.Store {

@@ -3,9 +3,9 @@ package store_test
 import (
 	"testing"
 
-	"switchyard/internal/pgtest"
-	"switchyard/store"
-	"switchyard/store/storetest"
+	"github.com/switchyard-dev/switchyard/internal/pgtest"
+	"github.com/switchyard-dev/switchyard/store"
+	"github.com/switchyard-dev/switchyard/store/storetest"
 )
 
 func TestSQLiteWebhooks(t *testing.T) {

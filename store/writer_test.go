@@ -10,7 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 func rec(id string) store.TaskRecord {

@@ -3,8 +3,8 @@ package streamlog_test
 import (
 	"testing"
 
-	"switchyard/streamlog"
-	"switchyard/streamlog/streamlogtest"
+	"github.com/switchyard-dev/switchyard/streamlog"
+	"github.com/switchyard-dev/switchyard/streamlog/streamlogtest"
 )
 
 func TestMemory(t *testing.T) {

@@ -9,9 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"switchyard/internal/redistest"
-	"switchyard/streamlog"
-	"switchyard/streamlog/streamlogtest"
+	"github.com/switchyard-dev/switchyard/internal/redistest"
+	"github.com/switchyard-dev/switchyard/streamlog"
+	"github.com/switchyard-dev/switchyard/streamlog/streamlogtest"
 )
 
 // The suite on the shared Redis: each subtest in a namespace of its own

@@ -16,11 +16,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
-	"switchyard/bus"
-	"switchyard/internal/nodetest"
-	"switchyard/nodes"
-	"switchyard/store"
-	"switchyard/tasks"
+	"github.com/switchyard-dev/switchyard/bus"
+	"github.com/switchyard-dev/switchyard/internal/nodetest"
+	"github.com/switchyard-dev/switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/store"
+	"github.com/switchyard-dev/switchyard/tasks"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -8,9 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"switchyard/bus"
-	"switchyard/nodes"
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/bus"
+	"github.com/switchyard-dev/switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 // Request is a task as a client asked for it, already validated.

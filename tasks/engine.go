@@ -9,9 +9,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
-	"switchyard/bus"
-	"switchyard/nodes"
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/bus"
+	"github.com/switchyard-dev/switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 // Config configures an Engine. Zero values take the defaults shown.

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"net/http"
 
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 // Code is a public error code of a task that did not end with a node's

@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"switchyard/bus"
-	"switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/bus"
+	"github.com/switchyard-dev/switchyard/nodes"
 )
 
 // fakeBus is a Bus whose answers a test sets: subscriber counts, an error

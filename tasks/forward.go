@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/nodes"
 )
 
 // entryState tracks an assign that is being handed to a node's socket.

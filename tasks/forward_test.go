@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/bus"
-	"switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/bus"
+	"github.com/switchyard-dev/switchyard/nodes"
 )
 
 // The forwarding table's transitions: whoever takes an entry has the last

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/bus"
-	"switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/bus"
+	"github.com/switchyard-dev/switchyard/nodes"
 )
 
 // BenchmarkTracker is one task's life on the requester side: add, deliver

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/internal/nodetest"
-	"switchyard/tasks"
+	"github.com/switchyard-dev/switchyard/internal/nodetest"
+	"github.com/switchyard-dev/switchyard/tasks"
 )
 
 // An async task runs on its instance's own nodes only (Request.LocalOnly):

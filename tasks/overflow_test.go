@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/bus"
-	"switchyard/internal/nodetest"
-	"switchyard/tasks"
+	"github.com/switchyard-dev/switchyard/bus"
+	"github.com/switchyard-dev/switchyard/internal/nodetest"
+	"github.com/switchyard-dev/switchyard/tasks"
 )
 
 // heapInuse is the live heap after a collection.

@@ -7,8 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"switchyard/bus"
-	"switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/bus"
+	"github.com/switchyard-dev/switchyard/nodes"
 )
 
 // Sessions finds this instance's session of a node (the nodes.Hub).

@@ -3,7 +3,7 @@ package tasks
 import (
 	"time"
 
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 // newRecord starts the record of a task as the client asked for it.

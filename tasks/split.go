@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 // SplitParts is how many parts a split task is cut into (GemmaNet: 3).

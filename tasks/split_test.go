@@ -6,8 +6,8 @@ import (
 	"sync"
 	"testing"
 
-	"switchyard/internal/nodetest"
-	"switchyard/tasks"
+	"github.com/switchyard-dev/switchyard/internal/nodetest"
+	"github.com/switchyard-dev/switchyard/tasks"
 )
 
 func TestSplitContent(t *testing.T) {

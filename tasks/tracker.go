@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"switchyard/bus"
+	"github.com/switchyard-dev/switchyard/bus"
 )
 
 // ChunkOverhead is what one chunk costs beyond its delta's bytes, against

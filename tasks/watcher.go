@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"switchyard/bus"
+	"github.com/switchyard-dev/switchyard/bus"
 )
 
 // watcher notices when the instance on the other side of a task is gone,

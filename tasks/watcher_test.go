@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/bus"
-	"switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/bus"
+	"github.com/switchyard-dev/switchyard/nodes"
 )
 
 // stepped is a requester with one task waiting on owner "O", and a watcher

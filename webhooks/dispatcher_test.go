@@ -18,9 +18,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"switchyard/internal/pgtest"
-	"switchyard/sdk"
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/internal/pgtest"
+	"github.com/switchyard-dev/switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

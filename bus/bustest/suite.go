@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/bus"
+	"github.com/switchyard-dev/switchyard/bus"
 )
 
 // Factory returns a fresh bus for one test, and a way to make another

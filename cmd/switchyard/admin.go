@@ -13,8 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"switchyard/server"
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/server"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 // openStore opens the store the admin commands work on: the same one serve

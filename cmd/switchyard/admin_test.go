@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 // Every admin test runs against both stores: the same flags, the same behaviour.

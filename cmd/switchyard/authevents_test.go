@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/internal/redistest"
-	"switchyard/server"
+	"github.com/switchyard-dev/switchyard/internal/redistest"
+	"github.com/switchyard-dev/switchyard/server"
 )
 
 // keys revoke and accounts delete, given the instances' Redis, publish the

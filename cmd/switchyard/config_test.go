@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/server"
+	"github.com/switchyard-dev/switchyard/server"
 )
 
 // Serve with no flags and no environment runs server.DefaultConfig: the

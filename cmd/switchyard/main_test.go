@@ -16,8 +16,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"switchyard/internal/pgtest"
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/internal/pgtest"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 // serve, the node and the stores run goroutines; none may outlive a test.

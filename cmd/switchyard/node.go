@@ -10,8 +10,8 @@ import (
 	"net/url"
 	"time"
 
-	"switchyard/sdk"
-	"switchyard/sdk/handlers"
+	"github.com/switchyard-dev/switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk/handlers"
 )
 
 const nodeSummary = `Run a worker node: connect to a switchyard server's node WebSocket, register

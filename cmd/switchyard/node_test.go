@@ -15,7 +15,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 func TestRunNodeRefusesBadFlags(t *testing.T) {

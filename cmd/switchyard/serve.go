@@ -8,7 +8,7 @@ import (
 	"net"
 	"strings"
 
-	"switchyard/server"
+	"github.com/switchyard-dev/switchyard/server"
 )
 
 // logFlags are the logging flags every long-running command shares.

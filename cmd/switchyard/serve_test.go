@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 func TestServeRefusesBadConfiguration(t *testing.T) {

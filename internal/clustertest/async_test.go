@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 // asyncView is the part of an async task's view these tests read.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 // Invariant 9: SIGTERM an instance while tasks run on its nodes, asked for

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 // Invariants 4 and 3: kill -9 the instance that holds a node, and the

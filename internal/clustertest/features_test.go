@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 // Issue 5's features work across instances: with the nodes on A and the

@@ -32,8 +32,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"switchyard/internal/pgtest"
-	"switchyard/internal/redistest"
+	"github.com/switchyard-dev/switchyard/internal/pgtest"
+	"github.com/switchyard-dev/switchyard/internal/redistest"
 )
 
 // binary is the switchyard executable Main built.
@@ -77,7 +77,7 @@ func build(dir string) (string, error) {
 	if os.Getenv("SWITCHYARD_CLUSTERTEST_RACE") == "1" {
 		args = append(args, "-race")
 	}
-	args = append(args, "switchyard/cmd/switchyard")
+	args = append(args, "github.com/switchyard-dev/switchyard/cmd/switchyard")
 	cmd := exec.Command(gocmd, args...)
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 // Every test here runs instances as separate processes of the switchyard

@@ -3,8 +3,8 @@ package clustertest
 import (
 	"testing"
 
-	"switchyard/internal/sdktest"
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/internal/sdktest"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 // Node is an SDK node agent running in the test process.

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/internal/redistest"
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/internal/redistest"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 // shot is one request of a traffic run.

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/internal/redistest"
+	"github.com/switchyard-dev/switchyard/internal/redistest"
 )
 
 // The Redis Cluster's own failures (issue 9): a master restarted, a

@@ -13,8 +13,8 @@ import (
 
 	"github.com/coder/websocket"
 
-	"switchyard/internal/nodetest"
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/internal/nodetest"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 // A request that lands on B is served by a node connected to A, plain and

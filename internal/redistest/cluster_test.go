@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"switchyard/internal/redistest"
+	"github.com/switchyard-dev/switchyard/internal/redistest"
 )
 
 // The cluster serves every slot from the master StartCluster gave it, its

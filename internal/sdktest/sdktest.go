@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 // Node is an SDK node agent running in the test process.

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/nodes"
 )
 
 // Impl is one implementation under test.

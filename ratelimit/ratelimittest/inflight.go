@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/ratelimit"
+	"github.com/switchyard-dev/switchyard/ratelimit"
 )
 
 // RunInFlight is the suite every ratelimit.InFlight must pass. newInFlight

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/ratelimit"
+	"github.com/switchyard-dev/switchyard/ratelimit"
 )
 
 // Run runs the suite. newLimiter must return a limiter with no state for any

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 const (

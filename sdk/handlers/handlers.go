@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 // Echo returns the task's content as its result; when streaming, it also

@@ -11,8 +11,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"switchyard/sdk"
-	"switchyard/sdk/handlers"
+	"github.com/switchyard-dev/switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk/handlers"
 )
 
 func TestMain(m *testing.M) {

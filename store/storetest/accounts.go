@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 var (

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 func asyncTask(id, account, taskType string, priority int) store.AsyncTask {

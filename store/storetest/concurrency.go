@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 const workers = 20

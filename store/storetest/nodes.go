@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 func nodeStats(t *testing.T, st store.Store, id string) store.NodeStats {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 func testRate(t *testing.T, st store.Store) {

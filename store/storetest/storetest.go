@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 // Run runs the suite. open must return a fresh, empty, migrated store for

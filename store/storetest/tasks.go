@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 // fullRecord has every field set, with times that carry nanoseconds.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/store"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 // RunWebhooks is the behavioural suite of store.WebhookStore (the webhook

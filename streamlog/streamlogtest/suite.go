@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/streamlog"
+	"github.com/switchyard-dev/switchyard/streamlog"
 )
 
 // NewLog returns a Log with cfg and no state for the task ids the suite

@@ -16,7 +16,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 // Server accepts node connections. Each one is handed to the test through
