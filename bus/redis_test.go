@@ -322,3 +322,67 @@ func TestRedisClusterFailoverResubscribes(t *testing.T) {
 		t.Fatal("nothing delivered after the failover")
 	}
 }
+
+var _ bus.Control = (*bus.RedisControl)(nil)
+
+// The Control suite on the shared Redis, classic and sharded, and on a
+// private 3-master Redis Cluster (sharded, as --redis-cluster runs it).
+func TestRedisControl(t *testing.T) {
+	factory := func(newClient func(testing.TB) redis.UniversalClient, newNS func(testing.TB) string, sharded bool) bustest.ControlFactory {
+		return func(t *testing.T) (bus.Control, func(t *testing.T) bus.Control) {
+			ns := newNS(t)
+			return bus.NewRedisControl(newClient(t), ns, sharded), func(t *testing.T) bus.Control {
+				return bus.NewRedisControl(newClient(t), ns, sharded)
+			}
+		}
+	}
+	for _, sharded := range []bool{false, true} {
+		t.Run(map[bool]string{false: "classic", true: "sharded"}[sharded], func(t *testing.T) {
+			bustest.RunControl(t, factory(func(t testing.TB) redis.UniversalClient { return redisClient(t) }, redistest.Namespace, sharded))
+		})
+	}
+	t.Run("cluster", func(t *testing.T) {
+		c := redistest.StartCluster(t, redistest.ClusterOptions{})
+		var n atomic.Int32
+		ns := func(testing.TB) string { return fmt.Sprintf("t%d", n.Add(1)) }
+		bustest.RunControl(t, factory(func(t testing.TB) redis.UniversalClient { return c.Client(t) }, ns, true))
+	})
+}
+
+// A follower whose Redis restarts is told (onSubscribed again) and hears
+// what is broadcast after.
+func TestRedisControlResubscribesAfterRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	defer rdb.Close()
+	c := bus.NewRedisControl(rdb, "t", false)
+	ctx, cancel := context.WithCancel(context.Background())
+	subscribed, got, done := make(chan struct{}, 4), make(chan string, 4), make(chan error, 1)
+	go func() {
+		done <- c.Follow(ctx, "auth", func(p []byte) { got <- string(p) }, func() { subscribed <- struct{}{} })
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Follow returned %v", err)
+		}
+	}()
+	<-subscribed
+	srv.Restart()
+	select {
+	case <-subscribed:
+	case <-time.After(15 * time.Second):
+		t.Fatal("no new subscription within 15s of the restart")
+	}
+	if n, err := c.Broadcast(ctx, "auth", []byte("after")); err != nil || n != 1 {
+		t.Fatalf("broadcast after the restart: %d, %v", n, err)
+	}
+	select {
+	case p := <-got:
+		if p != "after" {
+			t.Fatalf("heard %q", p)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("nothing heard after the restart")
+	}
+}

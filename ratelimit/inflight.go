@@ -81,8 +81,12 @@ type RedisInFlight struct {
 	prefix string
 }
 
+// InFlightPrefix is the prefix of an instance's in-flight keys in
+// namespace: "{ns}:inflight:".
+func InFlightPrefix(namespace string) string { return namespace + ":inflight:" }
+
 // NewRedisInFlight returns a Redis InFlight whose keys start with prefix
-// (e.g. "sy:inflight:"). The caller owns rdb.
+// (an instance's: InFlightPrefix). The caller owns rdb.
 func NewRedisInFlight(rdb redis.UniversalClient, prefix string) *RedisInFlight {
 	return &RedisInFlight{rdb: rdb, prefix: prefix}
 }

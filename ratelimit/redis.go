@@ -31,8 +31,12 @@ type Redis struct {
 
 var _ Limiter = (*Redis)(nil)
 
-// NewRedis returns a Redis limiter whose keys start with prefix (e.g.
-// "sy:rl:"). The caller owns rdb; Close does not close it.
+// RedisPrefix is the prefix of an instance's rate-limit keys in namespace:
+// "{ns}:rl:".
+func RedisPrefix(namespace string) string { return namespace + ":rl:" }
+
+// NewRedis returns a Redis limiter whose keys start with prefix (an
+// instance's: RedisPrefix). The caller owns rdb; Close does not close it.
 func NewRedis(rdb redis.UniversalClient, prefix string) *Redis {
 	return &Redis{lim: redis_rate.NewLimiter(rdb), prefix: prefix}
 }

@@ -64,6 +64,10 @@ type App struct {
 
 	// Shared state, with a Redis URL (nil otherwise): see cluster.go.
 	cluster *cluster
+	// control carries what every instance must hear (auth events, the
+	// async pumps' events): in memory alone, on Redis with a Redis URL.
+	control  bus.Control
+	keyCheck chan struct{} // cap 1: check the keys in use now (auth events may have been missed)
 
 	// Resumable streams (taskstream.go): with both set before the routes
 	// are built, GET /api/v1/tasks/{id}/stream is served; nil, it is not.
@@ -105,6 +109,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		instanceID: uuid.Must(uuid.NewV7()).String(),
 		started:    time.Now(),
 		registry:   prometheus.NewRegistry(),
+		keyCheck:   make(chan struct{}, 1),
 	}
 	a.log = cfg.Logger.With("instance", cfg.InstanceName)
 	a.root, a.stopRoot = context.WithCancel(context.WithoutCancel(ctx))
@@ -187,6 +192,7 @@ func (a *App) connect(ctx context.Context) (nodes.Claims, error) {
 	a.limiter = ratelimit.NewMemory(ratelimit.MemoryConfig{})
 	a.bus = bus.NewMemory()
 	if a.cfg.RedisURL == "" {
+		a.control = bus.NewMemoryControl()
 		return claims, nil
 	}
 	c, err := a.connectCluster(ctx)
@@ -194,7 +200,7 @@ func (a *App) connect(ctx context.Context) (nodes.Claims, error) {
 		return nil, err
 	}
 	_ = a.limiter.Close()
-	a.limiter = c.limiter
+	a.limiter, a.control = c.limiter, c.control
 	if a.cfg.Multi() {
 		_ = a.bus.Close()
 		a.bus, claims = c.bus, c.claims
@@ -251,8 +257,8 @@ func (a *App) buildPump() {
 	a.streams = a.newStreamLog()
 	a.authorizeTask = a.authorizeAsyncStream
 	deps := asyncq.Deps{Queue: a.store, Runner: a.engine, Local: localNodes{a}, Webhooks: a.webhooks, Streams: a.streams}
+	deps.Broadcast = asyncBroadcast{a.control}
 	if a.cfg.Multi() {
-		deps.Broadcast = redisBroadcast{rdb: a.cluster.rdb, ch: AsyncEventsChannel(a.cfg.Namespace)}
 		deps.Lost = a.cluster.lost.list
 	}
 	a.pump = asyncq.New(asyncq.Config{Instance: a.instanceID, Logger: a.log, Registerer: a.registry}, deps)
@@ -303,11 +309,13 @@ func (a *App) Run(ctx context.Context) error {
 			defer stop()
 		}
 	}
-	a.bg.Add(2)
+	a.bg.Add(4)
 	if a.cluster != nil {
 		a.cluster.run(a)
 	}
-	go func() { defer a.bg.Done(); a.checkKeys(a.root) }() // invariant 15: revoked keys' nodes go
+	go func() { defer a.bg.Done(); a.watchAuthEvents(a.root) }() // invariant 15
+	go func() { defer a.bg.Done(); a.checkKeys(a.root) }()       // invariant 15: revoked keys' nodes go
+	go func() { defer a.bg.Done(); a.watchAsyncEvents(a.root) }()
 	go func() {
 		defer a.bg.Done()
 		// Instances that share a database converge on each node's counters.
@@ -403,6 +411,9 @@ func (a *App) closeAll() {
 	}
 	if a.limiter != nil {
 		_ = a.limiter.Close()
+	}
+	if m, ok := a.control.(*bus.MemoryControl); ok {
+		_ = m.Close()
 	}
 	if a.cluster != nil {
 		a.cluster.close()

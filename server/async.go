@@ -12,9 +12,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
-	"github.com/redis/go-redis/v9"
 
 	asyncq "github.com/switchyard-dev/switchyard/async"
+	"github.com/switchyard-dev/switchyard/bus"
 	"github.com/switchyard-dev/switchyard/nodes"
 	"github.com/switchyard-dev/switchyard/store"
 )
@@ -32,10 +32,9 @@ const (
 	maxWebhookURLChars = 2048
 )
 
-// AsyncEventsChannel is the pub/sub channel of the pumps' events in a
-// namespace (asyncq.Event, JSON): a submit wakes every pump, an end every
-// waiter.
-func AsyncEventsChannel(namespace string) string { return namespace + ":async:events" }
+// TopicAsync carries the pumps' events on the control channel
+// (asyncq.Event, JSON): a submit wakes every pump, an end every waiter.
+const TopicAsync bus.Topic = "async"
 
 const ctxAsyncBody = "switchyard.async_body"
 
@@ -203,28 +202,28 @@ func (l localNodes) Free() []asyncq.Free {
 	return out
 }
 
-// redisBroadcast carries the pumps' events on AsyncEventsChannel.
-type redisBroadcast struct {
-	rdb redis.UniversalClient
-	ch  string
-}
+// asyncBroadcast carries the pumps' events on TopicAsync.
+type asyncBroadcast struct{ control bus.Control }
 
-func (b redisBroadcast) Publish(ctx context.Context, e asyncq.Event) error {
-	return b.rdb.Publish(ctx, b.ch, e.Encode()).Err()
+func (b asyncBroadcast) Publish(ctx context.Context, e asyncq.Event) error {
+	_, err := b.control.Broadcast(ctx, TopicAsync, e.Encode())
+	return err
 }
 
 // watchAsyncEvents hands the pumps' events to this instance's pump until
 // ctx ends. What is missed while Redis is away, the pump's backstops cover.
-func (c *cluster) watchAsyncEvents(ctx context.Context) {
-	a := c.app
-	c.follow(ctx, AsyncEventsChannel(a.cfg.Namespace), func(m *redis.Message) {
-		e, err := asyncq.DecodeEvent([]byte(m.Payload))
+func (a *App) watchAsyncEvents(ctx context.Context) {
+	err := a.control.Follow(ctx, TopicAsync, func(p []byte) {
+		e, err := asyncq.DecodeEvent(p)
 		if err != nil {
 			a.log.Warn("ignoring a bad async event", "err", err)
 			return
 		}
 		a.pump.Heard(e)
 	}, nil)
+	if err != nil && ctx.Err() == nil {
+		a.log.Warn("stopped following the async events", "err", err)
+	}
 }
 
 // lostInstances remembers the instances the registry's sweep found dead,

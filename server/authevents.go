@@ -7,23 +7,22 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/switchyard-dev/switchyard/bus"
 	"github.com/switchyard-dev/switchyard/store"
 )
 
 // Revocations reach every instance at once (DESIGN §5, invariant 15): who
 // revokes a key or deletes an account (an instance serving DELETE
-// /api/v1/account, or the CLI writing to the store directly) publishes an
-// AuthEvent on AuthEventsChannel; every instance subscribes, closes the
-// nodes that used the key (4001) or the account (4003), and forgets the
-// key in its cache. A slow backstop (checkKeys) catches what was missed:
-// an event published while an instance was away from Redis, a CLI run
-// without --redis-url, or an instance with no Redis at all (then it is
-// the only way, and runs every keyCheckInterval).
+// /api/v1/account, or the CLI writing to the store directly) broadcasts an
+// AuthEvent on the control channel's TopicAuth; every instance follows it,
+// closes the nodes that used the key (4001) or the account (4003), and
+// forgets the key in its cache. A slow backstop (checkKeys) catches what
+// was missed: an event broadcast while an instance was away from Redis, a
+// CLI run without --redis-url, or an instance with no Redis at all (then
+// it is the only way, and runs every keyCheckInterval).
 
-// AuthEventsChannel is the pub/sub channel of auth events in a namespace.
-func AuthEventsChannel(namespace string) string { return namespace + ":auth:events" }
+// TopicAuth carries AuthEvents on the control channel.
+const TopicAuth bus.Topic = "auth"
 
 // AuthEventKind says what an AuthEvent announces.
 type AuthEventKind string
@@ -34,7 +33,7 @@ const (
 	AuthAccountDeleted AuthEventKind = "account_deleted" // the account and all its keys are gone
 )
 
-// AuthEvent is one message on AuthEventsChannel (JSON).
+// AuthEvent is one message on TopicAuth (JSON).
 type AuthEvent struct {
 	Kind      AuthEventKind `json:"kind"`
 	AccountID string        `json:"account_id"`
@@ -43,14 +42,14 @@ type AuthEvent struct {
 	KeyPrefix string `json:"key_prefix,omitempty"`
 }
 
-// PublishAuthEvent tells every instance of namespace on rdb about ev. It
+// PublishAuthEvent tells every instance that follows control about ev. It
 // returns how many instances heard it.
-func PublishAuthEvent(ctx context.Context, rdb redis.UniversalClient, namespace string, ev AuthEvent) (int64, error) {
+func PublishAuthEvent(ctx context.Context, control bus.Control, ev AuthEvent) (int, error) {
 	b, err := json.Marshal(ev)
 	if err != nil {
 		return 0, err
 	}
-	return rdb.Publish(ctx, AuthEventsChannel(namespace), b).Result()
+	return control.Broadcast(ctx, TopicAuth, b)
 }
 
 // Key check intervals: with Redis the events do the work and the check is
@@ -80,15 +79,12 @@ func (a *App) applyAuthEvent(ev AuthEvent) {
 	}
 }
 
-// publishAuth publishes ev if this instance has Redis; otherwise the other
-// instances (there are none sharing a bus) have nothing to learn.
+// publishAuth tells every instance about ev, this one included (it has
+// acted already; acting again finds nothing left to do).
 func (a *App) publishAuth(ev AuthEvent) {
-	if a.cluster == nil {
-		return
-	}
 	ctx, cancel := context.WithTimeout(a.root, 2*time.Second)
 	defer cancel()
-	if _, err := PublishAuthEvent(ctx, a.cluster.rdb, a.cfg.Namespace, ev); err != nil {
+	if _, err := PublishAuthEvent(ctx, a.control, ev); err != nil {
 		a.log.Warn("cannot publish an auth event; other instances act on it at their next key check",
 			"kind", ev.Kind, "account_id", ev.AccountID, "err", err)
 	}
@@ -97,21 +93,23 @@ func (a *App) publishAuth(ev AuthEvent) {
 // watchAuthEvents applies the auth events until ctx ends. A subscription
 // confirmed again after Redis was away asks for a key check at once: an
 // event may have been missed meanwhile.
-func (c *cluster) watchAuthEvents(ctx context.Context) {
-	a := c.app
-	c.follow(ctx, AuthEventsChannel(a.cfg.Namespace), func(m *redis.Message) {
+func (a *App) watchAuthEvents(ctx context.Context) {
+	err := a.control.Follow(ctx, TopicAuth, func(p []byte) {
 		var ev AuthEvent
-		if err := json.Unmarshal([]byte(m.Payload), &ev); err != nil {
+		if err := json.Unmarshal(p, &ev); err != nil {
 			a.log.Warn("dropping a malformed auth event", "err", err)
 			return
 		}
 		a.applyAuthEvent(ev)
-	}, c.checkKeysNow)
+	}, a.checkKeysNow)
+	if err != nil && ctx.Err() == nil {
+		a.log.Warn("stopped following the auth events; revocations reach this instance at its key checks", "err", err)
+	}
 }
 
-func (c *cluster) checkKeysNow() {
+func (a *App) checkKeysNow() {
 	select {
-	case c.keyCheck <- struct{}{}:
+	case a.keyCheck <- struct{}{}:
 	default:
 	}
 }
@@ -120,9 +118,9 @@ func (c *cluster) checkKeysNow() {
 // entries, of keys no longer live, every keyCheckInterval without Redis or
 // keyCheckBackstop with it (and at once after a resubscription).
 func (a *App) checkKeys(ctx context.Context) {
-	every, now := keyCheckInterval, (<-chan struct{})(nil)
+	every := keyCheckInterval
 	if a.cluster != nil {
-		every, now = keyCheckBackstop, a.cluster.keyCheck
+		every = keyCheckBackstop
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -131,7 +129,7 @@ func (a *App) checkKeys(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-now:
+		case <-a.keyCheck:
 		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		if err := a.checkKeysOnce(cctx); err != nil && ctx.Err() == nil {

@@ -4,14 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"sync/atomic"
-	"syscall"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/switchyard-dev/switchyard/bus"
 	"github.com/switchyard-dev/switchyard/nodes"
@@ -23,7 +18,9 @@ import (
 // only the rate limits and the single-instance lock.
 type cluster struct {
 	app      *App
-	rdb      redis.UniversalClient
+	conn     *bus.RedisConn
+	control  *bus.RedisControl
+	figures  *bus.Figures // multi-instance only
 	limiter  *ratelimit.Redis
 	bus      *bus.Redis              // multi-instance only
 	registry *bus.Registry           // multi-instance only
@@ -37,87 +34,27 @@ type cluster struct {
 	instances atomic.Int32   // live instances at the last look
 	resync    chan struct{}  // cap 1: re-assert everything now
 	changes   *nodes.Changes // local nodes that changed: the hub marks them, the directory writes them
-	keyCheck  chan struct{}  // cap 1: check the keys in use now (auth events may have been missed)
 	lost      lostInstances  // instances the sweep found dead: the pump releases their leases
-}
-
-// redisOptions tunes the client for failing fast: with Redis gone, a request
-// that needs it should get its 503 in about a second, not after retries.
-func redisOptions(cfg Config) (redis.UniversalClient, error) {
-	const timeout = time.Second
-	if cfg.RedisCluster {
-		o, err := redis.ParseClusterURL(cfg.RedisURL)
-		if err != nil {
-			return nil, fmt.Errorf("--redis-url: %w", err)
-		}
-		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout, o.MaxRetries = timeout, timeout, timeout, timeout, 1
-		rdb := redis.NewClusterClient(o)
-		rdb.AddHook(reloadOnNetError{rdb})
-		return rdb, nil
-	}
-	o, err := redis.ParseURL(cfg.RedisURL)
-	if err != nil {
-		return nil, fmt.Errorf("--redis-url: %w", err)
-	}
-	o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout, o.MaxRetries = timeout, timeout, timeout, timeout, 1
-	return redis.NewClient(o), nil
-}
-
-// reloadOnNetError re-reads a Redis Cluster's slot map when a command
-// fails for want of a connection. go-redis re-reads it on MOVED, and
-// otherwise only every ClusterStateReloadInterval (60 s): after a killed
-// master's replica took over, every command for its slots would go on
-// dialling the dead address for up to a minute (the failover test saw 503s
-// for 7 s and counting). The reload is asynchronous and coalesced by
-// go-redis (one at a time, 200 ms apart), so a burst of failures costs a
-// few CLUSTER SLOTS, and the first one after the takeover finds the new
-// master.
-type reloadOnNetError struct{ rdb *redis.ClusterClient }
-
-func (h reloadOnNetError) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h reloadOnNetError) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		h.check(ctx, err)
-		return err
-	}
-}
-
-func (h reloadOnNetError) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		h.check(ctx, err)
-		return err
-	}
-}
-
-func (h reloadOnNetError) check(ctx context.Context, err error) {
-	var ne net.Error
-	if err != nil && (errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNREFUSED)) {
-		h.rdb.ReloadState(ctx)
-	}
 }
 
 // connectCluster connects to Redis and builds the shared parts. Boot fails
 // if Redis cannot be reached, or (single mode) another instance holds the lock.
 func (a *App) connectCluster(ctx context.Context) (*cluster, error) {
 	cfg := a.cfg
-	rdb, err := redisOptions(cfg)
+	conn, err := bus.DialRedis(ctx, cfg.RedisURL, cfg.RedisCluster)
 	if err != nil {
 		return nil, err
 	}
-	c := &cluster{app: a, rdb: rdb, resync: make(chan struct{}, 1), changes: nodes.NewChanges(), keyCheck: make(chan struct{}, 1)}
+	rdb := conn.Client()
+	c := &cluster{app: a, conn: conn, resync: make(chan struct{}, 1), changes: nodes.NewChanges()}
 	a.cluster = c // closed by closeAll from here on
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
-		return nil, fmt.Errorf("cannot reach Redis at %s: %w (check --redis-url)", redactURL(cfg.RedisURL), err)
-	}
 	c.redisOK.Store(true)
-	c.limiter = ratelimit.NewRedis(rdb, cfg.Namespace+":rl:")
+	c.control = bus.NewRedisControl(rdb, cfg.Namespace, cfg.RedisCluster)
+	c.limiter = ratelimit.NewRedis(rdb, ratelimit.RedisPrefix(cfg.Namespace))
 	if !cfg.Multi() {
 		c.lock = bus.NewLock(rdb, cfg.Namespace, cfg.LivenessTTL, a.info())
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 		holder, err := c.lock.Acquire(pctx)
 		if errors.Is(err, bus.ErrLockHeld) {
 			return nil, fmt.Errorf("another switchyard instance holds the single-instance lock (%s in Redis): %s (id %s, host %s, started %s); stop it first, or run every instance in multi-instance mode (drop --multi-instance=false)",
@@ -131,6 +68,7 @@ func (a *App) connectCluster(ctx context.Context) (*cluster, error) {
 	c.bus = bus.NewRedis(rdb, bus.RedisConfig{Namespace: cfg.Namespace, Logger: a.log, Registerer: a.registry,
 		OnResubscribe: c.resubscribed, Sharded: cfg.RedisCluster})
 	c.registry = bus.NewRegistry(rdb, bus.RegistryConfig{Namespace: cfg.Namespace, TTL: cfg.LivenessTTL, Interval: cfg.HeartbeatInterval, Logger: a.log})
+	c.figures = bus.NewFigures(rdb, cfg.Namespace, demandTTL)
 	c.claims = nodes.NewRedisClaims(rdb, nodes.RedisClaimsConfig{Namespace: cfg.Namespace, TTL: cfg.LivenessTTL, Logger: a.log, Registerer: a.registry})
 	return c, nil
 }
@@ -139,7 +77,7 @@ func (a *App) connectCluster(ctx context.Context) (*cluster, error) {
 // was given c.changes (its Changes) and c.replaced (its OnReplaced) in
 // its config, so nothing is set on it afterwards.
 func (c *cluster) wire(a *App) {
-	c.dir = nodes.NewClusterDirectory(a.hub, c.rdb, c.liveIDs, nodes.ClusterConfig{
+	c.dir = nodes.NewClusterDirectory(a.hub, c.conn.Client(), c.liveIDs, nodes.ClusterConfig{
 		Namespace: a.cfg.Namespace, Instance: a.instanceID, TTL: a.cfg.LivenessTTL, Changes: c.changes, Logger: a.log})
 }
 
@@ -177,17 +115,15 @@ func (c *cluster) announce(ctx context.Context, s *nodes.Session) {
 
 // run starts the background loops, owned by the App's wait group.
 func (c *cluster) run(a *App) {
-	a.bg.Add(2)
+	a.bg.Add(1)
 	go func() { defer a.bg.Done(); c.watchRedis(a.root) }()
-	go func() { defer a.bg.Done(); c.watchAuthEvents(a.root) }() // invariant 15
 	if c.lock != nil {
 		a.bg.Add(1)
 		go func() { defer a.bg.Done(); c.keepLock(a.root) }()
 	}
 	if c.registry != nil {
-		a.bg.Add(4)
+		a.bg.Add(3)
 		go func() { defer a.bg.Done(); c.heartbeat(a.root) }()
-		go func() { defer a.bg.Done(); c.watchAsyncEvents(a.root) }()
 		go func() { defer a.bg.Done(); c.dir.Run(a.root) }()
 		go func() { defer a.bg.Done(); c.publishFigures(a.root) }()
 	}
@@ -205,7 +141,7 @@ func (c *cluster) watchRedis(ctx context.Context) {
 		case <-t.C:
 		}
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		err := c.rdb.Ping(pctx).Err()
+		err := c.conn.Ping(pctx)
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -372,7 +308,7 @@ func (c *cluster) deregister(ctx context.Context, a *App) {
 	}
 }
 
-func (c *cluster) close() { _ = c.rdb.Close() }
+func (c *cluster) close() { _ = c.conn.Close() }
 
 // info is what this instance says about itself in the registry.
 func (a *App) info() bus.InstanceInfo {
@@ -387,54 +323,4 @@ func (a *App) info() bus.InstanceInfo {
 	}
 	return bus.InstanceInfo{ID: a.instanceID, Name: a.cfg.InstanceName, Host: host, Addr: addr,
 		Version: a.cfg.Version, StartedAt: a.started.UTC(), Nodes: n, Draining: a.draining.Load()}
-}
-
-// redactURL hides a password in a URL for messages.
-func redactURL(u string) string {
-	o, err := redis.ParseURL(u)
-	if err != nil {
-		return "the given URL"
-	}
-	return o.Addr
-}
-
-// follow subscribes to channel and hands each message to onMessage until
-// ctx ends; onSubscribed (if not nil) runs on each confirmation of the
-// subscription, the first and those after Redis was away (go-redis
-// subscribes again on the next receive), when a message may have been
-// missed.
-func (c *cluster) follow(ctx context.Context, channel string, onMessage func(*redis.Message), onSubscribed func()) {
-	ps := c.rdb.Subscribe(ctx, channel)
-	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
-	defer func() {
-		if stop() {
-			_ = ps.Close()
-		}
-	}()
-	for ctx.Err() == nil {
-		msg, err := ps.ReceiveTimeout(ctx, 5*time.Second)
-		if err != nil {
-			var ne net.Error
-			if ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
-				return
-			}
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			select { // Redis is away; go-redis resubscribes on the next receive
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-			continue
-		}
-		switch m := msg.(type) {
-		case *redis.Message:
-			onMessage(m)
-		case *redis.Subscription:
-			if m.Kind == "subscribe" && onSubscribed != nil {
-				onSubscribed()
-			}
-		}
-	}
 }

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"maps"
 	"net/http"
 	"slices"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/switchyard-dev/switchyard/nodes"
 )
@@ -21,9 +19,9 @@ import (
 // type, the nodes and slots there are, and the requests that wait for one
 // and were served. The nodes and slots come from the directory (every
 // instance's nodes); waiting and served are each instance's own, so each
-// instance publishes its figures in Redis ({ns}:demand:{instance}, a JSON
-// string with a TTL), once a second while it has any and once more when
-// they drop to none, and the answer adds up every live instance's.
+// instance publishes its figures (bus.Figures, kind figuresDemand), once a
+// second while it has any and once more when they drop to none, and the
+// answer adds up every live instance's.
 
 // demandStat is one instance's demand for one task type.
 type demandStat struct {
@@ -59,20 +57,22 @@ func (a *App) localDemand(now time.Time) map[string]demandStat {
 	return out
 }
 
-func (c *cluster) demandKey(instance string) string {
-	return c.app.cfg.Namespace + ":demand:" + instance
-}
+// The kinds of figures each instance publishes (bus.Figures).
+const (
+	figuresDemand = "demand" // map[task type]demandStat, this file
+	figuresStats  = "stats"  // instanceStats, overview.go
+)
 
 // publishFigures writes this instance's figures every second while there
 // are any, and deletes them once when there are none: nothing is written
-// while the instance is idle. Two keys: the demand (this file) and the
+// while the instance is idle. Two kinds: the demand (this file) and the
 // operator's figures (overview.go), each with its own shape, so the public
 // answer's stays as it is.
 func (c *cluster) publishFigures(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	demand := &publishedKey{key: c.demandKey(c.app.instanceID)}
-	stats := &publishedKey{key: c.statsKey(c.app.instanceID)}
+	demand := &published{kind: figuresDemand}
+	stats := &published{kind: figuresStats}
 	for {
 		select {
 		case <-ctx.Done():
@@ -91,56 +91,38 @@ func (c *cluster) publishFigures(ctx context.Context) {
 	}
 }
 
-// publishedKey is one key publishFigures keeps, and whether it holds
-// something now.
-type publishedKey struct {
-	key string
-	had bool
+// published is one kind of figures publishFigures keeps, and whether this
+// instance has some published now.
+type published struct {
+	kind string
+	had  bool
 }
 
-// publish writes b under k with demandTTL, or deletes k once when b is nil.
-func (c *cluster) publish(ctx context.Context, k *publishedKey, b []byte) {
-	if b == nil && !k.had {
+// publish writes b as this instance's figures of p's kind, or deletes
+// them once when b is nil.
+func (c *cluster) publish(ctx context.Context, p *published, b []byte) {
+	if b == nil && !p.had {
 		return
 	}
 	wctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	var err error
-	if b == nil {
-		err = c.rdb.Del(wctx, k.key).Err()
-	} else {
-		err = c.rdb.Set(wctx, k.key, b, demandTTL).Err()
-	}
-	if err != nil {
-		c.app.log.Debug("cannot publish this instance's figures", "key", k.key, "err", err)
+	if err := c.figures.Put(wctx, p.kind, c.app.instanceID, b); err != nil {
+		c.app.log.Debug("cannot publish this instance's figures", "kind", p.kind, "err", err)
 		return
 	}
-	k.had = b != nil
+	p.had = b != nil
 }
 
-// readPublished reads one key of each of the instances but this one, by
-// instance id; instances without one (idle) are left out.
-func (c *cluster) readPublished(ctx context.Context, ids []string, key func(instance string) string) (map[string][]byte, error) {
-	pipe := c.rdb.Pipeline()
-	cmds := map[string]*redis.StringCmd{}
+// readPublished reads the figures of kind of each of the instances but
+// this one, by instance id; instances without any (idle) are left out.
+func (c *cluster) readPublished(ctx context.Context, ids []string, kind string) (map[string][]byte, error) {
+	others := make([]string, 0, len(ids))
 	for _, id := range ids {
 		if id != c.app.instanceID {
-			cmds[id] = pipe.Get(ctx, key(id))
+			others = append(others, id)
 		}
 	}
-	if len(cmds) == 0 {
-		return nil, nil
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, err
-	}
-	out := make(map[string][]byte, len(cmds))
-	for id, cmd := range cmds {
-		if b, err := cmd.Bytes(); err == nil { // else none published (redis.Nil): an idle instance
-			out[id] = b
-		}
-	}
-	return out, nil
+	return c.figures.Read(ctx, kind, others)
 }
 
 // remoteDemand reads every other live instance's figures.
@@ -149,7 +131,7 @@ func (c *cluster) remoteDemand(ctx context.Context) ([]map[string]demandStat, er
 	if err != nil {
 		return nil, err
 	}
-	raw, err := c.readPublished(ctx, ids, c.demandKey)
+	raw, err := c.readPublished(ctx, ids, figuresDemand)
 	if err != nil {
 		return nil, err
 	}

@@ -9,9 +9,14 @@
 //     reputation, the webhook dispatcher, the limiter, the bus, the node hub
 //     and the task components from the mode (DESIGN §3) and binds the listeners; Run serves until its
 //     context ends, then drains (invariant 9) and closes everything;
-//   - the cluster wiring (cluster.go): the Redis client, the registry
-//     heartbeat, the single-instance lock, and the Redis watch behind
-//     readiness (invariant 10);
+//   - the cluster wiring (cluster.go): the Redis-backed parts built on the
+//     connection bus.DialRedis gives, the registry heartbeat, the
+//     single-instance lock, and the Redis watch behind readiness
+//     (invariant 10);
+//   - what it tells every instance on the control channel (bus.Control, in
+//     memory alone, on Redis in a cluster): auth events (authevents.go) and
+//     the async pumps' events (async.go), and the figures each instance
+//     publishes for the others (bus.Figures: demand.go, overview.go);
 //   - the echo routes (routes.go): the client API and its one JSON error
 //     shape (errors.go; a task error's status is the one tasks gives it), SSE
 //     streams, the OpenAI-compatible endpoints, the node WebSocket accept,
@@ -25,10 +30,7 @@
 //
 // It must not hold task or node logic (tasks and nodes do), nor do work
 // for a node on a request's context: long-lived work runs under the App's
-// root context and wait group. Of Redis it knows only what it must wire:
-// the Namespace it passes down, the prefix {ns}:rl: it gives the rate
-// limiter (cluster.go), the channel of auth events it owns,
-// {ns}:auth:events (authevents.go), and the figures each instance
-// publishes, {ns}:demand:{id} (demand.go) and {ns}:stats:{id}
-// (overview.go); every other key and channel name lives in bus and nodes.
+// root context and wait group. It knows no Redis key, channel or command:
+// it passes the Namespace down, and the names live in bus, nodes,
+// ratelimit and streamlog (docs/OPERATIONS.md lists them all).
 package server

@@ -67,7 +67,7 @@ func (a *App) newInflight() {
 	})
 	a.registry.MustRegister(a.inflightRefused)
 	a.inflight = ratelimit.NewMemoryInFlight()
-	if a.cluster != nil && a.cluster.rdb != nil {
-		a.inflight = ratelimit.NewRedisInFlight(a.cluster.rdb, a.cfg.Namespace+":inflight:")
+	if a.cluster != nil {
+		a.inflight = ratelimit.NewRedisInFlight(a.cluster.conn.Client(), ratelimit.InFlightPrefix(a.cfg.Namespace))
 	}
 }

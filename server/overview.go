@@ -44,10 +44,6 @@ func (s instanceStats) busy() bool {
 	return s.InFlight > 0 || s.Forwarding > 0 || !s.StatsSnapshot.Empty()
 }
 
-func (c *cluster) statsKey(instance string) string {
-	return c.app.cfg.Namespace + ":stats:" + instance
-}
-
 // localStats is this instance's figures now.
 func (a *App) localStats() instanceStats {
 	return instanceStats{InFlight: a.engine.Requesting(), Forwarding: a.engine.Forwarding(), Nodes: a.hub.Len(),
@@ -171,7 +167,7 @@ func (a *App) otherInstances(ctx context.Context, now time.Time, all map[string]
 	for _, info := range infos {
 		ids = append(ids, info.ID)
 	}
-	raw, err := a.cluster.readPublished(ctx, ids, a.cluster.statsKey)
+	raw, err := a.cluster.readPublished(ctx, ids, figuresStats)
 	if err != nil {
 		*warnings = append(*warnings, "cannot read the other instances' figures: "+err.Error())
 	}

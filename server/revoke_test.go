@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/bus"
 	"github.com/switchyard-dev/switchyard/internal/pgtest"
 	"github.com/switchyard-dev/switchyard/internal/redistest"
 	"github.com/switchyard-dev/switchyard/nodes"
@@ -46,7 +47,7 @@ func TestRevocationReachesEveryInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if _, err := PublishAuthEvent(ctx, rdb, ns, AuthEvent{Kind: AuthKeyRevoked, AccountID: acct.ID, KeyPrefix: keyPrefix(key)}); err != nil {
+	if _, err := PublishAuthEvent(ctx, bus.NewRedisControl(rdb, ns, false), AuthEvent{Kind: AuthKeyRevoked, AccountID: acct.ID, KeyPrefix: keyPrefix(key)}); err != nil {
 		t.Fatal(err)
 	}
 	if code := revoked.WaitClosed(time.Second); code != nodes.CloseAuthFailed {

@@ -52,7 +52,7 @@ const defaultKeepAlive = 15 * time.Second
 // in multi-instance mode, in memory otherwise.
 func (a *App) newStreamLog() streamlog.Log {
 	if a.cfg.Multi() {
-		return streamlog.NewRedis(a.cluster.rdb, a.cfg.Namespace, streamlog.Config{})
+		return streamlog.NewRedis(a.cluster.conn.Client(), a.cfg.Namespace, streamlog.Config{})
 	}
 	return streamlog.NewMemory(streamlog.Config{})
 }

@@ -11,8 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/switchyard-dev/switchyard/bus"
 	"github.com/switchyard-dev/switchyard/server"
 	"github.com/switchyard-dev/switchyard/store"
 )
@@ -230,24 +229,15 @@ func (f authEventFlags) publish(ctx context.Context, ev server.AuthEvent, stderr
 	if *f.redisURL == "" {
 		return "running instances act on it at their next key check (within 1s without Redis, 30s with it; pass --redis-url to tell them at once)"
 	}
-	var rdb redis.UniversalClient
-	if *f.cluster {
-		o, err := redis.ParseClusterURL(*f.redisURL)
-		if err != nil {
-			return fmt.Sprintf("cannot read --redis-url (%v); running instances act on it at their next key check", err)
-		}
-		rdb = redis.NewClusterClient(o)
-	} else {
-		o, err := redis.ParseURL(*f.redisURL)
-		if err != nil {
-			return fmt.Sprintf("cannot read --redis-url (%v); running instances act on it at their next key check", err)
-		}
-		rdb = redis.NewClient(o)
-	}
-	defer rdb.Close()
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	n, err := server.PublishAuthEvent(pctx, rdb, *f.namespace, ev)
+	conn, err := bus.DialRedis(pctx, *f.redisURL, *f.cluster)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return "running instances act on it at their next key check (Redis was unreachable)"
+	}
+	defer conn.Close()
+	n, err := server.PublishAuthEvent(pctx, bus.NewRedisControl(conn.Client(), *f.namespace, *f.cluster), ev)
 	if err != nil {
 		fmt.Fprintf(stderr, "cannot publish to Redis: %v\n", err)
 		return "running instances act on it at their next key check (Redis was unreachable)"

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/bus"
 	"github.com/switchyard-dev/switchyard/internal/redistest"
 	"github.com/switchyard-dev/switchyard/server"
 )
@@ -14,27 +15,35 @@ import (
 // keys revoke and accounts delete, given the instances' Redis, publish the
 // auth event that makes every running instance act at once (invariant 15).
 func TestRevokeAndDeletePublish(t *testing.T) {
-	rdb := redistest.Client(t)
 	ns := redistest.Namespace(t)
 	ctx := testCtx(t)
-	ps := rdb.Subscribe(ctx, server.AuthEventsChannel(ns))
-	defer ps.Close()
-	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
-		t.Fatal(err)
-	}
+	// Follow the auth events as an instance does.
+	control := bus.NewRedisControl(redistest.Client(t), ns, false)
+	fctx, stop := context.WithCancel(ctx)
+	heard, subscribed, done := make(chan []byte, 4), make(chan struct{}, 1), make(chan error, 1)
+	go func() {
+		done <- control.Follow(fctx, server.TopicAuth, func(p []byte) { heard <- p }, func() {
+			select {
+			case subscribed <- struct{}{}:
+			default:
+			}
+		})
+	}()
+	defer func() { stop(); <-done }()
+	<-subscribed
 	next := func() server.AuthEvent {
 		t.Helper()
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		m, err := ps.ReceiveMessage(rctx)
-		if err != nil {
-			t.Fatal(err)
+		select {
+		case p := <-heard:
+			var ev server.AuthEvent
+			if err := json.Unmarshal(p, &ev); err != nil {
+				t.Fatal(err)
+			}
+			return ev
+		case <-time.After(5 * time.Second):
+			t.Fatal("no auth event within 5s")
 		}
-		var ev server.AuthEvent
-		if err := json.Unmarshal([]byte(m.Payload), &ev); err != nil {
-			t.Fatal(err)
-		}
-		return ev
+		return server.AuthEvent{}
 	}
 	flags := []string{"--data-dir", t.TempDir()}
 	ev := []string{"--redis-url", redistest.URL(), "--namespace", ns}
