@@ -42,11 +42,11 @@ func (a *App) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 		err := a.auth.failed(c.Request().Context(), c.RealIP(), a.limiter, time.Now())
 		var limited *errAuthLimited
 		if errors.As(err, &limited) {
-			return &apiError{Status: http.StatusTooManyRequests, Code: "rate_limited",
+			return &apiError{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
 				Message:    "too many failed authentications from this address; retry later",
 				RetryAfter: strconv.FormatInt(max(int64((limited.retryAfter+time.Second-1)/time.Second), 1), 10)}
 		}
-		return newError(http.StatusUnauthorized, "unauthorized", "this route needs the admin token (Authorization: Bearer <token>)")
+		return newError(http.StatusUnauthorized, CodeUnauthorized, "this route needs the admin token (Authorization: Bearer <token>)")
 	}
 }
 

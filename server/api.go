@@ -26,24 +26,24 @@ func (a *App) rate(c echo.Context) error {
 	}
 	switch {
 	case body.TaskID == nil || *body.TaskID == "" || len(*body.TaskID) > 64:
-		return newError(http.StatusUnprocessableEntity, "invalid_request", "task_id is required (at most 64 characters)")
+		return newError(http.StatusUnprocessableEntity, CodeInvalidRequest, "task_id is required (at most 64 characters)")
 	case body.Rating == nil:
-		return newError(http.StatusUnprocessableEntity, "invalid_request", "rating is required")
+		return newError(http.StatusUnprocessableEntity, CodeInvalidRequest, "rating is required")
 	case *body.Rating < 1 || *body.Rating > 5:
-		return newError(http.StatusBadRequest, "invalid_rating", "Rating must be 1-5")
+		return newError(http.StatusBadRequest, CodeInvalidRating, "Rating must be 1-5")
 	}
 	// Reputation.Rate writes the task's record first if it is still in the
 	// batch writer, and updates the cached counters with the store.
 	nodeIDs, err := a.rep.Rate(c.Request().Context(), *body.TaskID, accountOf(c).ID, *body.Rating, time.Now())
 	switch {
 	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrExpired):
-		return newError(http.StatusNotFound, "task_not_found", "Task not found or expired")
+		return newError(http.StatusNotFound, CodeTaskNotFound, "Task not found or expired")
 	case errors.Is(err, store.ErrForbidden):
-		return newError(http.StatusForbidden, "not_task_owner", "Only the account that requested a task can rate it")
+		return newError(http.StatusForbidden, CodeNotTaskOwner, "Only the account that requested a task can rate it")
 	case errors.Is(err, store.ErrConflict):
-		return newError(http.StatusConflict, "already_rated", "Task already rated")
+		return newError(http.StatusConflict, CodeAlreadyRated, "Task already rated")
 	case errors.Is(err, store.ErrInvalid):
-		return newError(http.StatusBadRequest, "invalid_rating", "Rating must be 1-5")
+		return newError(http.StatusBadRequest, CodeInvalidRating, "Rating must be 1-5")
 	case err != nil:
 		return a.storeErr("cannot rate a task", err)
 	}
@@ -61,7 +61,7 @@ type taskView struct {
 func (a *App) task(c echo.Context) error {
 	id := c.Param("id")
 	acct := accountOf(c)
-	notFound := newError(http.StatusNotFound, "task_not_found", "no task with this id for this account")
+	notFound := newError(http.StatusNotFound, CodeTaskNotFound, "no task with this id for this account")
 	ok, err := a.asyncTask(c, id)
 	if _, inFlight := a.tracker.Lookup(id); ok || (err != nil && !inFlight) {
 		return a.storeErr("cannot read a task", err)
@@ -199,7 +199,7 @@ func (a *App) leaderboard(c echo.Context) error {
 	if s := c.QueryParam("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > 100 {
-			return newError(http.StatusUnprocessableEntity, "invalid_request", "limit must be an integer from 1 to 100")
+			return newError(http.StatusUnprocessableEntity, CodeInvalidRequest, "limit must be an integer from 1 to 100")
 		}
 		limit = n
 	}
@@ -213,7 +213,7 @@ func (a *App) leaderboard(c echo.Context) error {
 // register is POST /api/v1/register: open sign-up, off unless configured.
 func (a *App) register(c echo.Context) error {
 	if !a.cfg.OpenRegistration {
-		return newError(http.StatusForbidden, "registration_closed",
+		return newError(http.StatusForbidden, CodeRegistrationClosed,
 			"open registration is off on this server; ask its operator for an API key (switchyard accounts create)")
 	}
 	var body struct {
@@ -227,20 +227,20 @@ func (a *App) register(c echo.Context) error {
 	email := ""
 	if body.Email != nil {
 		if len(*body.Email) > 256 {
-			return newError(http.StatusUnprocessableEntity, "invalid_request", "email must be at most 256 characters")
+			return newError(http.StatusUnprocessableEntity, CodeInvalidRequest, "email must be at most 256 characters")
 		}
 		email = *body.Email
 		if strings.ContainsRune(email, 0) || !utf8.ValidString(email) {
 			// PostgreSQL cannot store a NUL byte in text; refuse it here
 			// rather than fail in the database.
-			return newError(http.StatusBadRequest, "invalid_request", "email must be valid UTF-8 without NUL characters")
+			return newError(http.StatusBadRequest, CodeInvalidRequest, "email must be valid UTF-8 without NUL characters")
 		}
 	}
 	name := "acct-" + randomHex(6)
 	acct, key, err := a.store.CreateAccount(c.Request().Context(), name, email, store.TrustCommunity)
 	switch {
 	case errors.Is(err, store.ErrInvalid):
-		return newError(http.StatusBadRequest, "invalid_request", "email must be valid UTF-8 without NUL characters")
+		return newError(http.StatusBadRequest, CodeInvalidRequest, "email must be valid UTF-8 without NUL characters")
 	case err != nil:
 		return a.storeErr("cannot register an account", err)
 	}

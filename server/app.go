@@ -44,6 +44,7 @@ type App struct {
 	limiter         ratelimit.Limiter
 	inflight        ratelimit.InFlight // --max-inflight-per-key (inflight.go)
 	inflightRefused prometheus.Counter
+	inflightErrors  prometheus.Counter
 	rlm             *ratelimit.Metrics
 	bus             bus.Bus
 	sub             bus.Subscription

@@ -54,11 +54,11 @@ func (a *App) readAsyncBody(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		body, err := parseTaskBody(b)
 		if err != nil {
-			return newError(http.StatusUnprocessableEntity, "invalid_request", trimKind(err))
+			return newError(http.StatusUnprocessableEntity, CodeInvalidRequest, trimKind(err))
 		}
 		extras, err := parseAsyncExtras(b)
 		if err != nil {
-			return newError(http.StatusUnprocessableEntity, "invalid_request", trimKind(err))
+			return newError(http.StatusUnprocessableEntity, CodeInvalidRequest, trimKind(err))
 		}
 		c.Set(ctxTaskBody, &body)
 		c.Set(ctxAsyncBody, &extras)
@@ -93,17 +93,17 @@ func parseAsyncExtras(b []byte) (asyncExtras, error) {
 // submitTask is POST /api/v1/tasks.
 func (a *App) submitTask(c echo.Context) error {
 	if a.draining.Load() {
-		return &apiError{Status: http.StatusServiceUnavailable, Code: "not_ready", Message: "this instance is draining; retry on another", RetryAfter: "1"}
+		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeNotReady, Message: "this instance is draining; retry on another", RetryAfter: "1"}
 	}
 	body := c.Get(ctxTaskBody).(*taskBody)
 	x := c.Get(ctxAsyncBody).(*asyncExtras)
 	ctx := c.Request().Context()
 	if x.WebhookURL != "" {
 		if n := utf8.RuneCountInString(x.WebhookURL); n > maxWebhookURLChars {
-			return newError(http.StatusUnprocessableEntity, "invalid_webhook_url", fmt.Sprintf("webhook_url is %d characters; at most %d", n, maxWebhookURLChars))
+			return newError(http.StatusUnprocessableEntity, CodeInvalidWebhookURL, fmt.Sprintf("webhook_url is %d characters; at most %d", n, maxWebhookURLChars))
 		}
 		if err := a.webhooks.CheckURL(ctx, x.WebhookURL); err != nil {
-			return newError(http.StatusUnprocessableEntity, "invalid_webhook_url", err.Error())
+			return newError(http.StatusUnprocessableEntity, CodeInvalidWebhookURL, err.Error())
 		}
 	}
 	trust := body.Trust
@@ -139,7 +139,7 @@ func (a *App) asyncTask(c echo.Context, id string) (ok bool, _ error) {
 	if w := c.QueryParam("wait"); w != "" && !asyncq.Final(t.Status) {
 		d, err := time.ParseDuration(w)
 		if err != nil || d < 0 {
-			return true, newError(http.StatusUnprocessableEntity, "invalid_request", `wait must be a duration such as "30s" (at most 60s)`)
+			return true, newError(http.StatusUnprocessableEntity, CodeInvalidRequest, `wait must be a duration such as "30s" (at most 60s)`)
 		}
 		t, err = a.pump.Wait(ctx, id, time.Now().Add(min(d, asyncMaxWait)))
 		if err != nil {
@@ -156,7 +156,7 @@ func (a *App) asyncTask(c echo.Context, id string) (ok bool, _ error) {
 func (a *App) cancelTask(c echo.Context) error {
 	t, err := a.pump.Cancel(c.Request().Context(), c.Param("id"), accountOf(c).ID)
 	if errors.Is(err, store.ErrNotFound) {
-		return newError(http.StatusNotFound, "task_not_found", "no task with this id for this account")
+		return newError(http.StatusNotFound, CodeTaskNotFound, "no task with this id for this account")
 	}
 	if err != nil {
 		return a.storeErr("cannot cancel an async task", err)

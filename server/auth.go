@@ -290,9 +290,9 @@ func (a *App) requireAccount(next echo.HandlerFunc) echo.HandlerFunc {
 		var limited *errAuthLimited
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			return newError(http.StatusUnauthorized, "invalid_api_key", "Invalid or missing API key")
+			return newError(http.StatusUnauthorized, CodeInvalidAPIKey, "Invalid or missing API key")
 		case errors.As(err, &limited):
-			return &apiError{Status: http.StatusTooManyRequests, Code: "rate_limited",
+			return &apiError{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
 				Message:    "too many failed authentications from this address; retry later",
 				RetryAfter: strconv.FormatInt(max(int64((limited.retryAfter+time.Second-1)/time.Second), 1), 10)}
 		case err != nil:
@@ -315,7 +315,7 @@ func (a *App) storeUnavailable(what string, err error) *apiError {
 	} else {
 		a.log.Warn(what+": the store is unavailable", "err", err)
 	}
-	return &apiError{Status: http.StatusServiceUnavailable, Code: "store_unavailable",
+	return &apiError{Status: http.StatusServiceUnavailable, Code: CodeStoreUnavailable,
 		Message: "the store is unavailable; retry shortly", RetryAfter: "1"}
 }
 

@@ -10,18 +10,55 @@ import (
 	"github.com/switchyard-dev/switchyard/tasks"
 )
 
+// Code is the machine-readable code of an error answer ("error.code");
+// docs/PROTOCOL.md lists them all, and TestErrorCodesDocumented holds it to
+// this list. A task's failure carries its tasks.Code instead (taskError).
+type Code string
+
+// The codes of the API's own errors.
+const (
+	CodeAlreadyRated          Code = "already_rated"           // 409: the task was rated by this account
+	CodeBadRequest            Code = "bad_request"             // 400: a body that is not what the route reads
+	CodeConflict              Code = "conflict"                // 409, raised without a code of its own
+	CodeContextLengthExceeded Code = "context_length_exceeded" // 400 on /v1/: the prompt is over the model's limit
+	CodeError                 Code = "error"                   // a status with no code of its own (never expected)
+	CodeForbidden             Code = "forbidden"               // 403, raised without a code of its own
+	CodeInternal              Code = "internal"                // 500: a failure the code did not foresee (logged)
+	CodeInvalidAPIKey         Code = "invalid_api_key"         // 401: no key, an unknown key, or a revoked one
+	CodeInvalidLastEventID    Code = "invalid_last_event_id"   // 422: a task stream's Last-Event-ID does not parse
+	CodeInvalidRating         Code = "invalid_rating"          // 400: a rating that is not 1-5
+	CodeInvalidRequest        Code = "invalid_request"         // 422 (or 400): a field out of its bounds
+	CodeInvalidWebhookURL     Code = "invalid_webhook_url"     // 422: webhook_url refused (too long, not http(s), private)
+	CodeMethodNotAllowed      Code = "method_not_allowed"      // 405
+	CodeNodeError             Code = "node_error"              // 502 on /v1/: the node's handler failed
+	CodeNodeNotFound          Code = "node_not_found"          // 404: no node with this id for this account
+	CodeNotFound              Code = "not_found"               // 404, raised without a code of its own
+	CodeNotReady              Code = "not_ready"               // 503: the instance is draining or not ready
+	CodeNotTaskOwner          Code = "not_task_owner"          // 403: only the account that asked may rate
+	CodePayloadTooLarge       Code = "payload_too_large"       // 413: the body is over its limit
+	CodeRateLimited           Code = "rate_limited"            // 429 (403 for node handshakes): over a rate limit
+	CodeRegistrationClosed    Code = "registration_closed"     // 403: self-service accounts are off
+	CodeStoreUnavailable      Code = "store_unavailable"       // 503: the database cannot answer now
+	CodeStreamNotFound        Code = "stream_not_found"        // 404: the task kept no stream
+	CodeStreamUnavailable     Code = "stream_unavailable"      // a task stream's error event: its log cannot be read now
+	CodeTaskNotFound          Code = "task_not_found"          // 404: no task with this id for this account
+	CodeTooManyInFlight       Code = "too_many_in_flight"      // 429: the key's concurrent-request limit
+	CodeUnauthorized          Code = "unauthorized"            // 401: an admin route without the admin token
+	CodeUnavailable           Code = "unavailable"             // 503: a dependency cannot answer now; retry
+)
+
 // apiError is an error answer. Its body serves both of GemmaNet's readers:
 // {"error":{"code","message"},"detail":"<message>"}.
 type apiError struct {
 	Status     int
-	Code       string
+	Code       Code
 	Message    string
 	RetryAfter string // seconds, for 429 and 503
 }
 
-func (e *apiError) Error() string { return e.Code + ": " + e.Message }
+func (e *apiError) Error() string { return string(e.Code) + ": " + e.Message }
 
-func newError(status int, code, message string) *apiError {
+func newError(status int, code Code, message string) *apiError {
 	return &apiError{Status: status, Code: code, Message: message}
 }
 
@@ -31,14 +68,14 @@ type errorBody struct {
 }
 
 type errorDetail struct {
-	Code    string `json:"code"`
+	Code    Code   `json:"code"`
 	Message string `json:"message"`
 }
 
 // taskError turns a task failure into its answer.
 func taskError(err error) *apiError {
 	e := tasks.AsError(err)
-	ae := newError(e.Status(), string(e.Code), e.Message)
+	ae := newError(e.Status(), Code(e.Code), e.Message)
 	if ae.Status == http.StatusServiceUnavailable {
 		ae.RetryAfter = "1"
 	}
@@ -46,17 +83,17 @@ func taskError(err error) *apiError {
 }
 
 // defaultCodes names the error code of statuses raised without one.
-var defaultCodes = map[int]string{
-	http.StatusBadRequest:            "bad_request",
-	http.StatusUnauthorized:          "invalid_api_key",
-	http.StatusForbidden:             "forbidden",
-	http.StatusNotFound:              "not_found",
-	http.StatusMethodNotAllowed:      "method_not_allowed",
-	http.StatusConflict:              "conflict",
-	http.StatusRequestEntityTooLarge: "payload_too_large",
-	http.StatusUnprocessableEntity:   "invalid_request",
-	http.StatusTooManyRequests:       "rate_limited",
-	http.StatusServiceUnavailable:    "not_ready",
+var defaultCodes = map[int]Code{
+	http.StatusBadRequest:            CodeBadRequest,
+	http.StatusUnauthorized:          CodeInvalidAPIKey,
+	http.StatusForbidden:             CodeForbidden,
+	http.StatusNotFound:              CodeNotFound,
+	http.StatusMethodNotAllowed:      CodeMethodNotAllowed,
+	http.StatusConflict:              CodeConflict,
+	http.StatusRequestEntityTooLarge: CodePayloadTooLarge,
+	http.StatusUnprocessableEntity:   CodeInvalidRequest,
+	http.StatusTooManyRequests:       CodeRateLimited,
+	http.StatusServiceUnavailable:    CodeNotReady,
 }
 
 // handleError is echo's HTTPErrorHandler: every error leaves in one shape,
@@ -75,7 +112,7 @@ func (a *App) handleError(err error, c echo.Context) {
 		return
 	}
 	if strings.HasPrefix(c.Request().URL.Path, "/v1/") {
-		if ae.Code == codeNodeError {
+		if ae.Code == CodeNodeError {
 			// OpenAI's libraries retry a 502 unless told not to; a handler
 			// that failed would only fail again, and count against its node.
 			h.Set("X-Should-Retry", "false")
@@ -103,12 +140,12 @@ func (a *App) asAPIError(err error, c echo.Context) *apiError {
 		ae = newError(he.Code, "", msg)
 	default:
 		a.log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
-		ae = newError(http.StatusInternalServerError, "internal", "an unexpected error occurred")
+		ae = newError(http.StatusInternalServerError, CodeInternal, "an unexpected error occurred")
 	}
 	if ae.Code == "" {
 		ae.Code = defaultCodes[ae.Status]
 		if ae.Code == "" {
-			ae.Code = "error"
+			ae.Code = CodeError
 		}
 	}
 	return ae

@@ -39,11 +39,13 @@ func (a *App) capInflight(next echo.HandlerFunc) echo.HandlerFunc {
 		case err != nil:
 			// Like the rate limits: a limiter that cannot be reached lets
 			// the request through rather than failing it.
-			a.log.Warn("in-flight cap unavailable; allowing the request", "err", err)
+			// Counted; one log line per request would flood at request rate.
+			a.inflightErrors.Inc()
+			a.log.Debug("in-flight cap unavailable; allowing the request", "err", err)
 			return next(c)
 		case !ok:
 			a.inflightRefused.Inc()
-			return &apiError{Status: http.StatusTooManyRequests, Code: "too_many_in_flight",
+			return &apiError{Status: http.StatusTooManyRequests, Code: CodeTooManyInFlight,
 				Message: "this API key already has " + strconv.Itoa(a.cfg.MaxInflightPerKey) +
 					" tasks in flight (running or waiting for a node); retry when one ends", RetryAfter: "1"}
 		}
@@ -51,7 +53,8 @@ func (a *App) capInflight(next echo.HandlerFunc) echo.HandlerFunc {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			defer cancel()
 			if err := a.inflight.Release(rctx, key, id); err != nil {
-				a.log.Warn("cannot release an in-flight place; it ends with its lease", "err", err)
+				a.inflightErrors.Inc()
+				a.log.Debug("cannot release an in-flight place; it ends with its lease", "err", err)
 			}
 		}()
 		return next(c)
@@ -65,7 +68,11 @@ func (a *App) newInflight() {
 		Namespace: "switchyard", Subsystem: "tasks", Name: "inflight_cap_refusals_total",
 		Help: "Requests answered 429 because their API key had --max-inflight-per-key tasks in flight.",
 	})
-	a.registry.MustRegister(a.inflightRefused)
+	a.inflightErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "switchyard", Subsystem: "tasks", Name: "inflight_cap_errors_total",
+		Help: "Requests let through because the --max-inflight-per-key cap could not be checked (its store unreachable), and places that could not be released (they end with their lease).",
+	})
+	a.registry.MustRegister(a.inflightRefused, a.inflightErrors)
 	a.inflight = ratelimit.NewMemoryInFlight()
 	if a.cluster != nil {
 		a.inflight = ratelimit.NewRedisInFlight(a.cluster.conn.Client(), ratelimit.InFlightPrefix(a.cfg.Namespace))

@@ -46,15 +46,15 @@ func (a *App) nodeControl(action string) echo.HandlerFunc {
 		}
 		raw, err := io.ReadAll(io.LimitReader(c.Request().Body, 4096))
 		if err != nil {
-			return newError(http.StatusBadRequest, "invalid_request", "cannot read the request body")
+			return newError(http.StatusBadRequest, CodeInvalidRequest, "cannot read the request body")
 		}
 		if len(strings.TrimSpace(string(raw))) > 0 {
 			if err := json.Unmarshal(raw, &body); err != nil {
-				return newError(http.StatusUnprocessableEntity, "invalid_request", `the body must be a JSON object, {"reason": "…"}, or empty`)
+				return newError(http.StatusUnprocessableEntity, CodeInvalidRequest, `the body must be a JSON object, {"reason": "…"}, or empty`)
 			}
 		}
 		if utf8.RuneCountInString(body.Reason) > maxStateReason {
-			return newError(http.StatusUnprocessableEntity, "invalid_request", "reason is longer than 200 characters")
+			return newError(http.StatusUnprocessableEntity, CodeInvalidRequest, "reason is longer than 200 characters")
 		}
 		id := c.Param("id")
 		var node *nodes.NodeView
@@ -68,12 +68,12 @@ func (a *App) nodeControl(action string) echo.HandlerFunc {
 		// Another account's node is not found: its existence is not theirs
 		// to learn.
 		if node == nil || !admin && accountOf(c).ID != node.AccountID {
-			return newError(http.StatusNotFound, "node_not_found", "no online node with this id is yours")
+			return newError(http.StatusNotFound, CodeNodeNotFound, "no online node with this id is yours")
 		}
 		if node.Instance == a.instanceID || a.cluster == nil || a.cluster.bus == nil {
 			v, err := a.hub.Control(id, action, body.Reason)
 			if errors.Is(err, nodes.ErrNotHere) {
-				return newError(http.StatusNotFound, "node_not_found", "the node has just gone; list the nodes again")
+				return newError(http.StatusNotFound, CodeNodeNotFound, "the node has just gone; list the nodes again")
 			}
 			if err != nil {
 				return err
@@ -85,7 +85,7 @@ func (a *App) nodeControl(action string) echo.HandlerFunc {
 			&bus.Envelope{Kind: bus.KindControl, From: a.instanceID, NodeID: id, Reason: action, Content: body.Reason})
 		if err != nil || n == 0 {
 			a.log.Warn("cannot send a node state change to its instance", "node_id", id, "owner", node.Instance, "receivers", n, "err", err)
-			return &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable",
+			return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 				Message: "cannot reach the instance that holds the node; retry shortly", RetryAfter: "1"}
 		}
 		// Applied by the node's instance a moment from now: the listing shows it.

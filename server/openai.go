@@ -221,7 +221,7 @@ func flatten(msgs []chatMessage) string {
 // chatCompletions is POST /v1/chat/completions, plain or streaming.
 func (a *App) chatCompletions(c echo.Context) error {
 	if a.draining.Load() {
-		return &apiError{Status: http.StatusServiceUnavailable, Code: "not_ready", Message: "this instance is draining; retry on another", RetryAfter: "1"}
+		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeNotReady, Message: "this instance is draining; retry on another", RetryAfter: "1"}
 	}
 	b, err := readBody(c)
 	if err != nil {
@@ -230,10 +230,10 @@ func (a *App) chatCompletions(c echo.Context) error {
 	body, err := parseChatBody(b)
 	switch {
 	case errors.Is(err, errContextLength):
-		return newError(http.StatusBadRequest, "context_length_exceeded",
+		return newError(http.StatusBadRequest, CodeContextLengthExceeded,
 			"the messages are longer than "+strconv.Itoa(maxContentChars)+" characters in all")
 	case err != nil:
-		return newError(http.StatusUnprocessableEntity, "invalid_request", trimKind(err))
+		return newError(http.StatusUnprocessableEntity, CodeInvalidRequest, trimKind(err))
 	}
 	params, err := json.Marshal(chatParams{Messages: body.Messages, MaxTokens: body.MaxTokens, Temperature: body.Temperature})
 	if err != nil {
@@ -413,7 +413,7 @@ func (a *App) models(c echo.Context) error {
 // "no node" is 503 (GemmaNet's choice) rather than /api/v1's 404.
 func openAITaskError(err error) *apiError {
 	ae := taskError(err)
-	if ae.Code == string(tasks.CodeNoNode) {
+	if ae.Code == Code(tasks.CodeNoNode) {
 		ae.Status = http.StatusServiceUnavailable
 	}
 	return ae
@@ -426,10 +426,8 @@ func nodeFailure(out tasks.Outcome) *apiError {
 	if msg == "" {
 		msg = "Task failed"
 	}
-	return &apiError{Status: http.StatusBadGateway, Code: codeNodeError, Message: msg}
+	return &apiError{Status: http.StatusBadGateway, Code: CodeNodeError, Message: msg}
 }
-
-const codeNodeError = "node_error"
 
 // openAIErrorBody is OpenAI's error shape, used on the /v1 routes instead
 // of /api/v1's.
@@ -446,7 +444,7 @@ type openAIErrorDetail struct {
 // toOpenAIError is an error answer in OpenAI's shape (handleError writes it
 // for every /v1/ route, so auth, rate limits and body limits are covered).
 func toOpenAIError(ae *apiError) openAIErrorDetail {
-	d := openAIErrorDetail{Message: ae.Message, Type: openAIErrorType(ae.Status), Code: ae.Code}
+	d := openAIErrorDetail{Message: ae.Message, Type: openAIErrorType(ae.Status), Code: string(ae.Code)}
 	switch ae.Status {
 	case http.StatusUnauthorized:
 		d.Code = "invalid_api_key"

@@ -25,7 +25,7 @@ func (a *App) readTaskBody(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		body, err := parseTaskBody(b)
 		if err != nil {
-			return newError(http.StatusUnprocessableEntity, "invalid_request", trimKind(err))
+			return newError(http.StatusUnprocessableEntity, CodeInvalidRequest, trimKind(err))
 		}
 		c.Set(ctxTaskBody, &body)
 		return next(c)
@@ -67,7 +67,7 @@ func resultJSON(out tasks.Outcome) taskResult {
 // request is POST /api/v1/request, plain or streaming.
 func (a *App) request(c echo.Context) error {
 	if a.draining.Load() {
-		return &apiError{Status: http.StatusServiceUnavailable, Code: "not_ready", Message: "this instance is draining; retry on another", RetryAfter: "1"}
+		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeNotReady, Message: "this instance is draining; retry on another", RetryAfter: "1"}
 	}
 	body := c.Get(ctxTaskBody).(*taskBody)
 	trust := body.Trust
@@ -115,7 +115,7 @@ func (g gemmaStream) done(out tasks.Outcome) {
 	_ = g.sse.send(doneEvent{Done: true, Result: resultJSON(out)})
 }
 func (g gemmaStream) fail(code tasks.Code, message string) {
-	_ = g.sse.send(errorEvent{Error: errorDetail{Code: string(code), Message: message}, TaskID: g.taskID})
+	_ = g.sse.send(errorEvent{Error: errorDetail{Code: Code(code), Message: message}, TaskID: g.taskID})
 }
 
 type deltaEvent struct {

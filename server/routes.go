@@ -95,7 +95,7 @@ func (a *App) limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
 		if r.ContentLength > a.cfg.MaxBodyBytes {
-			return newError(http.StatusRequestEntityTooLarge, "payload_too_large",
+			return newError(http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
 				"the request body is larger than "+strconv.FormatInt(a.cfg.MaxBodyBytes, 10)+" bytes")
 		}
 		r.Body = http.MaxBytesReader(c.Response(), r.Body, a.cfg.MaxBodyBytes)
@@ -108,11 +108,11 @@ func readBody(c echo.Context) ([]byte, error) {
 	b, err := io.ReadAll(c.Request().Body)
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return nil, newError(http.StatusRequestEntityTooLarge, "payload_too_large",
+		return nil, newError(http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
 			"the request body is larger than "+strconv.FormatInt(mbe.Limit, 10)+" bytes")
 	}
 	if err != nil {
-		return nil, newError(http.StatusBadRequest, "bad_request", "cannot read the request body")
+		return nil, newError(http.StatusBadRequest, CodeBadRequest, "cannot read the request body")
 	}
 	return b, nil
 }
@@ -124,7 +124,7 @@ func bindJSON(c echo.Context, v any) error {
 		return err
 	}
 	if err := decodeObject(b, v); err != nil {
-		return newError(http.StatusUnprocessableEntity, "invalid_request", trimKind(err))
+		return newError(http.StatusUnprocessableEntity, CodeInvalidRequest, trimKind(err))
 	}
 	return nil
 }
@@ -138,12 +138,14 @@ func (a *App) rateLimit(name string, l ratelimit.Limit, key func(echo.Context) s
 	return ratelimit.Middleware(ratelimit.MiddlewareConfig{
 		Limiter: a.limiter, Limit: l, Name: name, Key: key, Metrics: a.rlm,
 		Deny: func(c echo.Context, r ratelimit.Result) error {
-			return &apiError{Status: http.StatusTooManyRequests, Code: "rate_limited",
+			return &apiError{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
 				Message:    "rate limit exceeded: " + strconv.Itoa(l.Rate) + " per " + l.Period.String() + "; retry later",
 				RetryAfter: retryAfter(r)}
 		},
 		OnError: func(c echo.Context, err error) {
-			a.log.Warn("rate limiter unavailable; allowing the request", "rule", name, "err", err)
+			// Counted (switchyard_ratelimit_decisions_total, result
+			// "error"); a line per request would flood at request rate.
+			a.log.Debug("rate limiter unavailable; allowing the request", "rule", name, "err", err)
 		},
 	})
 }

@@ -80,22 +80,22 @@ func (a *App) taskStream(c echo.Context) error {
 	r := c.Request()
 	after, err := lastEventID(r.Header.Get("Last-Event-ID"), r.URL.Query().Get("last_event_id"))
 	if err != nil {
-		return newError(http.StatusBadRequest, "invalid_last_event_id", err.Error())
+		return newError(http.StatusBadRequest, CodeInvalidLastEventID, err.Error())
 	}
 	switch err := a.authorizeTask(r.Context(), id, accountOf(c).ID); {
 	case errors.Is(err, ErrTaskNotFound):
-		return newError(http.StatusNotFound, "task_not_found", "no such task")
+		return newError(http.StatusNotFound, CodeTaskNotFound, "no such task")
 	case errors.Is(err, ErrNoStream):
-		return newError(http.StatusNotFound, "stream_not_found", "the task has no stream (it was not submitted with \"stream\": true, or its chunks have expired)")
+		return newError(http.StatusNotFound, CodeStreamNotFound, "the task has no stream (it was not submitted with \"stream\": true, or its chunks have expired)")
 	case err != nil:
 		a.log.Warn("cannot authorise a task stream", "task_id", id, "err", err)
-		return &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "the task cannot be looked up; retry", RetryAfter: "1"}
+		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the task cannot be looked up; retry", RetryAfter: "1"}
 	}
 	if after > 0 {
 		end, err := a.streams.Ended(r.Context(), id)
 		if err != nil {
 			a.log.Warn("cannot read a task stream", "task_id", id, "err", err)
-			return &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "the stream cannot be read; retry", RetryAfter: "1"}
+			return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the stream cannot be read; retry", RetryAfter: "1"}
 		}
 		if end > 0 && after >= end {
 			// Nothing was missed. 204 tells an EventSource to stop
@@ -159,17 +159,13 @@ func (a *App) taskStream(c echo.Context) error {
 				return nil
 			}
 			a.log.Warn("task stream broken", "task_id", id, "err", err)
-			// Retryable: the client reconnects with the last id it saw.
-			_ = sse.send(errorEvent{Error: errorDetail{Code: codeStreamUnavailable, Message: "the stream cannot be read now; reconnect with Last-Event-ID"}, TaskID: id})
+			// Retryable, unlike every other error event: the client
+			// reconnects with the last id it saw.
+			_ = sse.send(errorEvent{Error: errorDetail{Code: CodeStreamUnavailable, Message: "the stream cannot be read now; reconnect with Last-Event-ID"}, TaskID: id})
 			return nil
 		}
 	}
 }
-
-// codeStreamUnavailable is the error event of a task stream whose log
-// could not be read; unlike every other error event, the client should
-// reconnect.
-const codeStreamUnavailable = "stream_unavailable"
 
 // maxEventIDDigits bounds a Last-Event-ID: seqs are far below 10^18.
 const maxEventIDDigits = 18

@@ -21,7 +21,7 @@ import (
 // connection on goroutines of its own and this handler returns.
 func (a *App) nodeSocket(c echo.Context) error {
 	if a.draining.Load() {
-		return &apiError{Status: http.StatusServiceUnavailable, Code: "not_ready", Message: "this instance is draining; connect to another", RetryAfter: "1"}
+		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeNotReady, Message: "this instance is draining; connect to another", RetryAfter: "1"}
 	}
 	ip := c.RealIP()
 	if a.cfg.HandshakeRate > 0 {
@@ -40,7 +40,7 @@ func (a *App) nodeSocket(c echo.Context) error {
 			a.log.Warn("rate limiter unavailable; allowing the node handshake", "err", err)
 		case !res.Allowed:
 			// GemmaNet refuses with 403 here and its SDK retries with backoff.
-			return &apiError{Status: http.StatusForbidden, Code: "rate_limited",
+			return &apiError{Status: http.StatusForbidden, Code: CodeRateLimited,
 				Message: "too many node connections from this address; retry later", RetryAfter: retryAfter(res)}
 		}
 	}

@@ -366,8 +366,10 @@ func (d *dispatcher) send(ctx context.Context, c nodes.Candidate, req *Request, 
 	case err != nil:
 		release()
 		// The bus error names Redis's address and the instance id: logged,
-		// never shown to a client.
-		d.log.Warn("cannot publish an assign", "task_id", req.TaskID, "owner", c.Owner, "err", err)
+		// never shown to a client. Counted (the bus's publish errors, the
+		// tasks' unavailable outcomes); at warn, a Redis outage would write
+		// a line per request.
+		d.log.Debug("cannot publish an assign", "task_id", req.TaskID, "owner", c.Owner, "err", err)
 		return noRelease, &Error{Code: CodeUnavailable, Message: "cannot reach the instance that holds the node (Redis is unreachable); retry shortly"}
 	case n == 0:
 		release()
@@ -480,7 +482,7 @@ func (r *run) cancel(reason string) {
 	ctx, stop := context.WithTimeout(context.Background(), 2*time.Second)
 	defer stop()
 	if _, err := r.d.bus.Publish(ctx, owner, e); err != nil {
-		r.d.log.Warn("cannot send cancel; the owner's sweep will stop the task at its deadline", "task_id", r.req.TaskID, "err", err)
+		r.d.log.Debug("cannot send cancel; the owner's sweep will stop the task at its deadline", "task_id", r.req.TaskID, "err", err)
 	}
 }
 
@@ -508,7 +510,9 @@ func (d *dispatcher) finish(r *run, out Outcome, err error) {
 			nodeOutcome = &store.Outcome{NodeID: r.nodeID, Account: r.req.AccountID, ElapsedMs: now.Sub(r.assigned).Milliseconds(), At: now}
 		}
 		if e.Code != CodeCanceled && e.Code != CodeNoNode {
-			d.log.Info("task failed", "task_id", r.req.TaskID, "node_id", r.nodeID, "code", e.Code, "message", e.Message)
+			// Counted by code (switchyard_tasks_total); at info a failing
+			// node would write a line per request.
+			d.log.Debug("task failed", "task_id", r.req.TaskID, "node_id", r.nodeID, "code", e.Code, "message", e.Message)
 		}
 	}
 	// A split task's parts count in their nodes' reputation, but the task is

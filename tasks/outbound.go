@@ -49,8 +49,8 @@ func (o *outbound) post(to string, e *bus.Envelope) {
 	select {
 	case o.q <- outMsg{to, e}:
 	default:
-		o.metrics.outDropped.WithLabelValues("queue_full").Inc()
-		o.log.Warn("outbound queue full: dropped a reply; the requester's deadline will answer its task",
+		o.metrics.outDropped.WithLabelValues("queue_full").Inc() // per message: logged at debug only
+		o.log.Debug("outbound queue full: dropped a reply; the requester's deadline will answer its task",
 			"kind", e.Kind.String(), "task_id", e.TaskID, "to", to, "queue", cap(o.q))
 	}
 }
@@ -77,7 +77,7 @@ func (o *outbound) publish(ctx context.Context, m outMsg) {
 	pctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
 	if _, err := o.bus.Publish(pctx, m.to, m.e); err != nil {
-		o.metrics.outDropped.WithLabelValues("publish_failed").Inc()
-		o.log.Warn("cannot reach the requester instance", "kind", m.e.Kind.String(), "task_id", m.e.TaskID, "to", m.to, "err", err)
+		o.metrics.outDropped.WithLabelValues("publish_failed").Inc() // per message: logged at debug only
+		o.log.Debug("cannot reach the requester instance", "kind", m.e.Kind.String(), "task_id", m.e.TaskID, "to", m.to, "err", err)
 	}
 }

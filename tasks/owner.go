@@ -232,7 +232,9 @@ func (o *owner) reply(ent *fwdEntry, e *bus.Envelope) int {
 	n, err := o.bus.Publish(pctx, ent.replyTo, e)
 	cancel()
 	if err != nil {
-		o.log.Warn("cannot reach the requester instance", "task_id", ent.taskID, "to", ent.replyTo, "err", err)
+		// Counted by the bus (publish errors); a line per message at warn
+		// would flood while Redis is away.
+		o.log.Debug("cannot reach the requester instance", "task_id", ent.taskID, "to", ent.replyTo, "err", err)
 		return -1
 	}
 	return n
