@@ -2,8 +2,9 @@
 # Runs switchyard's whole test suite with the race detector.
 #
 # It needs PostgreSQL and Redis on loopback, the redis-server binary (tests
-# start private servers and a Redis Cluster with it), Node.js for one test,
-# and Chromium for another (the dashboard, in a real browser). When they are
+# start private servers and a Redis Cluster with it), Node.js and npm for two
+# tests (the openai npm package; the dashboard, in a real browser, driven by
+# the playwright-core npm package) and Chromium for the second. When they are
 # missing it installs them from Debian's packages (apt-get, as root or with
 # sudo) and starts them, so a fresh machine with only Go can run it:
 #
@@ -15,7 +16,7 @@
 #                                 (default postgres://postgres:postgres@127.0.0.1:5432/test?sslmode=disable)
 #   SWITCHYARD_TEST_REDIS_URL     Redis for the tests (default redis://127.0.0.1:6379/0)
 #   FUZZTIME                      how long each fuzz target runs (default 5s; 0 skips fuzzing)
-#   SWITCHYARD_BROWSER_TEST       set here: the dashboard's browser test fails without Chromium
+#   SWITCHYARD_BROWSER_TEST       set here: the dashboard's browser test fails without Chromium or Node.js
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -77,16 +78,20 @@ ensure_redis() {
 	exit 1
 }
 
-# Node.js and npm drive the OpenAI API with the real openai package
-# (server/testdata/openai); without them that one test is skipped.
+# Node.js and npm run two tests: the OpenAI API driven by the real openai
+# package (server/testdata/openai), skipped without them, and the dashboard's
+# browser test, whose script drives Chromium with the playwright-core package
+# (server/testdata/dashboard), which fails without them (see ensure_chromium).
 ensure_node() {
 	command -v node >/dev/null && command -v npm >/dev/null && return
-	apt_install nodejs npm || echo "could not install Node.js; the OpenAI client-library test will be skipped" >&2
+	apt_install nodejs npm ||
+		echo "could not install Node.js; the OpenAI client-library test will be skipped and the dashboard's browser test will fail" >&2
 }
 
-# Chromium drives the dashboard test (server/dashboard_browser_test.go)
-# through the DevTools protocol; with SWITCHYARD_BROWSER_TEST set, that test
-# fails rather than skips when it finds no browser.
+# Chromium shows the dashboard in the browser test
+# (server/dashboard_browser_test.go), driven by Node.js with playwright-core;
+# with SWITCHYARD_BROWSER_TEST set, that test fails rather than skips when it
+# finds no browser or no Node.js.
 ensure_chromium() {
 	command -v chromium >/dev/null || apt_install chromium
 	export SWITCHYARD_BROWSER_TEST=1

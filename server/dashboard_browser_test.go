@@ -1,46 +1,109 @@
 package server
 
 import (
+	"bytes"
 	"context"
-	"fmt"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/chromedp/chromedp"
 )
 
 // browserEnv, when set (scripts/test.sh sets it), makes the browser test
-// fail rather than skip when no Chromium is found.
+// fail rather than skip when Chromium or Node.js is missing.
 const browserEnv = "SWITCHYARD_BROWSER_TEST"
 
-// chromium finds a Chromium (or Chrome) binary, or skips the test.
-func chromium(t *testing.T) string {
+// browserTools finds Chromium (or Chrome), Node.js and npm, or skips the
+// test saying what to install (fails instead when browserEnv is set).
+func browserTools(t *testing.T) (chromium, node, npm string) {
 	t.Helper()
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
 		if p, err := exec.LookPath(name); err == nil {
-			return p
+			chromium = p
+			break
 		}
 	}
-	msg := "no Chromium found: install it (apt-get install -y chromium), or run scripts/test.sh, which does"
+	var missing []string
+	if chromium == "" {
+		missing = append(missing, "no Chromium found: install it (apt-get install -y chromium)")
+	}
+	node, nodeErr := exec.LookPath("node")
+	npm, npmErr := exec.LookPath("npm")
+	if nodeErr != nil || npmErr != nil {
+		missing = append(missing, "no Node.js and npm found (they run playwright-core, which drives the browser): install them (apt-get install -y nodejs npm)")
+	}
+	if len(missing) == 0 {
+		return chromium, node, npm
+	}
+	msg := strings.Join(missing, "; ") + "; or run scripts/test.sh, which does"
 	if os.Getenv(browserEnv) != "" {
 		t.Fatal(msg + " (" + browserEnv + " is set, so this test must run)")
 	}
 	t.Skip(msg)
-	return ""
+	return "", "", ""
 }
 
-// The dashboard in a real browser at 1280×800: sign in with the admin
-// token, see a node appear (its name, which is user input, shown as text),
-// pause it with its button and see its state change, see a quarantined
-// node with its reason; no console errors, and a screenshot in the test's
-// temp dir.
+// npmCI installs the packages locked in dir's package-lock.json (npm ci)
+// unless pkg is installed there already.
+func npmCI(t *testing.T, npm, dir, pkg string) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		if os.Getenv("SWITCHYARD_TEST_SKIP_NODE") == "1" {
+			t.Skipf("npm ci failed and SWITCHYARD_TEST_SKIP_NODE=1: %v\n%s", err, out)
+		}
+		t.Fatalf("npm ci in %s failed (set SWITCHYARD_TEST_SKIP_NODE=1 to skip this test when the npm registry cannot be reached): %v\n%s", dir, err, out)
+	}
+}
+
+// browserReport is what testdata/dashboard/dashboard.mjs saw in the
+// browser (its comment says what each field is).
+type browserReport struct {
+	Failed                  string   `json:"failed"`
+	NodeState               string   `json:"nodeState"`
+	NodeName                string   `json:"nodeName"`
+	QuarantinedState        string   `json:"quarantinedState"`
+	QuarantinedReason       string   `json:"quarantinedReason"`
+	URL                     string   `json:"url"`
+	StoredToken             *string  `json:"storedToken"`
+	StateAfterPause         string   `json:"stateAfterPause"`
+	ResumeShown             bool     `json:"resumeShown"`
+	PauseShown              bool     `json:"pauseShown"`
+	Screenshot              string   `json:"screenshot"`
+	SignInAfterSignOut      bool     `json:"signInAfterSignOut"`
+	StoredTokenAfterSignOut *string  `json:"storedTokenAfterSignOut"`
+	Problems                []string `json:"problems"`
+}
+
+// orNull shows a value read from sessionStorage, null when absent.
+func orNull(s *string) string {
+	if s == nil {
+		return "null"
+	}
+	return strconv.Quote(*s)
+}
+
+// The dashboard in a real browser at 1280×800 (Debian's Chromium, driven
+// by the playwright-core npm package from testdata/dashboard/dashboard.mjs):
+// sign in with the admin token, see a node appear (its name, which is user
+// input, shown as text), pause it with its button and see its state
+// change, see a quarantined node with its reason, sign out; no console
+// errors, and a screenshot in the test's temp dir.
 func TestDashboardInBrowser(t *testing.T) {
-	bin := chromium(t)
+	chromium, nodeBin, npmBin := browserTools(t)
+	dir := filepath.Join("testdata", "dashboard")
+	npmCI(t, npmBin, dir, "playwright-core")
+
 	ta := startApp(t, func(c *Config) { c.AdminToken, c.InstanceName, c.QuarantineAfter = testAdmin, "edge-1", 2 })
 	key := ta.account(t, "alice", "")
 	const name = `<img src=x onerror="throw 1"> gpu & co`
@@ -61,115 +124,68 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("a request no node serves: %d %+v", code, e)
 	}
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin), chromedp.UserDataDir(t.TempDir()),
-		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		// No outside network here: without these Chromium keeps trying Google.
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-default-apps", true), chromedp.Flag("no-default-browser-check", true),
-		chromedp.WindowSize(1280, 800),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancel := context.WithTimeout(actx, 60*time.Second)
+	shot := filepath.Join(t.TempDir(), "dashboard.png")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute) // the script's own limit is 1 minute
 	defer cancel()
-	ctx, cancelTab := chromedp.NewContext(ctx)
-	defer cancelTab()
-
-	// Subscribed before the page opens: every message from its first line.
-	var mu sync.Mutex
-	var problems []string
-	messages := chromedp.Console(ctx)
-	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 800)); err != nil {
-		t.Fatalf("starting Chromium (%s): %v", bin, err)
+	cmd := exec.CommandContext(ctx, nodeBin, "dashboard.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(),
+		"DASHBOARD_CHROMIUM="+chromium,
+		"DASHBOARD_PROFILE="+t.TempDir(), // a new profile, removed with the test
+		"DASHBOARD_URL="+ta.url+"/dashboard",
+		"DASHBOARD_TOKEN="+testAdmin,
+		"DASHBOARD_NODE="+n.ID,
+		"DASHBOARD_QUARANTINED="+flaky.ID,
+		"DASHBOARD_SCREENSHOT="+shot,
+	)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	runErr := cmd.Run()
+	var r browserReport
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatalf("node dashboard.mjs (%s): %v, and no report (%v)\nstdout: %s\nstderr: %s", chromium, runErr, err, &stdout, &stderr)
 	}
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			if m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleException {
-				mu.Lock()
-				problems = append(problems, string(m.Type)+": "+m.String())
-				mu.Unlock()
-			}
-		}
-	}()
-	seen := func() string {
-		mu.Lock()
-		defer mu.Unlock()
-		return strings.Join(problems, "\n")
+	console := strings.Join(r.Problems, "\n")
+	if r.Failed != "" || runErr != nil {
+		t.Fatalf("in the browser (%s), %s (%v)\nconsole:\n%s\nstderr: %s", chromium, r.Failed, runErr, console, &stderr)
 	}
 
-	row := chromedp.CSS(fmt.Sprintf(`tr[data-node-id=%q]`, n.ID))
-	if err := chromedp.Do(ctx,
-		chromedp.Navigate(ta.url+"/dashboard"),
-		chromedp.WaitVisible(chromedp.ID("signin-token")),
-		chromedp.SendKeys(chromedp.ID("signin-token"), testAdmin),
-		chromedp.Click(chromedp.ID("signin-submit")),
-		chromedp.WaitVisible(row),
-		chromedp.WaitVisible(row+`[data-state="serving"]`),
-	); err != nil {
-		t.Fatalf("signing in and finding the node: %v (console: %s)", err, seen())
+	if r.NodeState != "serving" {
+		t.Errorf("the node shows as %q, want serving", r.NodeState)
 	}
-	flakyRow := chromedp.CSS(fmt.Sprintf(`tr[data-node-id=%q]`, flaky.ID))
-	if err := chromedp.Do(ctx, chromedp.WaitVisible(flakyRow+`[data-state="quarantined"]`)); err != nil {
-		t.Fatalf("the quarantined node: %v (console: %s)", err, seen())
+	if r.QuarantinedState != "quarantined" || !strings.HasPrefix(r.QuarantinedReason, "quarantined: 2 tasks in a row failed") {
+		t.Errorf("the quarantined node shows as %q, its reason as %q", r.QuarantinedState, r.QuarantinedReason)
 	}
-	if why, err := chromedp.Run(ctx, chromedp.Text(flakyRow+` .reason`)); err != nil || !strings.HasPrefix(why, "quarantined: 2 tasks in a row failed") {
-		t.Errorf("the quarantined node's reason shows as %q (%v)", why, err)
+	if r.NodeName != name {
+		t.Errorf("the node's name shows as %q, want %q as text", r.NodeName, name)
 	}
-	shown, err := chromedp.Run(ctx, chromedp.Text(row+` .name`))
-	if err != nil || shown != name {
-		t.Errorf("the node's name shows as %q (%v), want %q as text", shown, err, name)
-	}
-	url, _ := chromedp.Run(ctx, chromedp.Location())
-	stored, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`sessionStorage.getItem("switchyard.adminToken")`))
-	if strings.Contains(url, testAdmin) || stored != testAdmin {
-		t.Errorf("the token is in the URL %q, or not in session storage (%q)", url, stored)
+	if strings.Contains(r.URL, testAdmin) || r.StoredToken == nil || *r.StoredToken != testAdmin {
+		t.Errorf("the token is in the URL %q, or not in session storage (%s)", r.URL, orNull(r.StoredToken))
 	}
 
-	if err := chromedp.Do(ctx,
-		chromedp.Click(row+` button[data-action="pause"]`),
-		chromedp.WaitVisible(row+`[data-state="paused"]`),
-		chromedp.WaitVisible(row+` button[data-action="resume"]`),
-		chromedp.WaitNotVisible(row+` button[data-action="pause"]`),
-	); err != nil {
-		t.Fatalf("pausing the node from the page: %v (console: %s)", err, seen())
+	if r.StateAfterPause != "paused" || !r.ResumeShown || r.PauseShown {
+		t.Errorf("after the pause button the node shows as %q, resume button shown %v, pause button shown %v; want paused, true, false",
+			r.StateAfterPause, r.ResumeShown, r.PauseShown)
 	}
 	if got := ta.stateOf(t, n.ID); got != "paused" {
-		t.Fatalf("after the click the server says the node is %q, want paused", got)
+		t.Errorf("after the click the server says the node is %q, want paused", got)
 	}
 
-	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
-	if err != nil {
-		t.Fatal(err)
-	}
-	shot := filepath.Join(t.TempDir(), "dashboard.png")
-	if err := os.WriteFile(shot, png, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot: %s", shot)
-	if dir := os.Getenv("SWITCHYARD_SCREENSHOT_DIR"); dir != "" { // to keep one after the test
-		_ = os.WriteFile(filepath.Join(dir, "dashboard.png"), png, 0o644)
+	png, err := os.ReadFile(shot)
+	if err != nil || r.Screenshot != shot || !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Errorf("no PNG screenshot at %s (reported %q): %v", shot, r.Screenshot, err)
+	} else {
+		t.Logf("screenshot: %s", shot)
+		if dir := os.Getenv("SWITCHYARD_SCREENSHOT_DIR"); dir != "" { // to keep one after the test
+			_ = os.WriteFile(filepath.Join(dir, "dashboard.png"), png, 0o644)
+		}
 	}
 
 	// Signing out forgets the token.
-	if err := chromedp.Do(ctx,
-		chromedp.Click(chromedp.ID("signout")),
-		chromedp.WaitVisible(chromedp.ID("signin-token")),
-	); err != nil {
-		t.Fatal(err)
+	if !r.SignInAfterSignOut || r.StoredTokenAfterSignOut != nil {
+		t.Errorf("after signing out: sign-in form shown %v, token kept %s (want null)", r.SignInAfterSignOut, orNull(r.StoredTokenAfterSignOut))
 	}
-	if gone, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`sessionStorage.getItem("switchyard.adminToken") === null`)); err != nil || !gone {
-		t.Errorf("after signing out the token is still kept (%v)", err)
-	}
-	cancelTab()
-	<-watched
-	if p := seen(); p != "" {
-		t.Fatalf("the page logged errors:\n%s", p)
+	if console != "" {
+		t.Errorf("the page logged errors:\n%s", console)
 	}
 }
