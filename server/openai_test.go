@@ -9,7 +9,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
@@ -688,18 +687,7 @@ func TestOpenAIClientLibrary(t *testing.T) {
 		t.Skip("Node.js and npm are needed to run the openai npm package; install them to run this test")
 	}
 	dir := filepath.Join("testdata", "openai")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai", "package.json")); err != nil {
-		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, npmBin, "ci", "--no-audit", "--no-fund")
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			if os.Getenv("SWITCHYARD_TEST_SKIP_NODE") == "1" {
-				t.Skipf("npm ci failed and SWITCHYARD_TEST_SKIP_NODE=1: %v\n%s", err, out)
-			}
-			t.Fatalf("npm ci in %s failed (set SWITCHYARD_TEST_SKIP_NODE=1 to skip this test when the npm registry cannot be reached): %v\n%s", dir, err, out)
-		}
-	}
+	npmCI(t, npmBin, dir, "openai")
 
 	ta := startApp(t, nil)
 	key := ta.account(t, "alice", "")
