@@ -22,6 +22,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 )
 
 // Instance is one switchyard instance of a run.
@@ -71,7 +72,7 @@ type cluster struct {
 }
 
 // targetCluster uses the first n targets; nodes and clients share the keys.
-func targetCluster(cfg Config, n int) *cluster {
+func targetCluster(cfg config.Config, n int) *cluster {
 	c := &cluster{clientKeys: cfg.APIKeys, nodeKeys: cfg.APIKeys}
 	for i := range n {
 		c.insts = append(c.insts, &Instance{Index: i, Name: fmt.Sprintf("target-%d", i+1), URL: strings.TrimRight(cfg.Targets[i], "/")})
@@ -82,7 +83,7 @@ func targetCluster(cfg Config, n int) *cluster {
 // startCluster starts n instances of bin on free loopback ports, sharing a
 // fresh Redis namespace and a fresh PostgreSQL schema, and creates the
 // accounts the nodes and clients use.
-func startCluster(ctx context.Context, cfg Config, n int, bin, logDir string) (_ *cluster, err error) {
+func startCluster(ctx context.Context, cfg config.Config, n int, bin, logDir string) (_ *cluster, err error) {
 	id := randHex(5)
 	c := &cluster{ns: "loadtest-" + id, schema: "loadtest_" + id}
 	defer func() {
@@ -148,7 +149,7 @@ func startCluster(ctx context.Context, cfg Config, n int, bin, logDir string) (_
 	return c, nil
 }
 
-func (c *cluster) startInstance(ctx context.Context, cfg Config, bin string, i int, logDir, dataDir string) (*Instance, error) {
+func (c *cluster) startInstance(ctx context.Context, cfg config.Config, bin string, i int, logDir, dataDir string) (*Instance, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 )
 
 // Criterion statuses. A SKIP says why the criterion could not be judged
@@ -62,7 +64,7 @@ func (c Criterion) scope() string {
 
 // Evaluate judges every run against the bars, and the hop of each
 // multi-instance run against the 1-instance run.
-func Evaluate(runs []*RunReport, b Bars) []Criterion {
+func Evaluate(runs []*RunReport, b config.Bars) []Criterion {
 	var out []Criterion
 	base := baseline(runs)
 	for _, r := range runs {
@@ -116,7 +118,7 @@ func evalLost(r *RunReport) Criterion {
 	return c
 }
 
-func evalHop(r, base *RunReport, b Bars) []Criterion {
+func evalHop(r, base *RunReport, b config.Bars) []Criterion {
 	if r.Instances == 1 {
 		return nil
 	}
@@ -145,7 +147,7 @@ func evalHop(r, base *RunReport, b Bars) []Criterion {
 	return []Criterion{c95, c99}
 }
 
-func evalCPU(r *RunReport, b Bars) Criterion {
+func evalCPU(r *RunReport, b config.Bars) Criterion {
 	c := Criterion{Instances: r.Instances, Name: CritCPU, Bar: fmt.Sprintf("< %g%% of one core at 100 requests/s", b.CPUPercent)}
 	if len(r.Resources) == 0 {
 		c.Status, c.Figure = Skip, "not measured: CPU and RSS are read from /proc only for instances this program started"
@@ -169,7 +171,7 @@ func evalCPU(r *RunReport, b Bars) Criterion {
 	return c
 }
 
-func evalMemory(r *RunReport, b Bars) Criterion {
+func evalMemory(r *RunReport, b config.Bars) Criterion {
 	c := Criterion{Instances: r.Instances, Name: CritMemory, Bar: fmt.Sprintf("< %g%% RSS growth", 100*b.MemGrowth)}
 	if len(r.Resources) == 0 {
 		c.Status, c.Figure = Skip, "not measured: CPU and RSS are read from /proc only for instances this program started"
@@ -196,10 +198,10 @@ func evalMemory(r *RunReport, b Bars) Criterion {
 
 // evalFault judges the fault's own criterion (a kill's 502s, or a drain
 // that loses nothing) and that every other request succeeded.
-func evalFault(r *RunReport, b Bars) []Criterion {
+func evalFault(r *RunReport, b config.Bars) []Criterion {
 	f := r.Fault
 	others := Criterion{Instances: r.Instances, Name: CritUnaffect, Bar: "every request not on the faulty instance succeeds"}
-	if f.Kind == FaultNone || f.Skipped != "" {
+	if f.Kind == config.FaultNone || f.Skipped != "" {
 		others.Bar = "every request succeeds (no fault here)"
 	}
 	var bad []*Record
@@ -220,15 +222,15 @@ func evalFault(r *RunReport, b Bars) []Criterion {
 
 	var fc Criterion
 	switch {
-	case f.Kind == FaultNone:
+	case f.Kind == config.FaultNone:
 		return []Criterion{others}
 	case f.Skipped != "":
 		name := CritFault
-		if f.Kind == FaultSIGTERM {
+		if f.Kind == config.FaultSIGTERM {
 			name = CritDrain
 		}
 		fc = Criterion{Instances: r.Instances, Name: name, Bar: "-", Status: Skip, Figure: "fault skipped: " + f.Skipped}
-	case f.Kind == FaultKill:
+	case f.Kind == config.FaultKill:
 		fc = evalKill(r, b)
 	default:
 		fc = evalDrain(r)
@@ -236,7 +238,7 @@ func evalFault(r *RunReport, b Bars) []Criterion {
 	return []Criterion{fc, others}
 }
 
-func evalKill(r *RunReport, b Bars) Criterion {
+func evalKill(r *RunReport, b config.Bars) Criterion {
 	f := r.Fault
 	bar := ms(b.FaultToFail)
 	c := Criterion{Instances: r.Instances, Name: CritFault, Bar: fmt.Sprintf("502 node_disconnected within %.1f s of the kill", bar/1000)}
@@ -370,7 +372,7 @@ func verdict(ok bool) string {
 	return Fail
 }
 
-func evalIdleCPU(r *RunReport, b Bars) Criterion {
+func evalIdleCPU(r *RunReport, b config.Bars) Criterion {
 	f := r.Fleet
 	c := Criterion{Instances: r.Instances, Name: CritIdleCPU,
 		Bar: fmt.Sprintf("< %g%% of one core, the busiest instance, %d nodes and no requests", b.IdleCPUPercent, f.Nodes)}
@@ -409,7 +411,7 @@ func evalIdleCPU(r *RunReport, b Bars) Criterion {
 	return c
 }
 
-func evalIdleRedis(r *RunReport, b Bars) Criterion {
+func evalIdleRedis(r *RunReport, b config.Bars) Criterion {
 	f := r.Fleet
 	c := Criterion{Instances: r.Instances, Name: CritIdleRedis,
 		Bar: fmt.Sprintf("< %g commands/s, every Redis server together, %d nodes and no requests", b.IdleRedisOps, f.Nodes)}
@@ -451,10 +453,10 @@ const (
 // EvaluateSweep judges the sweep against issue 13's bars. A bar whose
 // mode or rate did not run is a SKIP; so is a ratio without a NATS step
 // at its rate to compare with.
-func EvaluateSweep(s *SweepReport, b Bars) []Criterion {
+func EvaluateSweep(s *SweepReport, b config.Bars) []Criterion {
 	out := []Criterion{evalSweepOutcomes(s)}
-	out = append(out, evalSweepRatio(s, ModeLocal, CritSweepLocal, sweepLocalRate, b.SweepLocal))
-	out = append(out, evalSweepRatio(s, ModeCross, CritSweepCross, sweepCrossRate, b.SweepCross))
+	out = append(out, evalSweepRatio(s, config.ModeLocal, CritSweepLocal, sweepLocalRate, b.SweepLocal))
+	out = append(out, evalSweepRatio(s, config.ModeCross, CritSweepCross, sweepCrossRate, b.SweepCross))
 	out = append(out, evalSweepSchedule(s))
 	c := Criterion{Scope: "sweep", Name: CritInstances, Bar: "no instance exits unless signalled"}
 	switch {
@@ -488,7 +490,7 @@ func evalSweepOutcomes(s *SweepReport) Criterion {
 // the same rate.
 func evalSweepRatio(s *SweepReport, mode, name string, rate, bar float64) Criterion {
 	c := Criterion{Scope: fmt.Sprintf("%g/s", rate), Name: name, Bar: fmt.Sprintf("p99 ≤ %g× the NATS p99 at %g requests/s", bar, rate)}
-	row, base := s.row(mode, rate), s.row(ModeNATS, rate)
+	row, base := s.row(mode, rate), s.row(config.ModeNATS, rate)
 	switch {
 	case row == nil:
 		c.Status, c.Figure = Skip, fmt.Sprintf("%s did not run at %g requests/s (--modes, --rates)", mode, rate)
@@ -528,8 +530,8 @@ func evalSweepRatio(s *SweepReport, mode, name string, rate, bar float64) Criter
 // on this machine, and whether the bar is within reach at all. The floor
 // has one instance's path, so it says nothing of the cross bar.
 func floorNote(s *SweepReport, mode string, rate, bar float64, base *SweepRow) string {
-	f := s.row(ModeFloor, rate)
-	if mode != ModeLocal || f == nil || f.p99Unknown() || f.Latency.P99 <= 0 {
+	f := s.row(config.ModeFloor, rate)
+	if mode != config.ModeLocal || f == nil || f.p99Unknown() || f.Latency.P99 <= 0 {
 		return ""
 	}
 	note := fmt.Sprintf("the floor (a bare forwarder, same client and nodes): p99 %.2f ms, %.2f× NATS", f.Latency.P99, f.Latency.P99/base.Latency.P99)
@@ -543,8 +545,8 @@ func floorNote(s *SweepReport, mode string, rate, bar float64, base *SweepRow) s
 // request went out on schedule and was answered.
 func evalSweepSchedule(s *SweepReport) Criterion {
 	c := Criterion{Scope: fmt.Sprintf("%d/s", sweepScheduleRate), Name: CritSweepSchedule,
-		Bar: fmt.Sprintf("every request sent within %.0f ms of its due time and answered ok (0 late, 0 errors, 0 lost)", ms(sweepLate))}
-	r := s.row(ModeCross, sweepScheduleRate)
+		Bar: fmt.Sprintf("every request sent within %.0f ms of its due time and answered ok (0 late, 0 errors, 0 lost)", ms(config.SweepLate))}
+	r := s.row(config.ModeCross, sweepScheduleRate)
 	if r == nil {
 		c.Status, c.Figure = Skip, fmt.Sprintf("cross did not run at %d requests/s (--modes, --rates)", sweepScheduleRate)
 		return c

@@ -4,15 +4,17 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 )
 
 // testCfg is a configuration for judging synthetic runs.
-func testCfg() Config {
-	c, err := Config{Instances: []int{1, 2}, Nodes: 4, HandlerMax: time.Millisecond, Rate: 100, Duration: 100 * time.Second, Fault: FaultKill}.withDefaults()
-	if err != nil {
+func testCfg() config.Config {
+	c := config.Config{Instances: []int{1, 2}, Nodes: 4, HandlerMax: time.Millisecond, Rate: 100, Duration: 100 * time.Second, Fault: config.FaultKill}
+	if err := c.Validate(); err != nil {
 		panic(err)
 	}
-	return c
+	return c.WithDefaults()
 }
 
 // steadyRun is a run of n instances whose plain requests all succeeded
@@ -63,13 +65,13 @@ func flat(n int, v float64) []float64 {
 }
 
 func TestEvaluateHop(t *testing.T) {
-	base := steadyRun(1, flat(200, 1), FaultReport{Kind: FaultNone})
-	good := steadyRun(2, flat(200, 2.5), FaultReport{Kind: FaultNone})
+	base := steadyRun(1, flat(200, 1), FaultReport{Kind: config.FaultNone})
+	good := steadyRun(2, flat(200, 2.5), FaultReport{Kind: config.FaultNone})
 	badTail := flat(200, 1.5)
 	badTail[10], badTail[20], badTail[30] = 30, 30, 30 // 1.5% of requests slow: p99 30 ms
-	bad := steadyRun(3, badTail, FaultReport{Kind: FaultNone})
+	bad := steadyRun(3, badTail, FaultReport{Kind: config.FaultNone})
 
-	cs := Evaluate([]*RunReport{base, good, bad}, DefaultBars)
+	cs := Evaluate([]*RunReport{base, good, bad}, config.DefaultBars)
 	if c := find(t, cs, 2, CritHopP95); c.Status != Pass || !strings.Contains(c.Figure, "+1.50 ms") {
 		t.Errorf("2 instances p95: %+v", c)
 	}
@@ -84,31 +86,31 @@ func TestEvaluateHop(t *testing.T) {
 		t.Error("Passed with a failed criterion")
 	}
 
-	alone := Evaluate([]*RunReport{good}, DefaultBars)
+	alone := Evaluate([]*RunReport{good}, config.DefaultBars)
 	if c := find(t, alone, 2, CritHopP95); c.Status != Skip {
 		t.Errorf("without a 1-instance run the hop cannot be judged: %+v", c)
 	}
 }
 
 func TestEvaluateCPUScalesToTheRate(t *testing.T) {
-	run := steadyRun(1, flat(50, 1), FaultReport{Kind: FaultNone})
+	run := steadyRun(1, flat(50, 1), FaultReport{Kind: config.FaultNone})
 	run.Rate = 25
 	for i := range run.Resources {
 		run.Resources[i].CPUScaled = run.Resources[i].CPUMean * 100 / run.Rate // 5% at 25/s is 20% at 100/s
 	}
-	c := evalCPU(run, DefaultBars)
+	c := evalCPU(run, config.DefaultBars)
 	if c.Status != Fail || !strings.Contains(c.Figure, "20.0%") || !strings.Contains(c.Figure, "× 100/25") {
 		t.Errorf("CPU: %+v", c)
 	}
 	run.Resources = nil
-	if c := evalCPU(run, DefaultBars); c.Status != Skip {
+	if c := evalCPU(run, config.DefaultBars); c.Status != Skip {
 		t.Errorf("no samples (target mode) should skip: %+v", c)
 	}
 }
 
 func TestEvaluateMemory(t *testing.T) {
-	run := steadyRun(1, flat(50, 1), FaultReport{Kind: FaultNone})
-	if c := evalMemory(run, DefaultBars); c.Status != Pass {
+	run := steadyRun(1, flat(50, 1), FaultReport{Kind: config.FaultNone})
+	if c := evalMemory(run, config.DefaultBars); c.Status != Pass {
 		t.Errorf("flat RSS: %+v", c)
 	}
 	// A leak: RSS rises 10% across the steady phase.
@@ -119,7 +121,7 @@ func TestEvaluateMemory(t *testing.T) {
 	}
 	res := resourcesOf(testCfg(), insts[0], s, run.Phases, run.Fault, false, 0, 0)
 	run.Resources = []Resources{res}
-	c := evalMemory(run, DefaultBars)
+	c := evalMemory(run, config.DefaultBars)
 	if c.Status != Fail || !strings.Contains(c.Figure, "%") || c.Detail == "" {
 		t.Errorf("a leak must fail with its figure: %+v", c)
 	}
@@ -128,7 +130,7 @@ func TestEvaluateMemory(t *testing.T) {
 	short := testCfg()
 	short.MemMinStretch = time.Hour
 	run.Resources = []Resources{resourcesOf(short, insts[0], s, run.Phases, run.Fault, false, 0, 0)}
-	if c := evalMemory(run, DefaultBars); c.Status != Skip {
+	if c := evalMemory(run, config.DefaultBars); c.Status != Skip {
 		t.Errorf("too short a stretch should skip: %+v", c)
 	}
 }
@@ -144,7 +146,7 @@ func TestMemorySegmentsLeaveOutTheFault(t *testing.T) {
 		}
 		s = append(s, Sample{T: float64(i), RSSKiB: rss})
 	}
-	f := FaultReport{Kind: FaultKill, Instance: 1, AtMs: 60000}
+	f := FaultReport{Kind: config.FaultKill, Instance: 1, AtMs: 60000}
 	from, to, _ := faultWindow(f, 5000)
 	res := resourcesOf(testCfg(), &Instance{Index: 0, Name: "survivor"}, s, Phases{SteadyStart: 0, SteadyEnd: 120}, f, true, from/1000, to/1000)
 	if len(res.Segments) != 2 || !res.MemJudged || res.MemGrowth != 0 {
@@ -157,14 +159,14 @@ func TestMemorySegmentsLeaveOutTheFault(t *testing.T) {
 }
 
 func TestEvaluateKill(t *testing.T) {
-	f := FaultReport{Kind: FaultKill, Instance: 1, AtMs: 30000, InFlight: 2}
+	f := FaultReport{Kind: config.FaultKill, Instance: 1, AtMs: 30000, InFlight: 2}
 	fast := []*Record{
 		mk(0, 0, 29900, 30480, OutcomeError, "node_disconnected", 1, 29905, 30000.3),
 		mk(0, 0, 29950, 30520, OutcomeError, "node_disconnected", 1, 29955, 30001),
 		mk(0, 1, 29950, 30002, OutcomeError, CodeTransport, 0, 29955, 30100),
 	}
 	run := steadyRun(2, flat(100, 1), f, fast...)
-	cs := Evaluate([]*RunReport{run}, DefaultBars)
+	cs := Evaluate([]*RunReport{run}, config.DefaultBars)
 	c := find(t, cs, 2, CritFault)
 	if c.Status != Pass || !strings.Contains(c.Figure, "2 of 2") || !strings.Contains(c.Figure, "520 ms") {
 		t.Errorf("kill: %+v", c)
@@ -180,7 +182,7 @@ func TestEvaluateKill(t *testing.T) {
 	}
 	slow[0].Status = 504
 	run = steadyRun(2, flat(100, 1), f, slow...)
-	c = find(t, Evaluate([]*RunReport{run}, DefaultBars), 2, CritFault)
+	c = find(t, Evaluate([]*RunReport{run}, config.DefaultBars), 2, CritFault)
 	if c.Status != Fail || !strings.Contains(c.Figure, "1 of 2") || !strings.Contains(c.Figure, "4000 ms") ||
 		!strings.Contains(c.Detail, "504 timeout") {
 		t.Errorf("a 504 after 4 s must fail the kill criterion with its figure: %+v", c)
@@ -188,19 +190,19 @@ func TestEvaluateKill(t *testing.T) {
 
 	// Nothing in flight on the victim: nothing proven.
 	run = steadyRun(2, flat(100, 1), f)
-	if c := find(t, Evaluate([]*RunReport{run}, DefaultBars), 2, CritFault); c.Status != Fail {
+	if c := find(t, Evaluate([]*RunReport{run}, config.DefaultBars), 2, CritFault); c.Status != Fail {
 		t.Errorf("no victim task: %+v", c)
 	}
 
 	// Skipped on one instance.
-	run = steadyRun(1, flat(100, 1), FaultReport{Kind: FaultKill, Skipped: "a 1-instance run has no other instance to fail over to"})
-	if c := find(t, Evaluate([]*RunReport{run}, DefaultBars), 1, CritFault); c.Status != Skip || !strings.Contains(c.Figure, "fail over") {
+	run = steadyRun(1, flat(100, 1), FaultReport{Kind: config.FaultKill, Skipped: "a 1-instance run has no other instance to fail over to"})
+	if c := find(t, Evaluate([]*RunReport{run}, config.DefaultBars), 1, CritFault); c.Status != Skip || !strings.Contains(c.Figure, "fail over") {
 		t.Errorf("1 instance: %+v", c)
 	}
 }
 
 func TestEvaluateOthersAndLost(t *testing.T) {
-	f := FaultReport{Kind: FaultKill, Instance: 1, AtMs: 30000, InFlight: 1}
+	f := FaultReport{Kind: config.FaultKill, Instance: 1, AtMs: 30000, InFlight: 1}
 	extra := []*Record{
 		mk(0, 0, 29900, 30480, OutcomeError, "node_disconnected", 1, 29905, 30000.3),
 		mk(0, 0, 30300, 30301, OutcomeError, "no_node_available", -1, 0, 0),
@@ -208,7 +210,7 @@ func TestEvaluateOthersAndLost(t *testing.T) {
 	}
 	extra[1].Status = 404
 	run := steadyRun(2, flat(100, 1), f, extra...)
-	cs := Evaluate([]*RunReport{run}, DefaultBars)
+	cs := Evaluate([]*RunReport{run}, config.DefaultBars)
 	c := find(t, cs, 2, CritUnaffect)
 	if c.Status != Fail || !strings.Contains(c.Figure, "2 of 102") || !strings.Contains(c.Detail, "404 no_node_available") {
 		t.Errorf("others: %+v", c)
@@ -223,15 +225,15 @@ func TestEvaluateOthersAndLost(t *testing.T) {
 }
 
 func TestEvaluateDrain(t *testing.T) {
-	f := FaultReport{Kind: FaultSIGTERM, Instance: 1, AtMs: 30000, ExitMs: 31200, ExitErr: "exit status 0"}
+	f := FaultReport{Kind: config.FaultSIGTERM, Instance: 1, AtMs: 30000, ExitMs: 31200, ExitErr: "exit status 0"}
 	extra := []*Record{mk(0, 1, 29900, 30300, OutcomeOK, "", 1, 29905, 30290)}
 	run := steadyRun(2, flat(100, 1), f, extra...)
-	if c := find(t, Evaluate([]*RunReport{run}, DefaultBars), 2, CritDrain); c.Status != Pass || !strings.Contains(c.Figure, "1 of 1") {
+	if c := find(t, Evaluate([]*RunReport{run}, config.DefaultBars), 2, CritDrain); c.Status != Pass || !strings.Contains(c.Figure, "1 of 1") {
 		t.Errorf("drain: %+v", c)
 	}
 	extra = []*Record{mk(0, 1, 29900, 30010, OutcomeError, CodeTransport, 1, 29905, 30290)}
 	run = steadyRun(2, flat(100, 1), f, extra...)
-	if c := find(t, Evaluate([]*RunReport{run}, DefaultBars), 2, CritDrain); c.Status != Fail {
+	if c := find(t, Evaluate([]*RunReport{run}, config.DefaultBars), 2, CritDrain); c.Status != Fail {
 		t.Errorf("a drain that dropped a request: %+v", c)
 	}
 }

@@ -1,5 +1,7 @@
 package main
 
+import "github.com/switchyard-dev/switchyard/loadtest/internal/config"
+
 // Classes of requests in a run with a fault: what the fault may do to them.
 const (
 	// ClassVictimTask: sent to a surviving instance, pending at the kill,
@@ -29,7 +31,7 @@ const (
 // Classify sets the Class of every record relative to a fault at atMs on
 // instance victim. With no fault every record is ClassOther.
 func Classify(recs []*Record, f FaultReport) {
-	injected := f.Kind != FaultNone && f.Skipped == "" && f.AtMs > 0
+	injected := f.Kind != config.FaultNone && f.Skipped == "" && f.AtMs > 0
 	for _, r := range recs {
 		r.Class = ClassOther
 		if !injected {
@@ -41,7 +43,7 @@ func Classify(recs []*Record, f FaultReport) {
 		// assign with the victim. If it was sent just after the kill, Redis
 		// had not yet noticed the victim's subscription go, so the publish
 		// still reached "someone".
-		lostAssign := f.Kind == FaultKill && r.Via != f.Instance && r.NodeInst < 0 && r.Outcome == OutcomeError &&
+		lostAssign := f.Kind == config.FaultKill && r.Via != f.Instance && r.NodeInst < 0 && r.Outcome == OutcomeError &&
 			(r.Code == "node_disconnected" || r.Code == "timeout")
 		if lostAssign && r.SentMs >= f.AtMs {
 			r.Class = ClassVictimTask
@@ -51,7 +53,7 @@ func Classify(recs []*Record, f FaultReport) {
 		// the kill, but a send already on its way still reaches the dead
 		// process, and only the kill answers it (seen in a seed run: a
 		// transport error 0 ms after the kill).
-		if f.Kind == FaultKill && r.Via == f.Instance && r.SentMs >= f.AtMs {
+		if f.Kind == config.FaultKill && r.Via == f.Instance && r.SentMs >= f.AtMs {
 			r.Class = ClassVictimRequester
 			continue
 		}
@@ -60,7 +62,7 @@ func Classify(recs []*Record, f FaultReport) {
 		}
 		onVictim := r.NodeInst == f.Instance
 		switch f.Kind {
-		case FaultKill:
+		case config.FaultKill:
 			switch {
 			case r.Via == f.Instance:
 				r.Class = ClassVictimRequester
@@ -71,7 +73,7 @@ func Classify(recs []*Record, f FaultReport) {
 			case lostAssign:
 				r.Class = ClassVictimTask
 			}
-		case FaultSIGTERM:
+		case config.FaultSIGTERM:
 			switch {
 			case r.Via == f.Instance:
 				r.Class = ClassDrainRequester
@@ -86,7 +88,7 @@ func Classify(recs []*Record, f FaultReport) {
 // from the signal until Settle after the instance was gone (for a drain,
 // after it exited) and its nodes had moved.
 func faultWindow(f FaultReport, settleMs float64) (from, to float64, ok bool) {
-	if f.Kind == FaultNone || f.Skipped != "" || f.AtMs <= 0 {
+	if f.Kind == config.FaultNone || f.Skipped != "" || f.AtMs <= 0 {
 		return 0, 0, false
 	}
 	end := max(f.AtMs, f.ExitMs)

@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+)
 
 // mk builds a record: sent to via at sent ms, answered at done ms, run by a
 // node on nodeInst (-1: none) from start to end (0: still running).
@@ -19,7 +23,7 @@ func mk(id int64, via int, sent, done float64, outcome, code string, nodeInst in
 }
 
 func TestClassifyKill(t *testing.T) {
-	f := FaultReport{Kind: FaultKill, Instance: 1, AtMs: 10000}
+	f := FaultReport{Kind: config.FaultKill, Instance: 1, AtMs: 10000}
 	recs := []*Record{
 		mk(0, 0, 9900, 10450, OutcomeError, "node_disconnected", 1, 9910, 10000.2), // running on the victim's node
 		mk(1, 0, 9800, 10050, OutcomeOK, "", 1, 9805, 9990),                        // handler done before the kill
@@ -39,7 +43,7 @@ func TestClassifyKill(t *testing.T) {
 		}
 	}
 
-	Classify(recs, FaultReport{Kind: FaultKill, Instance: 1, Skipped: "1 instance"})
+	Classify(recs, FaultReport{Kind: config.FaultKill, Instance: 1, Skipped: "1 instance"})
 	for _, r := range recs {
 		if r.Class != ClassOther {
 			t.Errorf("with the fault skipped, request %d is %q", r.ID, r.Class)
@@ -48,7 +52,7 @@ func TestClassifyKill(t *testing.T) {
 }
 
 func TestClassifySIGTERM(t *testing.T) {
-	f := FaultReport{Kind: FaultSIGTERM, Instance: 0, AtMs: 5000, ExitMs: 7000}
+	f := FaultReport{Kind: config.FaultSIGTERM, Instance: 0, AtMs: 5000, ExitMs: 7000}
 	recs := []*Record{
 		mk(0, 0, 4900, 5300, OutcomeOK, "", 1, 4905, 5290),
 		mk(1, 1, 4900, 5300, OutcomeOK, "", 0, 4905, 5290),

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/sdk"
 	"github.com/switchyard-dev/switchyard/sdk/handlers"
 )
@@ -21,7 +22,7 @@ import (
 // fleet is the simulated nodes: SDK node agents whose handlers sleep (or
 // stream) and tell the ledger which request they are running, where.
 type fleet struct {
-	cfg    Config
+	cfg    config.Config
 	insts  []*Instance
 	keys   []string
 	ledger *Ledger
@@ -49,12 +50,12 @@ type simNode struct {
 	done   chan struct{}
 }
 
-func newFleet(cfg Config, c *cluster, ledger *Ledger, runID string) *fleet {
+func newFleet(cfg config.Config, c *cluster, ledger *Ledger, runID string) *fleet {
 	return &fleet{
 		cfg: cfg, insts: c.insts, keys: c.nodeKeys, ledger: ledger,
 		plain: "loadtest." + runID + ".plain", stream: "loadtest." + runID + ".stream",
 		idle: "loadtest." + runID + ".idle", prefix: "lt-" + runID + "-", ids: map[string]int{},
-		local: cfg.localNodes(),
+		local: cfg.LocalNodes(),
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 )
 
 // TestFleetRun runs the fleet profile small (200 nodes on 2 instances, 80
@@ -148,7 +149,7 @@ func TestRedisClusterSmoke(t *testing.T) {
 // fleetRunReport is a synthetic 3-instance fleet run: busiest instance
 // idleCPU % while idle, Redis idleRedis commands/s.
 func fleetRunReport(idleCPU, idleRedis float64, shared bool) *RunReport {
-	run := steadyRun(3, flat(50, 1), FaultReport{Kind: FaultNone})
+	run := steadyRun(3, flat(50, 1), FaultReport{Kind: config.FaultNone})
 	win := func(from, to, cpu, redis float64) Window {
 		w := Window{Measured: true, FromS: from, ToS: to, Busiest: 1, LoadGenCPU: 7,
 			Redis: RedisWindow{Measured: true, Servers: 3, Commands: int64(redis * (to - from)), PerSec: redis,
@@ -175,7 +176,7 @@ func fleetRunReport(idleCPU, idleRedis float64, shared bool) *RunReport {
 
 func TestEvaluateFleet(t *testing.T) {
 	run := fleetRunReport(1.5, 800, true)
-	cs := Evaluate([]*RunReport{run}, DefaultBars)
+	cs := Evaluate([]*RunReport{run}, config.DefaultBars)
 	if !Passed(cs) {
 		t.Fatalf("a fleet under the bars failed: %+v", cs)
 	}
@@ -194,7 +195,7 @@ func TestEvaluateFleet(t *testing.T) {
 		t.Errorf("idle Redis figure: %q", c.Figure)
 	}
 
-	cs = Evaluate([]*RunReport{fleetRunReport(6, 14500, false)}, DefaultBars)
+	cs = Evaluate([]*RunReport{fleetRunReport(6, 14500, false)}, config.DefaultBars)
 	if Passed(cs) {
 		t.Fatal("a fleet over both bars passed")
 	}
@@ -208,14 +209,14 @@ func TestEvaluateFleet(t *testing.T) {
 	// An interrupted run has no idle window: not a pass.
 	run = fleetRunReport(1, 100, false)
 	run.Fleet.Idle = Window{Busiest: -1}
-	if c := find(t, Evaluate([]*RunReport{run}, DefaultBars), 3, CritIdleCPU); c.Status != Fail {
+	if c := find(t, Evaluate([]*RunReport{run}, config.DefaultBars), 3, CritIdleCPU); c.Status != Fail {
 		t.Errorf("an unmeasured idle window: %+v", c)
 	}
 	// Target mode: nothing of ours to measure.
 	run = fleetRunReport(1, 100, false)
 	run.Fleet.Idle.Instances, run.Fleet.Idle.Busiest = nil, -1
 	run.Fleet.Idle.Redis = RedisWindow{Error: "not measured: the --target instances' Redis is not known to the load test"}
-	cs = Evaluate([]*RunReport{run}, DefaultBars)
+	cs = Evaluate([]*RunReport{run}, config.DefaultBars)
 	if c := find(t, cs, 3, CritIdleCPU); c.Status != Skip {
 		t.Errorf("idle CPU of targets: %+v", c)
 	}
@@ -226,10 +227,10 @@ func TestEvaluateFleet(t *testing.T) {
 
 func TestFleetReportTextAndJSON(t *testing.T) {
 	cfg := testCfg()
-	cfg.Fleet, cfg.Fault, cfg.Idle = true, FaultNone, time.Minute
+	cfg.Fleet, cfg.Fault, cfg.Idle = true, config.FaultNone, time.Minute
 	rep := &Report{Tool: "switchyard loadtest", Profile: "fleet", Mode: "spawn", Redis: "single Redis at redis://127.0.0.1:6379/0",
-		Shape: cfg.summary(), Params: paramsOf(cfg), Runs: []*RunReport{fleetRunReport(1.5, 800, true)}}
-	rep.Criteria = Evaluate(rep.Runs, DefaultBars)
+		Shape: cfg.Summary(), Params: paramsOf(cfg), Runs: []*RunReport{fleetRunReport(1.5, 800, true)}}
+	rep.Criteria = Evaluate(rep.Runs, config.DefaultBars)
 	rep.Pass = Passed(rep.Criteria)
 	rep.Notes = notes(cfg)
 	var buf bytes.Buffer

@@ -17,17 +17,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/sdk"
 	"github.com/switchyard-dev/switchyard/sdk/handlers"
 )
-
-// defaultNodesPerProcess is the most simulated nodes one load test
-// process holds in the fleet profile (--nodes-per-process). Every node is an open socket, and a process
-// may open only RLIMIT_NOFILE files (20,000 on the machines of
-// docs/BENCHMARKS.md, and no raising it without privilege), so a larger
-// fleet puts the rest in helper processes: the load test's own binary run
-// as `loadtest fleet-helper`, each holding at most this many idle nodes.
-const defaultNodesPerProcess = 9000
 
 // fleetHelperArg is the first argument that runs the binary as a helper.
 const fleetHelperArg = "fleet-helper"
@@ -140,7 +133,7 @@ func runFleetHelper(arg string, stdin io.Reader, stdout io.Writer) error {
 	if len(s.URLs) == 0 || len(s.Keys) == 0 || s.To <= s.From || s.Rate <= 0 {
 		return errors.New("fleet-helper: the spec needs urls, keys, from < to and a rate")
 	}
-	if err := raiseFileLimit(Config{Nodes: s.To - s.From}); err != nil {
+	if err := raiseFileLimit(config.Config{Nodes: s.To - s.From}); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())

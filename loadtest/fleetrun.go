@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 )
 
 // FleetReport is the fleet profile's part of a run: how the nodes came
@@ -82,7 +84,7 @@ type snapshot struct {
 
 // fleetRun drives the fleet profile's windows around the runner.
 type fleetRun struct {
-	cfg    Config
+	cfg    config.Config
 	c      *cluster
 	r      *runner
 	s      *sampler
@@ -99,7 +101,7 @@ type fleetRun struct {
 	loadedFrom, loadedTo snapshot
 }
 
-func newFleetRun(cfg Config, c *cluster, r *runner, s *sampler, ledger *Ledger, t0 time.Time, pids []int, f *fleet) *fleetRun {
+func newFleetRun(cfg config.Config, c *cluster, r *runner, s *sampler, ledger *Ledger, t0 time.Time, pids []int, f *fleet) *fleetRun {
 	fr := &fleetRun{cfg: cfg, c: c, r: r, s: s, ledger: ledger, t0: t0, pids: pids}
 	fr.rep = FleetReport{Nodes: cfg.Nodes, ConnectRate: cfg.ConnectRate, Redis: cfg.RedisURL, RedisShared: !cfg.RedisCluster}
 	for i := range c.insts {
@@ -329,23 +331,23 @@ func (w RedisWindow) servers() []string {
 }
 
 // fleetNotes explain the fleet profile's figures.
-func fleetNotes(cfg Config) []string {
+func fleetNotes(cfg config.Config) []string {
 	n := []string{
 		"fleet profile: CPU is each process's user+system time over the window (/proc/<pid>/stat) divided by its length, % of one core; RSS from /proc/<pid>/status",
 		"Redis commands/s is total_commands_processed (INFO stats) at the window's end minus its start, summed over every server (masters and replicas of a cluster); it includes the load test's own INFO, one per server per second",
 		"the loaded window's CPU and Redis figures are reported, not judged; its requests are judged: every one must get exactly one outcome, and succeed",
 	}
-	if local := cfg.localNodes(); local < cfg.Nodes {
+	if local := cfg.LocalNodes(); local < cfg.Nodes {
 		n = append(n, fmt.Sprintf("the load test's own process holds %d of the %d nodes (Go SDK agents), the ones the loaded window's requests go to; "+
 			"helper processes (at most %d nodes each, --nodes-per-process) hold the other %d, idle throughout (a task type of their own). "+
 			"The load test's CPU is its own process's; all of them share this machine's cores with the instances", local, cfg.Nodes, cfg.NodesPerProcess, cfg.Nodes-local))
 	} else {
 		n = append(n, fmt.Sprintf("the load test's own process holds all %d nodes (Go SDK agents); its CPU, printed beside the instances', shares this machine's cores with them", cfg.Nodes))
 	}
-	if cfg.spawn() && !cfg.RedisCluster {
+	if cfg.Spawn() && !cfg.RedisCluster {
 		n = append(n, fmt.Sprintf("the Redis at %s was not started by the load test and may carry other clients' traffic (other tests, other programs): all of it is counted, so its commands/s are an upper bound for switchyard's own", cfg.RedisURL))
 	}
-	if !cfg.spawn() {
+	if !cfg.Spawn() {
 		n = append(n, "target mode: CPU, memory and Redis are not measured (the processes and the Redis are not ours)")
 	}
 	return n

@@ -7,6 +7,8 @@ import (
 	"io"
 	"math"
 	"slices"
+
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 )
 
 // WriteHTML writes the report as one self-contained page: the summary,
@@ -86,7 +88,7 @@ func runMarkers(run *RunReport) []marker {
 	}
 	if f := run.Fault; f.Skipped == "" && f.AtMs > 0 {
 		label := "kill -9"
-		if f.Kind == FaultSIGTERM {
+		if f.Kind == config.FaultSIGTERM {
 			label = "SIGTERM"
 		}
 		name := fmt.Sprintf("instance %d", f.Instance+1)

@@ -11,13 +11,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 // runner drives one configuration: the ramp, the steady phase with its
 // streams, the fault, and the progress line.
 type runner struct {
-	cfg      Config
+	cfg      config.Config
 	c        *cluster
 	ledger   *Ledger
 	fleet    *fleet
@@ -77,7 +78,7 @@ type FaultReport struct {
 	Rehomed  int     `json:"rehomed_nodes"`         // nodes moved to the survivors
 }
 
-func newRunner(cfg Config, c *cluster, ledger *Ledger, f *fleet, s *sampler, progress io.Writer, t0 time.Time) *runner {
+func newRunner(cfg config.Config, c *cluster, ledger *Ledger, f *fleet, s *sampler, progress io.Writer, t0 time.Time) *runner {
 	r := &runner{cfg: cfg, c: c, ledger: ledger, fleet: f, sampler: s, progress: progress, t0: t0,
 		counters: map[string]map[string]float64{}}
 	r.tty = isTerminal(progress)
@@ -253,7 +254,7 @@ func (r *runner) run(ctx context.Context) {
 		})
 	}
 	var faultWG sync.WaitGroup
-	if r.fault.Kind != FaultNone && r.fault.Skipped == "" {
+	if r.fault.Kind != config.FaultNone && r.fault.Skipped == "" {
 		faultWG.Go(func() { r.injectFault(ctx, steadyStart.Add(r.cfg.FaultAt), steadyEnd) })
 	}
 
@@ -362,7 +363,7 @@ func (r *runner) injectFault(ctx context.Context, at, steadyEnd time.Time) {
 	// the fault.
 	now := time.Now()
 	var err error
-	if r.fault.Kind == FaultKill {
+	if r.fault.Kind == config.FaultKill {
 		err = in.kill()
 	} else {
 		err = in.terminate()
@@ -376,7 +377,7 @@ func (r *runner) injectFault(ctx context.Context, at, steadyEnd time.Time) {
 		r.event("could not signal %s: %v", in.Name, err)
 		return
 	}
-	if r.fault.Kind == FaultKill {
+	if r.fault.Kind == config.FaultKill {
 		r.sampler.markGone(v)
 		r.event("kill -9 %s (pid %d); %d tasks of other instances' requests running on its nodes", in.Name, in.PID, inFlight)
 	} else {

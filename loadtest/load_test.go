@@ -15,12 +15,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 )
 
 // loadConfig is a small profile against the test Redis and PostgreSQL:
 // the smoke shape, shortened. SWITCHYARD_TEST_SKIP_REDIS=1 skips (like the
 // rest of the suite) when they are not there.
-func loadConfig(t *testing.T) Config {
+func loadConfig(t *testing.T) config.Config {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts switchyard instances and runs load for ~20 s or more")
@@ -52,12 +53,12 @@ func loadConfig(t *testing.T) Config {
 		}
 		t.Fatalf("Redis at %s (%v) or PostgreSQL (%v) unreachable: start them (scripts/test.sh does)", redisURL, rerr, perr)
 	}
-	return Config{
+	return config.Config{
 		Profile:    "test",
 		Switchyard: testBinary, RedisURL: redisURL, DatabaseURL: dbURL, LogDir: t.TempDir(),
 		Instances: []int{1, 2}, Nodes: 20, HandlerMin: 50 * time.Millisecond, HandlerMax: 500 * time.Millisecond,
 		RampTo: 20, Ramp: 2 * time.Second, Rate: 100, Duration: 10 * time.Second, // the CPU bar's rate: not extrapolated
-		Streams: 6, StreamLength: 2 * time.Second, Fault: FaultKill, FaultAt: 5 * time.Second,
+		Streams: 6, StreamLength: 2 * time.Second, Fault: config.FaultKill, FaultAt: 5 * time.Second,
 		// DESIGN §8's bars for what must hold on every run (nothing lost,
 		// the kill's 502s within 1.5 s, others unaffected), alarms for a
 		// regression where a 10-second run on a shared 2-core machine is
@@ -73,15 +74,15 @@ func loadConfig(t *testing.T) Config {
 		// a p95 of 7.3 ms and the generator's sends lagged 13 ms, so the
 		// machine, not the hop, was slow. 5× the bars fails a hop that
 		// really got slower.
-		Bars: Bars{HopP95: 5 * DefaultBars.HopP95, HopP99: 5 * DefaultBars.HopP99, CPUPercent: 20,
-			MemGrowth: DefaultBars.MemGrowth, FaultToFail: DefaultBars.FaultToFail},
+		Bars: config.Bars{HopP95: 5 * config.DefaultBars.HopP95, HopP99: 5 * config.DefaultBars.HopP99, CPUPercent: 20,
+			MemGrowth: config.DefaultBars.MemGrowth, FaultToFail: config.DefaultBars.FaultToFail},
 	}
 }
 
 // runBinary runs the built load test (loadtestBinary, never under the race
 // detector) with cfg as flags, as a user would, and returns its report
 // (read back from --json) and what it printed on stderr (the progress).
-func runBinary(t *testing.T, cfg Config, extra ...string) (*Report, string) {
+func runBinary(t *testing.T, cfg config.Config, extra ...string) (*Report, string) {
 	t.Helper()
 	var instances []string
 	for _, n := range cfg.Instances {

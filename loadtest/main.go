@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 )
 
 func main() {
@@ -142,38 +143,35 @@ func profileArg(args []string) string {
 	return "seed"
 }
 
-func parseArgs(args []string, stderr io.Writer) (Config, outputs, error) {
+func parseArgs(args []string, stderr io.Writer) (config.Config, outputs, error) {
 	name := profileArg(args)
-	cfg, ok := Profiles[name]
-	if !ok {
-		return Config{}, outputs{}, fmt.Errorf("--profile %q: use %s", name, profileNames)
+	cfg, err := config.ForProfile(name)
+	if err != nil {
+		return config.Config{}, outputs{}, err
 	}
-	cfg.Profile = name
-	cfg.Instances = append([]int(nil), cfg.Instances...)
-	cfg.Bars = DefaultBars
 	var out outputs
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { usage(fs, stderr) }
 
 	fs.String("profile", name, "`name`: seed (seed 002 §4.1: ~35 min), smoke (the same shape in ~1 min), fleet (10,000 idle nodes, then 100 requests/s: ~8 min) or sweep (issue 13's open-loop rate sweep against a NATS baseline: ~3 min); sets the defaults below")
-	fs.StringVar(&cfg.Switchyard, "switchyard", "", "switchyard binary to start (default: go build ./cmd/switchyard into a temporary directory)")
-	fs.StringVar(&cfg.RedisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis for the instances started here (each run gets a fresh namespace, removed afterwards)")
-	fs.BoolVar(&cfg.RedisCluster, "redis-cluster", false, "instead of --redis-url, start a Redis Cluster of 3 masters (redis-server on free loopback ports, no persistence; removed at exit) and run every instance with --redis-cluster on it")
-	fs.StringVar(&cfg.DatabaseURL, "database-url", "postgres://postgres:postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL for the instances started here (each run gets a fresh schema, dropped afterwards)")
+	fs.StringVar(&cfg.Switchyard, "switchyard", cfg.Switchyard, "switchyard binary to start (default: go build ./cmd/switchyard into a temporary directory)")
+	fs.StringVar(&cfg.RedisURL, "redis-url", cfg.RedisURL, "Redis for the instances started here (each run gets a fresh namespace, removed afterwards)")
+	fs.BoolVar(&cfg.RedisCluster, "redis-cluster", cfg.RedisCluster, "instead of --redis-url, start a Redis Cluster of 3 masters (redis-server on free loopback ports, no persistence; removed at exit) and run every instance with --redis-cluster on it")
+	fs.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "PostgreSQL for the instances started here (each run gets a fresh schema, dropped afterwards)")
 	fs.Var((*stringList)(&cfg.Targets), "target", "`URL` of a running instance (repeatable): use them instead of starting instances")
 	fs.Var((*stringList)(&cfg.APIKeys), "api-key", "with --target: an API `key` for nodes and clients (repeatable; round robin)")
 	fs.Var((*stringList)(&cfg.ServeArgs), "serve-arg", "extra `argument` for every `switchyard serve` started here (repeatable), e.g. --serve-arg=--unsafe-no-watcher")
-	fs.StringVar(&cfg.LogDir, "log-dir", "", "directory for the instances' logs (default: a temporary one, kept only when a criterion fails)")
+	fs.StringVar(&cfg.LogDir, "log-dir", cfg.LogDir, "directory for the instances' logs (default: a temporary one, kept only when a criterion fails)")
 
 	fs.Var((*intList)(&cfg.Instances), "instances", "instance counts to run and compare, in order (`list`, e.g. 1,2,3); the 1 is the hop baseline")
 	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "simulated nodes (Go SDK), node i on instance i mod N; each is an open socket here and on its instance, so RLIMIT_NOFILE bounds them")
-	fs.IntVar(&cfg.NodesPerProcess, "nodes-per-process", defaultNodesPerProcess, "fleet profile: the most nodes one process holds (one socket each; RLIMIT_NOFILE bounds a process): the rest run in helper processes of this binary, serving an idle-only task type")
-	fs.Float64Var(&cfg.ConnectRate, "connect-rate", 500, "nodes connected per second, paced, so that registration is not a thundering herd")
+	fs.IntVar(&cfg.NodesPerProcess, "nodes-per-process", cfg.NodesPerProcess, "fleet profile: the most nodes one process holds (one socket each; RLIMIT_NOFILE bounds a process): the rest run in helper processes of this binary, serving an idle-only task type")
+	fs.Float64Var(&cfg.ConnectRate, "connect-rate", cfg.ConnectRate, "nodes connected per second, paced, so that registration is not a thundering herd")
 	fs.DurationVar(&cfg.Idle, "idle", cfg.Idle, "fleet profile: the idle window (no requests at all) between the registration and the loaded window")
 	fs.Var((*modeList)(&cfg.Modes), "modes", "sweep profile: the modes to run, in order (`list` of nats, floor, local, cross)")
 	fs.Var((*rateList)(&cfg.Rates), "rates", "sweep profile: the rates of each mode's steps, rising (`list` of requests/s, e.g. 1000,2500)")
-	fs.IntVar(&cfg.NodeConcurrency, "node-concurrency", 4, "max_concurrency each node declares (the server's default)")
+	fs.IntVar(&cfg.NodeConcurrency, "node-concurrency", cfg.NodeConcurrency, "max_concurrency each node declares (the server's default)")
 	fs.DurationVar(&cfg.HandlerMin, "handler-min", cfg.HandlerMin, "shortest plain handler sleep")
 	fs.DurationVar(&cfg.HandlerMax, "handler-max", cfg.HandlerMax, "longest plain handler sleep (uniform in between)")
 	fs.IntVar(&cfg.RampTo, "ramp-to", cfg.RampTo, "concurrent requests reached at the end of the ramp (closed loop)")
@@ -182,19 +180,19 @@ func parseArgs(args []string, stderr io.Writer) (Config, outputs, error) {
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of the steady phase (sweep: of each step's counted window, after its 1 s warm-up)")
 	fs.IntVar(&cfg.Streams, "streams", cfg.Streams, "concurrent streaming requests during the steady phase")
 	streamSec := fs.Float64("stream-seconds", cfg.StreamLength.Seconds(), "how long each stream's handler streams, in seconds (±10%)")
-	fs.IntVar(&cfg.StreamChunks, "stream-chunks", 0, "chunks per stream (default 4 per second)")
-	fs.IntVar(&cfg.ClientAccounts, "client-accounts", 8, "accounts (API keys) the clients spread over, when starting instances")
-	fs.IntVar(&cfg.NodeAccounts, "node-accounts", 4, "accounts the nodes spread over, when starting instances")
-	fs.DurationVar(&cfg.TaskTimeout, "task-timeout", cmp.Or(cfg.TaskTimeout, 60*time.Second), "the instances' --task-timeout, and a plain request's deadline")
-	fs.DurationVar(&cfg.Grace, "grace", 2*time.Second, "a request with no outcome this long past its deadline is LOST")
+	fs.IntVar(&cfg.StreamChunks, "stream-chunks", cfg.StreamChunks, "chunks per stream (default 4 per second)")
+	fs.IntVar(&cfg.ClientAccounts, "client-accounts", cfg.ClientAccounts, "accounts (API keys) the clients spread over, when starting instances")
+	fs.IntVar(&cfg.NodeAccounts, "node-accounts", cfg.NodeAccounts, "accounts the nodes spread over, when starting instances")
+	fs.DurationVar(&cfg.TaskTimeout, "task-timeout", cfg.TaskTimeout, "the instances' --task-timeout, and a plain request's deadline")
+	fs.DurationVar(&cfg.Grace, "grace", cfg.Grace, "a request with no outcome this long past its deadline is LOST")
 
 	fs.StringVar(&cfg.Fault, "fault", cfg.Fault, "`mode`: none, kill (kill -9) or sigterm (drain) one instance mid-run; skipped on 1 instance")
-	fs.DurationVar(&cfg.FaultAt, "fault-at", 0, "when, from the start of the steady phase (default: half of --duration)")
-	fs.IntVar(&cfg.FaultInstance, "fault-instance", 0, "`number` (1-based) of the instance to hit (default: the one whose nodes run the most tasks for other instances' requests at --fault-at)")
-	fs.DurationVar(&cfg.FaultWait, "fault-wait", 10*time.Second, "past --fault-at, wait at most this long for a task to be running on the victim's nodes for another instance's request")
-	fs.DurationVar(&cfg.Settle, "settle", 5*time.Second, "after the fault (a drain: after the exit), left out of the hop and memory figures; fleet profile: the pause between the last node listed and the idle window")
-	fs.DurationVar(&cfg.MemMinStretch, "mem-min-stretch", time.Minute, "shortest steady stretch (without a fault) whose memory growth is judged")
-	fs.BoolVar(&cfg.NoRehome, "no-rehome", false, "leave the lost instance's nodes retrying its address instead of moving them to the others")
+	fs.DurationVar(&cfg.FaultAt, "fault-at", cfg.FaultAt, "when, from the start of the steady phase (default: half of --duration)")
+	fs.IntVar(&cfg.FaultInstance, "fault-instance", cfg.FaultInstance, "`number` (1-based) of the instance to hit (default: the one whose nodes run the most tasks for other instances' requests at --fault-at)")
+	fs.DurationVar(&cfg.FaultWait, "fault-wait", cfg.FaultWait, "past --fault-at, wait at most this long for a task to be running on the victim's nodes for another instance's request")
+	fs.DurationVar(&cfg.Settle, "settle", cfg.Settle, "after the fault (a drain: after the exit), left out of the hop and memory figures; fleet profile: the pause between the last node listed and the idle window")
+	fs.DurationVar(&cfg.MemMinStretch, "mem-min-stretch", cfg.MemMinStretch, "shortest steady stretch (without a fault) whose memory growth is judged")
+	fs.BoolVar(&cfg.NoRehome, "no-rehome", cfg.NoRehome, "leave the lost instance's nodes retrying its address instead of moving them to the others")
 
 	fs.DurationVar(&cfg.Bars.HopP95, "bar-hop-p95", cfg.Bars.HopP95, "bar: overhead the hop may add at p95 vs 1 instance")
 	fs.DurationVar(&cfg.Bars.HopP99, "bar-hop-p99", cfg.Bars.HopP99, "bar: overhead the hop may add at p99 vs 1 instance")
@@ -213,7 +211,7 @@ func parseArgs(args []string, stderr io.Writer) (Config, outputs, error) {
 
 	instancesSet := false
 	if err := fs.Parse(args); err != nil {
-		return Config{}, out, err
+		return config.Config{}, out, err
 	}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "instances" {
@@ -221,14 +219,11 @@ func parseArgs(args []string, stderr io.Writer) (Config, outputs, error) {
 		}
 	})
 	if fs.NArg() > 0 {
-		return Config{}, out, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return config.Config{}, out, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	cfg.StreamLength = time.Duration(*streamSec * float64(time.Second))
-	if cfg.Sweep && instancesSet {
-		return Config{}, out, errors.New("--instances: the sweep's modes fix the instances (local: 1, cross: 2); choose them with --modes")
-	}
 	if cfg.RedisCluster && flagSet(fs, "redis-url") {
-		return Config{}, out, errors.New("--redis-cluster starts its own Redis Cluster: leave out --redis-url")
+		return config.Config{}, out, errors.New("--redis-cluster starts its own Redis Cluster: leave out --redis-url")
 	}
 	if len(cfg.Targets) > 0 {
 		if !instancesSet {
@@ -240,7 +235,7 @@ func parseArgs(args []string, stderr io.Writer) (Config, outputs, error) {
 			}
 		}
 		if !flagSet(fs, "fault") {
-			cfg.Fault = FaultNone
+			cfg.Fault = config.FaultNone
 		}
 	}
 	return cfg, out, nil
@@ -412,7 +407,7 @@ type modeList []string
 
 func (l *modeList) String() string { return strings.Join(*l, ",") }
 func (l *modeList) Set(v string) error {
-	m, err := parseModes(v)
+	m, err := config.ParseModes(v)
 	if err != nil {
 		return err
 	}
@@ -432,7 +427,7 @@ func (l *rateList) String() string {
 }
 
 func (l *rateList) Set(v string) error {
-	r, err := parseRates(v)
+	r, err := config.ParseRates(v)
 	if err != nil {
 		return err
 	}

@@ -14,11 +14,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/switchyard-dev/switchyard/internal/redistest"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 )
 
 // redisClient connects to the Redis of cfg: a cluster client on a Redis
 // Cluster, a plain client otherwise.
-func redisClient(cfg Config) (redis.UniversalClient, error) {
+func redisClient(cfg config.Config) (redis.UniversalClient, error) {
 	if cfg.RedisCluster {
 		opt, err := redis.ParseClusterURL(cfg.RedisURL)
 		if err != nil {
@@ -52,8 +53,8 @@ func startRedisCluster(ctx context.Context, logDir string, progress io.Writer) (
 }
 
 // describeRedis is the report's line on the Redis the run used.
-func describeRedis(ctx context.Context, cfg Config) string {
-	if !cfg.spawn() {
+func describeRedis(ctx context.Context, cfg config.Config) string {
+	if !cfg.Spawn() {
 		return "the --target instances' own (not known to the load test)"
 	}
 	var mu sync.Mutex

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 )
 
 // Report is the whole invocation: every run, every request, the criteria.
@@ -67,7 +69,7 @@ type Params struct {
 	Rates []float64 `json:"rates,omitempty"`
 }
 
-// BarsJSON is Bars in plain units.
+// BarsJSON is config.Bars in plain units.
 type BarsJSON struct {
 	HopP95Ms      float64 `json:"hop_p95_ms"`
 	HopP99Ms      float64 `json:"hop_p99_ms"`
@@ -80,7 +82,7 @@ type BarsJSON struct {
 	SweepCross    float64 `json:"sweep_cross_p99_vs_nats"`
 }
 
-func paramsOf(c Config) Params {
+func paramsOf(c config.Config) Params {
 	p := Params{
 		Instances: c.Instances, Targets: c.Targets, Nodes: c.Nodes, NodeConcurrency: c.NodeConcurrency,
 		HandlerMinMs: ms(c.HandlerMin), HandlerMaxMs: ms(c.HandlerMax), RampTo: c.RampTo, RampS: c.Ramp.Seconds(),
@@ -94,7 +96,7 @@ func paramsOf(c Config) Params {
 			IdleCPU: c.Bars.IdleCPUPercent, IdleRedisOps: c.Bars.IdleRedisOps,
 			SweepLocal: c.Bars.SweepLocal, SweepCross: c.Bars.SweepCross},
 	}
-	if c.spawn() {
+	if c.Spawn() {
 		p.RedisURL = c.RedisURL
 	}
 	return p
@@ -199,7 +201,7 @@ type MemSegment struct {
 const minMemSamples = 5
 
 // buildRun computes the figures of one run from its records and samples.
-func buildRun(cfg Config, insts []*Instance, recs []*Record, doubles []string, fault FaultReport,
+func buildRun(cfg config.Config, insts []*Instance, recs []*Record, doubles []string, fault FaultReport,
 	phases Phases, events []Event, samples [][]Sample, self []Sample, maxLag time.Duration) *RunReport {
 	rr := &RunReport{Instances: len(insts), Members: insts, Rate: cfg.Rate, Phases: phases, Fault: fault,
 		Events: events, Errors: map[string]int{}, Classes: map[string]int{}, Records: recs, LoadGen: self,
@@ -276,9 +278,9 @@ func errorKey(r *Record) string {
 	return r.Outcome
 }
 
-func resourcesOf(cfg Config, in *Instance, s []Sample, ph Phases, f FaultReport, hasWindow bool, wFromS, wToS float64) Resources {
+func resourcesOf(cfg config.Config, in *Instance, s []Sample, ph Phases, f FaultReport, hasWindow bool, wFromS, wToS float64) Resources {
 	res := Resources{Instance: in.Index, Name: in.Name, Samples: s}
-	killed := f.Skipped == "" && f.Kind != FaultNone && f.Instance == in.Index
+	killed := f.Skipped == "" && f.Kind != config.FaultNone && f.Instance == in.Index
 	end := ph.SteadyEnd
 	if killed && f.AtMs > 0 {
 		end = min(end, f.AtMs/1000)

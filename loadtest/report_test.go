@@ -7,21 +7,23 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 )
 
 // sampleReport is a two-run report with a kill, as Run would return it.
 func sampleReport() *Report {
-	f := FaultReport{Kind: FaultKill, Instance: 1, AtMs: 30000, InFlight: 1}
-	base := steadyRun(1, flat(100, 1), FaultReport{Kind: FaultKill, Skipped: "a 1-instance run has no other instance to fail over to"})
+	f := FaultReport{Kind: config.FaultKill, Instance: 1, AtMs: 30000, InFlight: 1}
+	base := steadyRun(1, flat(100, 1), FaultReport{Kind: config.FaultKill, Skipped: "a 1-instance run has no other instance to fail over to"})
 	two := steadyRun(2, flat(100, 1.5), f,
 		mk(0, 0, 29900, 30480, OutcomeError, "node_disconnected", 1, 29905, 30000.3))
 	two.Counters = map[string]map[string]float64{"i1": {`tasks_refusals_total{reason="no_free_slot"}`: 3}}
 	two.Events = []Event{{T: 30, What: "kill -9 i2"}}
 	rep := &Report{Tool: "switchyard loadtest", Started: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC),
 		Finished: time.Date(2026, 11, 30, 12, 5, 0, 0, time.UTC), Profile: "smoke", Mode: "spawn",
-		Shape: testCfg().summary(), Params: paramsOf(testCfg()), Host: Host{CPUs: 2, GoVersion: "go1.26", OS: "linux/amd64"},
+		Shape: testCfg().Summary(), Params: paramsOf(testCfg()), Host: Host{CPUs: 2, GoVersion: "go1.26", OS: "linux/amd64"},
 		Runs: []*RunReport{base, two}}
-	rep.Criteria = Evaluate(rep.Runs, DefaultBars)
+	rep.Criteria = Evaluate(rep.Runs, config.DefaultBars)
 	rep.Pass = Passed(rep.Criteria)
 	rep.Notes = notes(testCfg())
 	return rep

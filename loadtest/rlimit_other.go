@@ -2,5 +2,7 @@
 
 package main
 
+import "github.com/switchyard-dev/switchyard/loadtest/internal/config"
+
 // raiseFileLimit: only Unix has RLIMIT_NOFILE.
-func raiseFileLimit(Config) error { return nil }
+func raiseFileLimit(config.Config) error { return nil }

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 )
 
 // Run runs every configuration of cfg (one per entry of Instances, in
@@ -16,17 +18,18 @@ import (
 // lines. The error is for a run that could not be carried out (an
 // instance would not start, Redis is unreachable…); a run that was carried
 // out and missed a bar returns a report with Pass false and no error.
-func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
-	cfg, err := cfg.withDefaults()
-	if err != nil {
+func Run(ctx context.Context, cfg config.Config, progress io.Writer) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.WithDefaults()
+	var err error
 	if progress == nil {
 		progress = io.Discard
 	}
 	rep := &Report{Tool: "switchyard loadtest", Started: time.Now(), Profile: cfg.Profile, Mode: "spawn",
-		Shape: cfg.summary(), Params: paramsOf(cfg), Host: hostInfo()}
-	if !cfg.spawn() {
+		Shape: cfg.Summary(), Params: paramsOf(cfg), Host: hostInfo()}
+	if !cfg.Spawn() {
 		rep.Mode = "target"
 	}
 	if err := raiseFileLimit(cfg); err != nil {
@@ -34,7 +37,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	}
 
 	var bin, logDir string
-	if cfg.spawn() && cfg.needsInstances() {
+	if cfg.Spawn() && cfg.NeedsInstances() {
 		logDir = cfg.LogDir
 		tempLogs := logDir == ""
 		if tempLogs {
@@ -72,7 +75,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 			rep.Params.RedisURL = cfg.RedisURL
 		}
 	}
-	if cfg.needsInstances() {
+	if cfg.NeedsInstances() {
 		rep.Redis = describeRedis(ctx, cfg)
 	}
 
@@ -116,9 +119,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 }
 
 // notes explain choices that a reader of the figures should know.
-func notes(cfg Config) []string {
+func notes(cfg config.Config) []string {
 	var n []string
-	if cfg.Fault != FaultNone {
+	if cfg.Fault != config.FaultNone {
 		for _, i := range cfg.Instances {
 			if i == 1 {
 				n = append(n, "the 1-instance run has no other instance to fail over to: its fault is skipped")
@@ -137,17 +140,17 @@ func notes(cfg Config) []string {
 	if cfg.Rate != 100 {
 		n = append(n, fmt.Sprintf("the CPU bar is for 100 requests/s; this run's %g requests/s are scaled: cpu%% × 100/%g", cfg.Rate, cfg.Rate))
 	}
-	if !cfg.spawn() {
+	if !cfg.Spawn() {
 		n = append(n, "target mode: CPU and memory are not measured (the processes are not ours); the fault is not injected")
 	}
 	return n
 }
 
 // runOne runs one configuration of n instances.
-func runOne(ctx context.Context, cfg Config, n int, bin, logDir string, progress io.Writer) (*RunReport, error) {
+func runOne(ctx context.Context, cfg config.Config, n int, bin, logDir string, progress io.Writer) (*RunReport, error) {
 	var c *cluster
 	var err error
-	if cfg.spawn() {
+	if cfg.Spawn() {
 		if c, err = startCluster(ctx, cfg, n, bin, logDir); err != nil {
 			return nil, err
 		}
@@ -197,8 +200,8 @@ func runOne(ctx context.Context, cfg Config, n int, bin, logDir string, progress
 	fmt.Fprintf(progress, "[%d instance%s] %d nodes registered in %.1f s, listed by every instance after %.1f s\n",
 		n, plural(n), cfg.Nodes, registered.Seconds(), listed.Seconds())
 
-	r.fault = FaultReport{Kind: cfg.Fault, Instance: cfg.victim(n)}
-	if cfg.Fault != FaultNone && n == 1 {
+	r.fault = FaultReport{Kind: cfg.Fault, Instance: cfg.Victim(n)}
+	if cfg.Fault != config.FaultNone && n == 1 {
 		r.fault.Skipped = "a 1-instance run has no other instance to fail over to"
 	}
 	r.event("%d nodes registered (in %.1f s, connecting %g a second) and listed by every instance (after %.1f s)",

@@ -2,141 +2,36 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/sdk"
 	"github.com/switchyard-dev/switchyard/sdk/handlers"
 )
 
-// The sweep's modes (issue 13).
-const (
-	ModeNATS  = "nats"  // the embedded NATS baseline (sweepnats.go)
-	ModeLocal = "local" // one instance; the nodes and the requests on it
-	ModeCross = "cross" // two instances; every node on the first, every request to the second
-	ModeFloor = "floor" // a bare forwarder in place of switchyard (sweepfloor.go)
-)
-
-var sweepModes = []string{ModeNATS, ModeFloor, ModeLocal, ModeCross}
-
-// parseModes reads --modes: a comma-separated list of sweep modes.
-func parseModes(s string) ([]string, error) {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		out = append(out, strings.TrimSpace(p))
-	}
-	return out, checkModes(out)
-}
-
-func checkModes(modes []string) error {
-	if len(modes) == 0 {
-		return errors.New("--modes must name at least one of nats, floor, local and cross")
-	}
-	for i, m := range modes {
-		if !slices.Contains(sweepModes, m) {
-			return fmt.Errorf("--modes: %q is not a mode: use nats, floor, local or cross", m)
-		}
-		if slices.Contains(modes[:i], m) {
-			return fmt.Errorf("--modes names %s twice", m)
-		}
-	}
-	return nil
-}
-
-// parseRates reads --rates: a comma-separated list of requests/s.
-func parseRates(s string) ([]float64, error) {
-	var out []float64
-	for _, p := range strings.Split(s, ",") {
-		v, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
-		if err != nil {
-			return nil, fmt.Errorf("--rates: %q is not a list of requests/s such as 1000,2500,5000", s)
-		}
-		out = append(out, v)
-	}
-	return out, checkRates(out)
-}
-
-func checkRates(rates []float64) error {
-	if len(rates) == 0 {
-		return errors.New("--rates must list at least one rate")
-	}
-	for i, r := range rates {
-		if !(r > 0) || math.IsInf(r, 0) {
-			return fmt.Errorf("--rates: %g is not a positive rate", r)
-		}
-		if i > 0 && r <= rates[i-1] {
-			return fmt.Errorf("--rates must rise (%g after %g): the knee is the first rate whose p99 passes 10 ms", r, rates[i-1])
-		}
-	}
-	return nil
-}
-
-// sweepErrors validates the sweep profile's configuration.
-func (c Config) sweepErrors() error {
-	errs := []error{checkModes(c.Modes), checkRates(c.Rates)}
-	switch {
-	case len(c.Targets) > 0:
-		errs = append(errs, errors.New("--target: the sweep starts its own instances (cross puts every node on one and sends every request to the other); leave out --target"))
-	case c.Fault != FaultNone:
-		errs = append(errs, fmt.Errorf("--fault %s: the sweep injects no fault (use --fault none)", c.Fault))
-	case c.RampTo > 0 || c.Streams > 0:
-		errs = append(errs, errors.New("--ramp-to and --streams are not part of the sweep: its steps are open-loop plain requests only"))
-	case c.Fleet || c.Idle != 0:
-		errs = append(errs, errors.New("--idle is the fleet profile's idle window (--profile fleet)"))
-	case c.Nodes < 1:
-		errs = append(errs, errors.New("--nodes must be at least 1"))
-	case c.NodeConcurrency < 1:
-		errs = append(errs, errors.New("--node-concurrency must be at least 1"))
-	case c.Duration <= 0:
-		errs = append(errs, errors.New("--duration must be positive"))
-	case c.TaskTimeout < time.Second:
-		errs = append(errs, errors.New("--task-timeout must be at least 1s"))
-	case c.ClientAccounts < 1 || c.NodeAccounts < 1:
-		errs = append(errs, errors.New("--client-accounts and --node-accounts must be at least 1"))
-	}
-	return errors.Join(errs...)
-}
-
-// needsInstances reports whether the run starts switchyard instances.
-func (c Config) needsInstances() bool {
-	return !c.Sweep || slices.Contains(c.Modes, ModeLocal) || slices.Contains(c.Modes, ModeCross)
-}
-
-func (c Config) sweepSummary() string {
-	rates := make([]string, len(c.Rates))
-	for i, r := range c.Rates {
-		rates[i] = strconv.FormatFloat(r, 'g', -1, 64)
-	}
-	return fmt.Sprintf("open-loop sweep of echo requests: modes %s; rates %s requests/s, each %v warm-up then %v counted; %d echo workers (switchyard nodes: max_concurrency %d); task timeout %v",
-		strings.Join(c.Modes, ", "), strings.Join(rates, ", "), sweepWarmup, c.Duration, c.Nodes, c.NodeConcurrency, c.TaskTimeout)
-}
-
 // runSweep runs every mode of cfg in turn, every rate in each. A mode
 // that could not be set up ends the sweep with an error and the rows so
 // far.
-func runSweep(ctx context.Context, cfg Config, bin, logDir string, progress io.Writer) (*SweepReport, error) {
-	s := &SweepReport{Modes: cfg.Modes, Rates: cfg.Rates, WarmupS: sweepWarmup.Seconds(), CountedS: cfg.Duration.Seconds(),
-		Nodes: cfg.Nodes, NodeConcurrency: cfg.NodeConcurrency, LateMs: ms(sweepLate), KneeMs: sweepKneeMs,
+func runSweep(ctx context.Context, cfg config.Config, bin, logDir string, progress io.Writer) (*SweepReport, error) {
+	s := &SweepReport{Modes: cfg.Modes, Rates: cfg.Rates, WarmupS: config.SweepWarmup.Seconds(), CountedS: cfg.Duration.Seconds(),
+		Nodes: cfg.Nodes, NodeConcurrency: cfg.NodeConcurrency, LateMs: ms(config.SweepLate), KneeMs: config.SweepKneeMs,
 		Members: map[string][]*Instance{}, Counters: map[string]map[string]map[string]float64{}}
 	defer s.finish()
 	for _, mode := range cfg.Modes {
 		fmt.Fprintf(progress, "== sweep: %s ==\n", mode)
 		var err error
 		switch mode {
-		case ModeNATS:
+		case config.ModeNATS:
 			err = s.runNATS(ctx, cfg, progress)
-		case ModeFloor:
+		case config.ModeFloor:
 			err = s.runFloor(ctx, cfg, progress)
 		default:
 			err = s.runSwitchyard(ctx, cfg, mode, bin, logDir, progress)
@@ -152,7 +47,7 @@ func runSweep(ctx context.Context, cfg Config, bin, logDir string, progress io.W
 }
 
 // steps runs every rate against target, stopping early if ctx ends.
-func (s *SweepReport) steps(ctx context.Context, cfg Config, mode string, target sweepTarget, dials *atomic.Int64, progress io.Writer) {
+func (s *SweepReport) steps(ctx context.Context, cfg config.Config, mode string, target sweepTarget, dials *atomic.Int64, progress io.Writer) {
 	for _, rate := range cfg.Rates {
 		before := dials.Load()
 		row := runSweepStep(ctx, cfg, mode, rate, target, progress)
@@ -164,7 +59,7 @@ func (s *SweepReport) steps(ctx context.Context, cfg Config, mode string, target
 	}
 }
 
-func (s *SweepReport) runNATS(ctx context.Context, cfg Config, progress io.Writer) error {
+func (s *SweepReport) runNATS(ctx context.Context, cfg config.Config, progress io.Writer) error {
 	b, err := startNATS(cfg.Nodes)
 	if err != nil {
 		return err
@@ -172,16 +67,16 @@ func (s *SweepReport) runNATS(ctx context.Context, cfg Config, progress io.Write
 	defer b.close()
 	s.NATSClient = natsClientNote
 	fmt.Fprintf(progress, "[sweep nats] embedded nats-server at %s, %d echo workers in one queue group\n", b.srv.ClientURL(), cfg.Nodes)
-	s.steps(ctx, cfg, ModeNATS, b, new(atomic.Int64), progress)
+	s.steps(ctx, cfg, config.ModeNATS, b, new(atomic.Int64), progress)
 	return nil
 }
 
 // runSwitchyard runs the local mode (one instance) or the cross mode (two
 // sharing Redis and PostgreSQL: every node on the first, every request to
 // the second).
-func (s *SweepReport) runSwitchyard(ctx context.Context, cfg Config, mode, bin, logDir string, progress io.Writer) error {
+func (s *SweepReport) runSwitchyard(ctx context.Context, cfg config.Config, mode, bin, logDir string, progress io.Writer) error {
 	n := 1
-	if mode == ModeCross {
+	if mode == config.ModeCross {
 		n = 2
 	}
 	c, err := startCluster(ctx, cfg, n, bin, logDir)
@@ -298,7 +193,7 @@ type echoNodes struct {
 
 // startEchoNodes connects cfg.Nodes echo nodes to the node socket at
 // wsURL, all at once: twenty are no thundering herd.
-func startEchoNodes(ctx context.Context, cfg Config, wsURL string, keys []string, capability string) (*echoNodes, error) {
+func startEchoNodes(ctx context.Context, cfg config.Config, wsURL string, keys []string, capability string) (*echoNodes, error) {
 	nctx, cancel := context.WithCancel(ctx)
 	e := &echoNodes{want: cfg.Nodes, cancel: cancel}
 	prefix := "sweep-" + randHex(3) + "-"

@@ -9,63 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 )
-
-func TestParseRates(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want []float64
-		err  string // a part of the error; "" for none
-	}{
-		{"1000,2500,5000,10000", []float64{1000, 2500, 5000, 10000}, ""},
-		{" 50 , 100 ", []float64{50, 100}, ""},
-		{"0.5,1.5", []float64{0.5, 1.5}, ""},
-		{"", nil, "not a list"},
-		{"1000,x", nil, "not a list"},
-		{"0,10", nil, "not a positive rate"},
-		{"-5", nil, "not a positive rate"},
-		{"NaN", nil, "not a positive rate"},
-		{"+Inf", nil, "not a positive rate"},
-		{"100,50", nil, "must rise"},
-		{"100,100", nil, "must rise"},
-	} {
-		got, err := parseRates(tc.in)
-		switch {
-		case tc.err == "" && err != nil:
-			t.Errorf("parseRates(%q): %v", tc.in, err)
-		case tc.err == "" && !slices.Equal(got, tc.want):
-			t.Errorf("parseRates(%q) = %v, want %v", tc.in, got, tc.want)
-		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
-			t.Errorf("parseRates(%q): error %v, want one saying %q", tc.in, err, tc.err)
-		}
-	}
-}
-
-func TestParseModes(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want []string
-		err  string
-	}{
-		{"nats,local,cross", []string{"nats", "local", "cross"}, ""},
-		{"floor,local", []string{"floor", "local"}, ""},
-		{"cross, nats", []string{"cross", "nats"}, ""},
-		{"local", []string{"local"}, ""},
-		{"", nil, "not a mode"},
-		{"nats,redis", nil, `"redis" is not a mode`},
-		{"local,local", nil, "twice"},
-	} {
-		got, err := parseModes(tc.in)
-		switch {
-		case tc.err == "" && err != nil:
-			t.Errorf("parseModes(%q): %v", tc.in, err)
-		case tc.err == "" && !slices.Equal(got, tc.want):
-			t.Errorf("parseModes(%q) = %v, want %v", tc.in, got, tc.want)
-		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
-			t.Errorf("parseModes(%q): error %v, want one saying %q", tc.in, err, tc.err)
-		}
-	}
-}
 
 func TestSweepProfileFlags(t *testing.T) {
 	var stderr bytes.Buffer
@@ -75,11 +21,11 @@ func TestSweepProfileFlags(t *testing.T) {
 	}
 	if !cfg.Sweep || !slices.Equal(cfg.Modes, []string{"nats", "floor", "local", "cross"}) ||
 		!slices.Equal(cfg.Rates, []float64{1000, 2500, 5000, 10000}) || cfg.Nodes != 20 || cfg.NodeConcurrency != 4 ||
-		cfg.Duration != 10*time.Second || cfg.TaskTimeout != 10*time.Second || cfg.Fault != FaultNone ||
+		cfg.Duration != 10*time.Second || cfg.TaskTimeout != 10*time.Second || cfg.Fault != config.FaultNone ||
 		cfg.Bars.SweepLocal != 2 || cfg.Bars.SweepCross != 3 {
 		t.Errorf("sweep profile: %+v", cfg)
 	}
-	if _, err := cfg.withDefaults(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		t.Errorf("the sweep profile refused: %v", err)
 	}
 	cfg, _, err = parseArgs([]string{"--profile=sweep", "--modes", "cross,nats", "--rates", "10,20", "--duration", "2s",
@@ -92,8 +38,8 @@ func TestSweepProfileFlags(t *testing.T) {
 		t.Errorf("sweep with overrides: %+v", cfg)
 	}
 	// The profile's defaults are not shared with the next parse.
-	if !slices.Equal(Profiles["sweep"].Rates, []float64{1000, 2500, 5000, 10000}) {
-		t.Errorf("parsing changed the profile: %v", Profiles["sweep"].Rates)
+	if again, _ := config.ForProfile("sweep"); !slices.Equal(again.Rates, []float64{1000, 2500, 5000, 10000}) {
+		t.Errorf("parsing changed the profile: %v", again.Rates)
 	}
 	// The other profiles keep their own task timeout.
 	if cfg, _, _ := parseArgs(nil, &stderr); cfg.TaskTimeout != 60*time.Second {
@@ -112,7 +58,7 @@ func TestSweepProfileFlags(t *testing.T) {
 	} {
 		cfg, _, err := parseArgs(args, &stderr)
 		if err == nil {
-			_, err = cfg.withDefaults()
+			err = cfg.Validate()
 		}
 		if err == nil {
 			t.Errorf("%v accepted", args)
@@ -147,41 +93,41 @@ func failing(r SweepRow, bad int) SweepRow {
 
 func TestSweepKnee(t *testing.T) {
 	rows := []SweepRow{
-		sweepRow(ModeNATS, 1000, 0.4), sweepRow(ModeNATS, 5000, 0.9),
-		sweepRow(ModeLocal, 1000, 2), sweepRow(ModeLocal, 2500, 10), sweepRow(ModeLocal, 5000, 10.01), sweepRow(ModeLocal, 10000, 50),
-		sweepRow(ModeCross, 1000, 3), failing(sweepRow(ModeCross, 2500, 4), 251), sweepRow(ModeCross, 5000, 4),
+		sweepRow(config.ModeNATS, 1000, 0.4), sweepRow(config.ModeNATS, 5000, 0.9),
+		sweepRow(config.ModeLocal, 1000, 2), sweepRow(config.ModeLocal, 2500, 10), sweepRow(config.ModeLocal, 5000, 10.01), sweepRow(config.ModeLocal, 10000, 50),
+		sweepRow(config.ModeCross, 1000, 3), failing(sweepRow(config.ModeCross, 2500, 4), 251), sweepRow(config.ModeCross, 5000, 4),
 		sweepRow("other", 1000, 1), failing(sweepRow("other", 2500, 1), 250), // 250 of 25,000: exactly 1 %
 	}
 	for mode, want := range map[string]float64{
-		ModeNATS:  0,    // never past 10 ms
-		ModeLocal: 5000, // 10 ms is not past 10 ms; 10.01 is
-		ModeCross: 2500, // more than 1 % failed: its p99 is a failure
-		"other":   0,    // 1 % failed: the p99 is still an answer
-		"absent":  0,
+		config.ModeNATS:  0,    // never past 10 ms
+		config.ModeLocal: 5000, // 10 ms is not past 10 ms; 10.01 is
+		config.ModeCross: 2500, // more than 1 % failed: its p99 is a failure
+		"other":          0,    // 1 % failed: the p99 is still an answer
+		"absent":         0,
 	} {
 		if got := sweepKnee(rows, mode, 10); got != want {
 			t.Errorf("knee of %s: %g, want %g", mode, got, want)
 		}
 	}
 	// A step with no answers at all has no p99.
-	if got := sweepKnee([]SweepRow{failing(sweepRow(ModeLocal, 100, 1), 1000)}, ModeLocal, 10); got != 100 {
+	if got := sweepKnee([]SweepRow{failing(sweepRow(config.ModeLocal, 100, 1), 1000)}, config.ModeLocal, 10); got != 100 {
 		t.Errorf("knee of a step with no answers: %g", got)
 	}
 }
 
 // sweepReport is a sweep that clears every bar of issue 13.
 func sweepReport() *SweepReport {
-	s := &SweepReport{Modes: []string{ModeNATS, ModeLocal, ModeCross}, Rates: []float64{1000, 2500, 5000, 10000},
+	s := &SweepReport{Modes: []string{config.ModeNATS, config.ModeLocal, config.ModeCross}, Rates: []float64{1000, 2500, 5000, 10000},
 		WarmupS: 1, CountedS: 10, Nodes: 20, NodeConcurrency: 4, LateMs: 10, KneeMs: 10, NATSClient: natsClientNote,
-		Members: map[string][]*Instance{ModeLocal: {{Name: "l-1", PID: 1}}, ModeCross: {{Name: "c-1", PID: 2}, {Index: 1, Name: "c-2", PID: 3}}}}
+		Members: map[string][]*Instance{config.ModeLocal: {{Name: "l-1", PID: 1}}, config.ModeCross: {{Name: "c-1", PID: 2}, {Index: 1, Name: "c-2", PID: 3}}}}
 	for i, r := range s.Rates {
-		s.Rows = append(s.Rows, sweepRow(ModeNATS, r, 0.5+float64(i)))
+		s.Rows = append(s.Rows, sweepRow(config.ModeNATS, r, 0.5+float64(i)))
 	}
 	for i, r := range s.Rates {
-		s.Rows = append(s.Rows, sweepRow(ModeLocal, r, 0.9+2*float64(i)))
+		s.Rows = append(s.Rows, sweepRow(config.ModeLocal, r, 0.9+2*float64(i)))
 	}
 	for i, r := range s.Rates {
-		s.Rows = append(s.Rows, sweepRow(ModeCross, r, []float64{1, 4, 10.5, 14}[i]))
+		s.Rows = append(s.Rows, sweepRow(config.ModeCross, r, []float64{1, 4, 10.5, 14}[i]))
 	}
 	s.finish()
 	return s
@@ -199,7 +145,7 @@ func TestEvaluateSweep(t *testing.T) {
 		return Criterion{}
 	}
 	s := sweepReport()
-	cs := EvaluateSweep(s, DefaultBars)
+	cs := EvaluateSweep(s, config.DefaultBars)
 	if !Passed(cs) {
 		t.Fatalf("a sweep under every bar failed: %+v", cs)
 	}
@@ -223,31 +169,33 @@ func TestEvaluateSweep(t *testing.T) {
 		want  string
 		words string // in the figure or detail
 	}{
-		{"local over 2×", func(s *SweepReport) { s.row(ModeLocal, 5000).Latency.P99 = 5.01 }, CritSweepLocal, Fail, "over the bar"},
-		{"local at 2× exactly", func(s *SweepReport) { s.row(ModeLocal, 5000).Latency.P99 = 5 }, CritSweepLocal, Pass, "2.00×"},
-		{"cross over 3×", func(s *SweepReport) { s.row(ModeCross, 2500).Latency.P99 = 4.6 }, CritSweepCross, Fail, "over the bar"},
-		{"cross under 3× with a few failures", func(s *SweepReport) { *s.row(ModeCross, 2500) = failing(*s.row(ModeCross, 2500), 3) },
+		{"local over 2×", func(s *SweepReport) { s.row(config.ModeLocal, 5000).Latency.P99 = 5.01 }, CritSweepLocal, Fail, "over the bar"},
+		{"local at 2× exactly", func(s *SweepReport) { s.row(config.ModeLocal, 5000).Latency.P99 = 5 }, CritSweepLocal, Pass, "2.00×"},
+		{"cross over 3×", func(s *SweepReport) { s.row(config.ModeCross, 2500).Latency.P99 = 4.6 }, CritSweepCross, Fail, "over the bar"},
+		{"cross under 3× with a few failures", func(s *SweepReport) { *s.row(config.ModeCross, 2500) = failing(*s.row(config.ModeCross, 2500), 3) },
 			CritSweepCross, Pass, "3 requests not ok, left out"},
-		{"cross with over 1 % failures", func(s *SweepReport) { *s.row(ModeCross, 2500) = failing(*s.row(ModeCross, 2500), 300) },
+		{"cross with over 1 % failures", func(s *SweepReport) { *s.row(config.ModeCross, 2500) = failing(*s.row(config.ModeCross, 2500), 300) },
 			CritSweepCross, Fail, "p99 of the requests sent is a failure"},
-		{"a NATS baseline that failed", func(s *SweepReport) { *s.row(ModeNATS, 5000) = failing(*s.row(ModeNATS, 5000), 1) },
+		{"a NATS baseline that failed", func(s *SweepReport) { *s.row(config.ModeNATS, 5000) = failing(*s.row(config.ModeNATS, 5000), 1) },
 			CritSweepLocal, Fail, "baseline itself"},
 		{"no NATS step", func(s *SweepReport) {
-			s.Rows = slices.DeleteFunc(s.Rows, func(r SweepRow) bool { return r.Mode == ModeNATS })
+			s.Rows = slices.DeleteFunc(s.Rows, func(r SweepRow) bool { return r.Mode == config.ModeNATS })
 		},
 			CritSweepLocal, Skip, "add nats to --modes"},
 		{"no local step at 5000", func(s *SweepReport) {
-			s.Rows = slices.DeleteFunc(s.Rows, func(r SweepRow) bool { return r.Mode == ModeLocal && r.Rate == 5000 })
+			s.Rows = slices.DeleteFunc(s.Rows, func(r SweepRow) bool { return r.Mode == config.ModeLocal && r.Rate == 5000 })
 		}, CritSweepLocal, Skip, "did not run"},
-		{"one late request", func(s *SweepReport) { s.row(ModeCross, 5000).Late, s.row(ModeCross, 5000).MaxLagMs = 1, 12.5 },
+		{"one late request", func(s *SweepReport) {
+			s.row(config.ModeCross, 5000).Late, s.row(config.ModeCross, 5000).MaxLagMs = 1, 12.5
+		},
 			CritSweepSchedule, Fail, "1 late (worst lag 12.5 ms)"},
 		{"one error", func(s *SweepReport) {
-			r := s.row(ModeCross, 5000)
+			r := s.row(config.ModeCross, 5000)
 			r.OK, r.Errors, r.NonOK = r.OK-1, 1, map[string]int{"503 nodes_busy": 1}
 		}, CritSweepSchedule, Fail, "503 nodes_busy ×1"},
-		{"one timeout", func(s *SweepReport) { *s.row(ModeCross, 5000) = failing(*s.row(ModeCross, 5000), 1) },
+		{"one timeout", func(s *SweepReport) { *s.row(config.ModeCross, 5000) = failing(*s.row(config.ModeCross, 5000), 1) },
 			CritSweepSchedule, Fail, "timeout ×1"},
-		{"fewer sent than due", func(s *SweepReport) { r := s.row(ModeCross, 5000); r.Sent, r.OK = r.Sent-1, r.OK-1 },
+		{"fewer sent than due", func(s *SweepReport) { r := s.row(config.ModeCross, 5000); r.Sent, r.OK = r.Sent-1, r.OK-1 },
 			CritSweepSchedule, Fail, "49999 of 50000 due sent"},
 		{"no cross step at 5000", func(s *SweepReport) {
 			s.Rates = s.Rates[:2]
@@ -255,25 +203,25 @@ func TestEvaluateSweep(t *testing.T) {
 		},
 			CritSweepSchedule, Skip, "did not run"},
 		{"the floor under the local bar", func(s *SweepReport) {
-			s.Rows = append(s.Rows, sweepRow(ModeFloor, 5000, 3))
-			s.row(ModeLocal, 5000).Latency.P99 = 6
+			s.Rows = append(s.Rows, sweepRow(config.ModeFloor, 5000, 3))
+			s.row(config.ModeLocal, 5000).Latency.P99 = 6
 		}, CritSweepLocal, Fail, "the floor (a bare forwarder, same client and nodes): p99 3.00 ms, 1.20× NATS"},
 		{"the floor itself over the local bar", func(s *SweepReport) {
-			s.Rows = append(s.Rows, sweepRow(ModeFloor, 5000, 6))
-			s.row(ModeLocal, 5000).Latency.P99 = 7
+			s.Rows = append(s.Rows, sweepRow(config.ModeFloor, 5000, 6))
+			s.row(config.ModeLocal, 5000).Latency.P99 = 7
 		}, CritSweepLocal, Fail, "p99 6.00 ms, 2.40× NATS, itself over the bar"},
 		{"local collapsed beside the floor", func(s *SweepReport) {
-			s.Rows = append(s.Rows, sweepRow(ModeFloor, 5000, 6))
-			*s.row(ModeLocal, 5000) = failing(*s.row(ModeLocal, 5000), 5000)
+			s.Rows = append(s.Rows, sweepRow(config.ModeFloor, 5000, 6))
+			*s.row(config.ModeLocal, 5000) = failing(*s.row(config.ModeLocal, 5000), 5000)
 		}, CritSweepLocal, Fail, "itself over the bar"},
-		{"an outcome missing", func(s *SweepReport) { s.row(ModeLocal, 1000).NoOutcome = 1 }, CritSweepOutcomes, Fail, "1 without an outcome"},
-		{"the counts disagree", func(s *SweepReport) { s.row(ModeNATS, 1000).OK-- }, CritSweepOutcomes, Fail, "nats at 1000/s"},
+		{"an outcome missing", func(s *SweepReport) { s.row(config.ModeLocal, 1000).NoOutcome = 1 }, CritSweepOutcomes, Fail, "1 without an outcome"},
+		{"the counts disagree", func(s *SweepReport) { s.row(config.ModeNATS, 1000).OK-- }, CritSweepOutcomes, Fail, "nats at 1000/s"},
 		{"an instance died", func(s *SweepReport) { s.Exited = []string{"c-2 exited"} }, CritInstances, Fail, "c-2 exited"},
 		{"nats only", func(s *SweepReport) { s.Members = nil }, CritInstances, Skip, "no switchyard mode"},
 	} {
 		s := sweepReport()
 		tc.edit(s)
-		c := find(EvaluateSweep(s, DefaultBars), tc.crit)
+		c := find(EvaluateSweep(s, config.DefaultBars), tc.crit)
 		if c.Status != tc.want || !strings.Contains(c.Figure+" "+c.Detail, tc.words) {
 			t.Errorf("%s: %s %q, want %s with %q", tc.name, c.Status, c.Figure+" / "+c.Detail, tc.want, tc.words)
 		}
@@ -281,16 +229,16 @@ func TestEvaluateSweep(t *testing.T) {
 
 	// The floor is one instance's path: the cross bar does not cite it.
 	s = sweepReport()
-	s.Rows = append(s.Rows, sweepRow(ModeFloor, 2500, 20))
-	s.row(ModeCross, 2500).Latency.P99 = 30
-	if c := find(EvaluateSweep(s, DefaultBars), CritSweepCross); c.Status != Fail || strings.Contains(c.Detail, "floor") {
+	s.Rows = append(s.Rows, sweepRow(config.ModeFloor, 2500, 20))
+	s.row(config.ModeCross, 2500).Latency.P99 = 30
+	if c := find(EvaluateSweep(s, config.DefaultBars), CritSweepCross); c.Status != Fail || strings.Contains(c.Detail, "floor") {
 		t.Errorf("cross over the bar beside a floor row: %s %q", c.Status, c.Detail)
 	}
 }
 
 func TestSweepReportTextAndJSON(t *testing.T) {
 	s := sweepReport()
-	r := s.row(ModeLocal, 10000)
+	r := s.row(config.ModeLocal, 10000)
 	r.MaxInFlight, r.OK, r.Errors, r.NonOK = 80, r.OK-7, 7, map[string]int{"503 nodes_busy": 7}
 	r.Examples = map[string]string{"503 nodes_busy": "every node that can run this task type is busy"}
 	r.Latency.P99 = 25
@@ -299,8 +247,8 @@ func TestSweepReportTextAndJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := &Report{Tool: "switchyard loadtest", Profile: "sweep", Mode: "spawn", Shape: cfg.summary(), Sweep: s}
-	rep.Criteria = EvaluateSweep(s, DefaultBars)
+	rep := &Report{Tool: "switchyard loadtest", Profile: "sweep", Mode: "spawn", Shape: cfg.Summary(), Sweep: s}
+	rep.Criteria = EvaluateSweep(s, config.DefaultBars)
 	rep.Pass = Passed(rep.Criteria)
 	rep.Notes = s.notes()
 	var buf bytes.Buffer
@@ -328,8 +276,8 @@ func TestSweepReportTextAndJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Sweep == nil || len(got.Sweep.Rows) != 12 || got.Sweep.Knees[ModeLocal] != 10000 ||
-		got.Sweep.row(ModeLocal, 5000).P99VsNATS != 1.96 || got.Sweep.row(ModeLocal, 10000).NonOK["503 nodes_busy"] != 7 {
+	if got.Sweep == nil || len(got.Sweep.Rows) != 12 || got.Sweep.Knees[config.ModeLocal] != 10000 ||
+		got.Sweep.row(config.ModeLocal, 5000).P99VsNATS != 1.96 || got.Sweep.row(config.ModeLocal, 10000).NonOK["503 nodes_busy"] != 7 {
 		t.Errorf("the JSON lost the sweep: %+v", got.Sweep)
 	}
 	buf.Reset()
@@ -366,7 +314,7 @@ func TestSweepRun(t *testing.T) {
 		if r.OK == 0 {
 			t.Errorf("%s at %g/s: not one echo came back: %v", r.Mode, r.Rate, r.NonOK)
 		}
-		if r.Mode != ModeNATS && r.P99VsNATS <= 0 {
+		if r.Mode != config.ModeNATS && r.P99VsNATS <= 0 {
 			t.Errorf("%s at %g/s: no ratio to NATS", r.Mode, r.Rate)
 		}
 	}
@@ -374,7 +322,7 @@ func TestSweepRun(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("rows %v, want %v", got, want)
 	}
-	if len(s.Knees) != 4 || len(s.Members[ModeLocal]) != 1 || len(s.Members[ModeCross]) != 2 {
+	if len(s.Knees) != 4 || len(s.Members[config.ModeLocal]) != 1 || len(s.Members[config.ModeCross]) != 2 {
 		t.Errorf("knees %v, members %v", s.Knees, s.Members)
 	}
 	status := map[string]string{}

@@ -17,6 +17,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/google/uuid"
 
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/sdk"
 )
 
@@ -53,10 +54,6 @@ type floorNode struct {
 	gone chan struct{}
 }
 
-// floorMaxSlots bounds the slots channel: more than the sweep's nodes can
-// declare (--nodes × --node-concurrency is checked against it).
-const floorMaxSlots = 1 << 16
-
 // runFloorServer serves until stdin closes (the parent ended), after
 // printing "listening ADDR" on stdout.
 func runFloorServer(stdin io.Reader, stdout io.Writer) error {
@@ -64,7 +61,7 @@ func runFloorServer(stdin io.Reader, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("floor server: %w", err)
 	}
-	f := &floorServer{slots: make(chan *floorNode, floorMaxSlots), pending: map[string]chan sdk.TaskResultPayload{}}
+	f := &floorServer{slots: make(chan *floorNode, config.FloorMaxSlots), pending: map[string]chan sdk.TaskResultPayload{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/v1/request", f.request)
 	mux.HandleFunc("GET /ws/node", f.node)
@@ -257,10 +254,7 @@ func (p *floorProc) stop() {
 }
 
 // runFloor runs the floor mode's steps.
-func (s *SweepReport) runFloor(ctx context.Context, cfg Config, progress io.Writer) error {
-	if cfg.Nodes*cfg.NodeConcurrency > floorMaxSlots {
-		return fmt.Errorf("the floor holds at most %d slots (--nodes × --node-concurrency)", floorMaxSlots)
-	}
+func (s *SweepReport) runFloor(ctx context.Context, cfg config.Config, progress io.Writer) error {
 	p, err := startFloor()
 	if err != nil {
 		return err
@@ -282,6 +276,6 @@ func (s *SweepReport) runFloor(ctx context.Context, cfg Config, progress io.Writ
 	for i := range max(cfg.ClientAccounts, 1) {
 		target.clients = append(target.clients, sdk.NewClient(p.url, fmt.Sprintf("floor-key-%d", i), sdk.WithHTTPClient(hc)))
 	}
-	s.steps(ctx, cfg, ModeFloor, target, dials, progress)
+	s.steps(ctx, cfg, config.ModeFloor, target, dials, progress)
 	return nil
 }

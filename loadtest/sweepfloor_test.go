@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/sdk"
 )
 
@@ -31,7 +32,7 @@ func TestFloorServer(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cfg := Config{Nodes: 3, NodeConcurrency: 2}
+	cfg := config.Config{Nodes: 3, NodeConcurrency: 2}
 	nodes, err := startEchoNodes(ctx, cfg, "ws://"+addr+"/ws/node", []string{"k"}, "echo")
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 )
 
 // SweepReport is the sweep profile's result: one row per mode and rate.
@@ -87,10 +89,10 @@ func (s *SweepReport) finish() {
 	s.Knees = map[string]float64{}
 	for i := range s.Rows {
 		r := &s.Rows[i]
-		if r.Mode == ModeNATS {
+		if r.Mode == config.ModeNATS {
 			continue
 		}
-		if base := s.row(ModeNATS, r.Rate); base != nil && base.Latency.P99 > 0 && r.Latency.N > 0 {
+		if base := s.row(config.ModeNATS, r.Rate); base != nil && base.Latency.P99 > 0 && r.Latency.N > 0 {
 			r.P99VsNATS = round3(r.Latency.P99 / base.Latency.P99)
 		}
 	}
@@ -128,7 +130,7 @@ func (r *Report) writeSweep(w io.Writer) {
 		if row.P99VsNATS > 0 {
 			ratio = fmt.Sprintf("%.2f×", row.P99VsNATS)
 		}
-		if row.Mode != ModeNATS {
+		if row.Mode != config.ModeNATS {
 			conns = fmt.Sprint(row.ConnsOpened)
 		}
 		p50, p95, p99 := "—", "—", "—"
@@ -193,20 +195,20 @@ func (s *SweepReport) notes() []string {
 		"latency counts from each request's due time, not from when it went out: a generator that fell behind shows as latency and as late sends (no coordinated omission)",
 		"a p99 leaves out the requests that did not come back ok; where more than 1 % of a step's did not, its p99 is a failure: the knee is at that rate, and a p99 bar fails",
 	}
-	if slices.ContainsFunc(s.Rows, func(r SweepRow) bool { return r.Mode == ModeFloor }) {
+	if slices.ContainsFunc(s.Rows, func(r SweepRow) bool { return r.Mode == config.ModeFloor }) {
 		n = append(n, "floor = the same client and echo nodes through a bare forwarder in its own process (HTTP/1.1 in, one WebSocket round trip to a node, JSON, nothing else: no accounts, limits, records, metrics or cluster): what any coordinator of this protocol costs on this machine; what local adds over it is switchyard's own")
 	}
 	slots := s.Nodes * s.NodeConcurrency
 	var bound []string
 	for _, r := range s.Rows {
-		if r.Mode != ModeNATS && (r.MaxInFlight >= slots || r.NonOK["503 nodes_busy"] > 0) {
+		if r.Mode != config.ModeNATS && (r.MaxInFlight >= slots || r.NonOK["503 nodes_busy"] > 0) {
 			bound = append(bound, fmt.Sprintf("%s at %g/s (up to %d in flight)", r.Mode, r.Rate, r.MaxInFlight))
 		}
 	}
 	if len(bound) > 0 {
 		n = append(n, fmt.Sprintf("the nodes' slots (%d nodes × %d = %d) may be the limit of: %s; requests beyond the free slots wait in the coordinator's queue (then 503 nodes_busy), so those steps measure the slots as well as the coordinator (raise --node-concurrency to tell them apart)",
 			s.Nodes, s.NodeConcurrency, slots, strings.Join(bound, ", ")))
-	} else if slices.ContainsFunc(s.Rows, func(r SweepRow) bool { return r.Mode != ModeNATS }) {
+	} else if slices.ContainsFunc(s.Rows, func(r SweepRow) bool { return r.Mode != config.ModeNATS }) {
 		n = append(n, fmt.Sprintf("no switchyard step had as many requests in flight as the nodes have slots (%d): the slots were never the limit", slots))
 	}
 	return n

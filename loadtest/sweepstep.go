@@ -10,14 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/sdk"
-)
-
-// The sweep's fixed figures (issue 13).
-const (
-	sweepWarmup = time.Second           // each step's first second, sent at its rate but not counted
-	sweepLate   = 10 * time.Millisecond // a request that went out later than this after its due time is late
-	sweepKneeMs = 10.0                  // "p99 passes 10 ms at": the knee of a mode's curve
 )
 
 // sweepTarget is what a sweep step sends its requests to: the embedded
@@ -141,7 +135,7 @@ func (s *sweepStep) send(ctx context.Context, i int) {
 	sent := time.Now()
 	slot.sent, slot.lag = true, sent.Sub(due)
 	s.sentN.Add(1)
-	if slot.lag > sweepLate {
+	if slot.lag > config.SweepLate {
 		s.lateN.Add(1)
 	}
 	echo, err := s.target.do(rctx, body)
@@ -199,7 +193,7 @@ func (s *sweepStep) row() SweepRow {
 			continue
 		}
 		r.Sent++
-		if sl.lag > sweepLate {
+		if sl.lag > config.SweepLate {
 			r.Late++
 		}
 		maxLag = max(maxLag, sl.lag)
@@ -268,8 +262,8 @@ func liveLine(w io.Writer, tty bool, s string) {
 }
 
 // runSweepStep runs one step with its progress line and returns its row.
-func runSweepStep(ctx context.Context, cfg Config, mode string, rate float64, target sweepTarget, progress io.Writer) SweepRow {
-	s := newSweepStep(mode, rate, sweepWarmup, cfg.Duration, cfg.TaskTimeout+cfg.Grace, target)
+func runSweepStep(ctx context.Context, cfg config.Config, mode string, rate float64, target sweepTarget, progress io.Writer) SweepRow {
+	s := newSweepStep(mode, rate, config.SweepWarmup, cfg.Duration, cfg.TaskTimeout+cfg.Grace, target)
 	tty := isTerminal(progress)
 	pctx, stop := context.WithCancel(ctx)
 	var bg sync.WaitGroup
