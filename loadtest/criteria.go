@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
 )
 
 // Criterion statuses. A SKIP says why the criterion could not be judged
@@ -93,13 +95,13 @@ func Passed(cs []Criterion) bool {
 func evalLost(r *RunReport) Criterion {
 	a := r.Accounting
 	c := Criterion{Instances: r.Instances, Name: CritLost, Bar: "0; every request sent has exactly one outcome"}
-	lost := a.Outcomes[OutcomeLost]
+	lost := a.Outcomes[ledger.OutcomeLost]
 	c.Figure = fmt.Sprintf("%d lost of %d sent", lost, a.Sent)
 	var why []string
 	if lost > 0 {
 		var ids []int64
 		for _, rec := range r.Records {
-			if rec.Outcome == OutcomeLost {
+			if rec.Outcome == ledger.OutcomeLost {
 				ids = append(ids, rec.ID)
 			}
 		}
@@ -111,7 +113,7 @@ func evalLost(r *RunReport) Criterion {
 	if len(a.Doubles) > 0 {
 		why = append(why, fmt.Sprintf("%d second outcomes: %v", len(a.Doubles), firstN(a.Doubles, 5)))
 	}
-	if n := a.Outcomes[OutcomeAborted]; n > 0 {
+	if n := a.Outcomes[ledger.OutcomeAborted]; n > 0 {
 		why = append(why, fmt.Sprintf("%d requests were cut short because the load test was interrupted", n))
 	}
 	c.Status, c.Detail = verdict(len(why) == 0 && a.OK()), strings.Join(why, "; ")
@@ -122,8 +124,8 @@ func evalHop(r, base *RunReport, b config.Bars) []Criterion {
 	if r.Instances == 1 {
 		return nil
 	}
-	c95 := Criterion{Instances: r.Instances, Name: CritHopP95, Bar: fmt.Sprintf("≤ %.0f ms vs 1 instance", ms(b.HopP95))}
-	c99 := Criterion{Instances: r.Instances, Name: CritHopP99, Bar: fmt.Sprintf("≤ %.0f ms vs 1 instance", ms(b.HopP99))}
+	c95 := Criterion{Instances: r.Instances, Name: CritHopP95, Bar: fmt.Sprintf("≤ %.0f ms vs 1 instance", stats.Ms(b.HopP95))}
+	c99 := Criterion{Instances: r.Instances, Name: CritHopP99, Bar: fmt.Sprintf("≤ %.0f ms vs 1 instance", stats.Ms(b.HopP99))}
 	switch {
 	case base == nil:
 		c95.Status, c95.Figure = Skip, "no 1-instance run to compare with (add 1 to --instances)"
@@ -137,12 +139,12 @@ func evalHop(r, base *RunReport, b config.Bars) []Criterion {
 	add95, add99 := r.Overhead.P95-base.Overhead.P95, r.Overhead.P99-base.Overhead.P99
 	c95.Figure = fmt.Sprintf("%+.2f ms (overhead p95 %.2f vs %.2f ms)", add95, r.Overhead.P95, base.Overhead.P95)
 	c99.Figure = fmt.Sprintf("%+.2f ms (overhead p99 %.2f vs %.2f ms)", add99, r.Overhead.P99, base.Overhead.P99)
-	c95.Status, c99.Status = verdict(add95 <= ms(b.HopP95)), verdict(add99 <= ms(b.HopP99))
+	c95.Status, c99.Status = verdict(add95 <= stats.Ms(b.HopP95)), verdict(add99 <= stats.Ms(b.HopP99))
 	if c95.Status == Fail {
-		c95.Detail = fmt.Sprintf("missed by %.2f ms", add95-ms(b.HopP95))
+		c95.Detail = fmt.Sprintf("missed by %.2f ms", add95-stats.Ms(b.HopP95))
 	}
 	if c99.Status == Fail {
-		c99.Detail = fmt.Sprintf("missed by %.2f ms", add99-ms(b.HopP99))
+		c99.Detail = fmt.Sprintf("missed by %.2f ms", add99-stats.Ms(b.HopP99))
 	}
 	return []Criterion{c95, c99}
 }
@@ -204,12 +206,12 @@ func evalFault(r *RunReport, b config.Bars) []Criterion {
 	if f.Kind == config.FaultNone || f.Skipped != "" {
 		others.Bar = "every request succeeds (no fault here)"
 	}
-	var bad []*Record
+	var bad []*ledger.Record
 	n := 0
 	for _, rec := range r.Records {
 		if rec.Class == ClassOther {
 			n++
-			if rec.Outcome != OutcomeOK {
+			if rec.Outcome != ledger.OutcomeOK {
 				bad = append(bad, rec)
 			}
 		}
@@ -240,18 +242,18 @@ func evalFault(r *RunReport, b config.Bars) []Criterion {
 
 func evalKill(r *RunReport, b config.Bars) Criterion {
 	f := r.Fault
-	bar := ms(b.FaultToFail)
+	bar := stats.Ms(b.FaultToFail)
 	c := Criterion{Instances: r.Instances, Name: CritFault, Bar: fmt.Sprintf("502 node_disconnected within %.1f s of the kill", bar/1000)}
 	// Judged: every victim task, and every in-transit task that did not
 	// come back with its result.
-	var judged, bad []*Record
+	var judged, bad []*ledger.Record
 	victims := 0
 	for _, rec := range r.Records {
 		switch {
 		case rec.Class == ClassVictimTask:
 			victims++
 			judged = append(judged, rec)
-		case rec.Class == ClassInTransit && rec.Outcome != OutcomeOK:
+		case rec.Class == ClassInTransit && rec.Outcome != ledger.OutcomeOK:
 			judged = append(judged, rec)
 		}
 	}
@@ -265,7 +267,7 @@ func evalKill(r *RunReport, b config.Bars) Criterion {
 	for _, rec := range judged {
 		took := rec.DoneMs - f.AtMs
 		slowest = max(slowest, took)
-		if rec.Outcome != OutcomeError || rec.Code != "node_disconnected" || took > bar {
+		if rec.Outcome != ledger.OutcomeError || rec.Code != "node_disconnected" || took > bar {
 			bad = append(bad, rec)
 		}
 	}
@@ -281,11 +283,11 @@ func evalKill(r *RunReport, b config.Bars) Criterion {
 func evalDrain(r *RunReport) Criterion {
 	f := r.Fault
 	c := Criterion{Instances: r.Instances, Name: CritDrain, Bar: "tasks in flight on the draining instance finish; it exits 0"}
-	var in, bad []*Record
+	var in, bad []*ledger.Record
 	for _, rec := range r.Records {
 		if rec.Class == ClassDrainRequester || rec.Class == ClassDrainTask {
 			in = append(in, rec)
-			if rec.Outcome != OutcomeOK {
+			if rec.Outcome != ledger.OutcomeOK {
 				bad = append(bad, rec)
 			}
 		}
@@ -324,17 +326,17 @@ func evalInstances(r *RunReport) Criterion {
 }
 
 // describe summarises failed records by outcome and timing.
-func describe(bad []*Record, f FaultReport) string {
+func describe(bad []*ledger.Record, f FaultReport) string {
 	type agg struct {
 		n          int
 		minT, maxT float64
-		example    *Record
+		example    *ledger.Record
 	}
 	groups := map[string]*agg{}
 	var keys []string
 	for _, rec := range bad {
 		k := rec.Class + ": " + errorKey(rec)
-		if rec.Outcome == OutcomeOK {
+		if rec.Outcome == ledger.OutcomeOK {
 			k = rec.Class + ": ok"
 		}
 		g, ok := groups[k]
@@ -545,7 +547,7 @@ func floorNote(s *SweepReport, mode string, rate, bar float64, base *SweepRow) s
 // request went out on schedule and was answered.
 func evalSweepSchedule(s *SweepReport) Criterion {
 	c := Criterion{Scope: fmt.Sprintf("%d/s", sweepScheduleRate), Name: CritSweepSchedule,
-		Bar: fmt.Sprintf("every request sent within %.0f ms of its due time and answered ok (0 late, 0 errors, 0 lost)", ms(config.SweepLate))}
+		Bar: fmt.Sprintf("every request sent within %.0f ms of its due time and answered ok (0 late, 0 errors, 0 lost)", stats.Ms(config.SweepLate))}
 	r := s.row(config.ModeCross, sweepScheduleRate)
 	if r == nil {
 		c.Status, c.Figure = Skip, fmt.Sprintf("cross did not run at %d requests/s (--modes, --rates)", sweepScheduleRate)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
 )
 
 // testCfg is a configuration for judging synthetic runs.
@@ -20,13 +21,13 @@ func testCfg() config.Config {
 // steadyRun is a run of n instances whose plain requests all succeeded
 // with the given overheads, sent one every 100 ms from the steady start
 // (10 s); fault as given; and flat resources.
-func steadyRun(n int, overheads []float64, f FaultReport, extra ...*Record) *RunReport {
-	var recs []*Record
+func steadyRun(n int, overheads []float64, f FaultReport, extra ...*ledger.Record) *RunReport {
+	var recs []*ledger.Record
 	for i, o := range overheads {
 		sent := 10000 + float64(i)*100
-		r := &Record{ID: int64(len(recs)), Kind: KindPlain, Phase: PhaseSteady, Via: i % n, SentMs: sent,
-			DoneMs: sent + 100 + o, Outcome: OutcomeOK, ProcMs: 100, LatencyMs: 100 + o, OverheadMs: o,
-			Node: i, NodeInst: (i + 1) % n, StartMs: sent + 1, EndMs: sent + 99, done: true}
+		r := &ledger.Record{ID: int64(len(recs)), Kind: ledger.KindPlain, Phase: ledger.PhaseSteady, Via: i % n, SentMs: sent,
+			DoneMs: sent + 100 + o, Outcome: ledger.OutcomeOK, ProcMs: 100, LatencyMs: 100 + o, OverheadMs: o,
+			Node: i, NodeInst: (i + 1) % n, StartMs: sent + 1, EndMs: sent + 99}
 		recs = append(recs, r)
 	}
 	for _, r := range extra {
@@ -160,10 +161,10 @@ func TestMemorySegmentsLeaveOutTheFault(t *testing.T) {
 
 func TestEvaluateKill(t *testing.T) {
 	f := FaultReport{Kind: config.FaultKill, Instance: 1, AtMs: 30000, InFlight: 2}
-	fast := []*Record{
-		mk(0, 0, 29900, 30480, OutcomeError, "node_disconnected", 1, 29905, 30000.3),
-		mk(0, 0, 29950, 30520, OutcomeError, "node_disconnected", 1, 29955, 30001),
-		mk(0, 1, 29950, 30002, OutcomeError, CodeTransport, 0, 29955, 30100),
+	fast := []*ledger.Record{
+		mk(0, 0, 29900, 30480, ledger.OutcomeError, "node_disconnected", 1, 29905, 30000.3),
+		mk(0, 0, 29950, 30520, ledger.OutcomeError, "node_disconnected", 1, 29955, 30001),
+		mk(0, 1, 29950, 30002, ledger.OutcomeError, ledger.CodeTransport, 0, 29955, 30100),
 	}
 	run := steadyRun(2, flat(100, 1), f, fast...)
 	cs := Evaluate([]*RunReport{run}, config.DefaultBars)
@@ -176,9 +177,9 @@ func TestEvaluateKill(t *testing.T) {
 	}
 
 	// Without the watcher: the tasks wait for their deadline and end 504.
-	slow := []*Record{
-		mk(0, 0, 29900, 34000, OutcomeError, "timeout", 1, 29905, 30000),
-		mk(0, 0, 29950, 30400, OutcomeError, "node_disconnected", 1, 29955, 30001),
+	slow := []*ledger.Record{
+		mk(0, 0, 29900, 34000, ledger.OutcomeError, "timeout", 1, 29905, 30000),
+		mk(0, 0, 29950, 30400, ledger.OutcomeError, "node_disconnected", 1, 29955, 30001),
 	}
 	slow[0].Status = 504
 	run = steadyRun(2, flat(100, 1), f, slow...)
@@ -203,10 +204,10 @@ func TestEvaluateKill(t *testing.T) {
 
 func TestEvaluateOthersAndLost(t *testing.T) {
 	f := FaultReport{Kind: config.FaultKill, Instance: 1, AtMs: 30000, InFlight: 1}
-	extra := []*Record{
-		mk(0, 0, 29900, 30480, OutcomeError, "node_disconnected", 1, 29905, 30000.3),
-		mk(0, 0, 30300, 30301, OutcomeError, "no_node_available", -1, 0, 0),
-		mk(0, 0, 30310, 92310, OutcomeLost, "", 0, 30311, 0),
+	extra := []*ledger.Record{
+		mk(0, 0, 29900, 30480, ledger.OutcomeError, "node_disconnected", 1, 29905, 30000.3),
+		mk(0, 0, 30300, 30301, ledger.OutcomeError, "no_node_available", -1, 0, 0),
+		mk(0, 0, 30310, 92310, ledger.OutcomeLost, "", 0, 30311, 0),
 	}
 	extra[1].Status = 404
 	run := steadyRun(2, flat(100, 1), f, extra...)
@@ -226,12 +227,12 @@ func TestEvaluateOthersAndLost(t *testing.T) {
 
 func TestEvaluateDrain(t *testing.T) {
 	f := FaultReport{Kind: config.FaultSIGTERM, Instance: 1, AtMs: 30000, ExitMs: 31200, ExitErr: "exit status 0"}
-	extra := []*Record{mk(0, 1, 29900, 30300, OutcomeOK, "", 1, 29905, 30290)}
+	extra := []*ledger.Record{mk(0, 1, 29900, 30300, ledger.OutcomeOK, "", 1, 29905, 30290)}
 	run := steadyRun(2, flat(100, 1), f, extra...)
 	if c := find(t, Evaluate([]*RunReport{run}, config.DefaultBars), 2, CritDrain); c.Status != Pass || !strings.Contains(c.Figure, "1 of 1") {
 		t.Errorf("drain: %+v", c)
 	}
-	extra = []*Record{mk(0, 1, 29900, 30010, OutcomeError, CodeTransport, 1, 29905, 30290)}
+	extra = []*ledger.Record{mk(0, 1, 29900, 30010, ledger.OutcomeError, ledger.CodeTransport, 1, 29905, 30290)}
 	run = steadyRun(2, flat(100, 1), f, extra...)
 	if c := find(t, Evaluate([]*RunReport{run}, config.DefaultBars), 2, CritDrain); c.Status != Fail {
 		t.Errorf("a drain that dropped a request: %+v", c)

@@ -1,6 +1,9 @@
 package main
 
-import "github.com/switchyard-dev/switchyard/loadtest/internal/config"
+import (
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
+)
 
 // Classes of requests in a run with a fault: what the fault may do to them.
 const (
@@ -30,7 +33,7 @@ const (
 
 // Classify sets the Class of every record relative to a fault at atMs on
 // instance victim. With no fault every record is ClassOther.
-func Classify(recs []*Record, f FaultReport) {
+func Classify(recs []*ledger.Record, f FaultReport) {
 	injected := f.Kind != config.FaultNone && f.Skipped == "" && f.AtMs > 0
 	for _, r := range recs {
 		r.Class = ClassOther
@@ -43,7 +46,7 @@ func Classify(recs []*Record, f FaultReport) {
 		// assign with the victim. If it was sent just after the kill, Redis
 		// had not yet noticed the victim's subscription go, so the publish
 		// still reached "someone".
-		lostAssign := f.Kind == config.FaultKill && r.Via != f.Instance && r.NodeInst < 0 && r.Outcome == OutcomeError &&
+		lostAssign := f.Kind == config.FaultKill && r.Via != f.Instance && r.NodeInst < 0 && r.Outcome == ledger.OutcomeError &&
 			(r.Code == "node_disconnected" || r.Code == "timeout")
 		if lostAssign && r.SentMs >= f.AtMs {
 			r.Class = ClassVictimTask

@@ -9,12 +9,12 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
 	"github.com/switchyard-dev/switchyard/sdk"
 	"github.com/switchyard-dev/switchyard/sdk/handlers"
 )
@@ -25,7 +25,7 @@ type fleet struct {
 	cfg    config.Config
 	insts  []*Instance
 	keys   []string
-	ledger *Ledger
+	ledger *ledger.Ledger
 	plain  string // capability of plain tasks
 	stream string // capability of streams
 	idle   string // capability of the helper processes' idle nodes
@@ -50,7 +50,7 @@ type simNode struct {
 	done   chan struct{}
 }
 
-func newFleet(cfg config.Config, c *cluster, ledger *Ledger, runID string) *fleet {
+func newFleet(cfg config.Config, c *cluster, ledger *ledger.Ledger, runID string) *fleet {
 	return &fleet{
 		cfg: cfg, insts: c.insts, keys: c.nodeKeys, ledger: ledger,
 		plain: "loadtest." + runID + ".plain", stream: "loadtest." + runID + ".stream",
@@ -138,8 +138,8 @@ func (f *fleet) handler(idx, inst int) sdk.Handler {
 	plain := handlers.Sleep(f.cfg.HandlerMin, f.cfg.HandlerMax, 0)
 	stream := handlers.Sleep(f.cfg.StreamLength*9/10, f.cfg.StreamLength*11/10, f.cfg.StreamChunks)
 	return sdk.HandlerFunc(func(ctx context.Context, t *sdk.Task, emit func(string) error) (sdk.Result, error) {
-		id, err := strconv.ParseInt(strings.TrimPrefix(t.Content, "request "), 10, 64)
-		if err == nil && f.ledger.HandlerStart(id, idx, inst, time.Now()) {
+		id, ok := ledger.ParseContent(t.Content)
+		if ok && f.ledger.HandlerStart(id, idx, inst, time.Now()) {
 			defer func() { f.ledger.HandlerEnd(id, time.Now()) }()
 		}
 		if t.Type == f.stream {
@@ -148,9 +148,6 @@ func (f *fleet) handler(idx, inst int) sdk.Handler {
 		return plain.Handle(ctx, t, emit)
 	})
 }
-
-// content is what request id sends, so that its node can tell the ledger.
-func content(id int64) string { return "request " + strconv.FormatInt(id, 10) }
 
 // awaitRegistered waits until every node has registered once, calling
 // progress (if not nil) with the count so far once a second. The nodes

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
 )
 
 // TestFleetRun runs the fleet profile small (200 nodes on 2 instances, 80
@@ -57,7 +58,7 @@ func TestFleetRun(t *testing.T) {
 	if f.Idle.Sent != 0 {
 		t.Errorf("%d requests sent in the idle window", f.Idle.Sent)
 	}
-	if !run.Accounting.OK() || run.Accounting.Sent < 90 || run.Accounting.Outcomes[OutcomeOK] != run.Accounting.Sent {
+	if !run.Accounting.OK() || run.Accounting.Sent < 90 || run.Accounting.Outcomes[ledger.OutcomeOK] != run.Accounting.Sent {
 		t.Errorf("accounting %+v", run.Accounting)
 	}
 	if f.Loaded.Sent != run.Accounting.Sent {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
 )
 
 // isFleet reports whether the runs are the fleet profile's.
@@ -28,14 +30,14 @@ func (r *Report) writeFleetTable(w io.Writer) {
 		}
 		errs := 0
 		for k, n := range run.Accounting.Outcomes {
-			if k != OutcomeOK && k != OutcomeLost {
+			if k != ledger.OutcomeOK && k != ledger.OutcomeLost {
 				errs += n
 			}
 		}
 		tw.row(fmt.Sprint(run.Instances), fmt.Sprint(f.Nodes), fmt.Sprintf("%.1f s", f.RegisteredS),
 			busiestCell(f.Idle), redisCell(f.Idle), busiestCell(f.Loaded), redisCell(f.Loaded),
-			fmt.Sprint(run.Accounting.Sent), fmt.Sprint(run.Accounting.Outcomes[OutcomeOK]), fmt.Sprint(errs),
-			fmt.Sprint(run.Accounting.Outcomes[OutcomeLost]), f3(run.Latency.P50), f3(run.Latency.P99),
+			fmt.Sprint(run.Accounting.Sent), fmt.Sprint(run.Accounting.Outcomes[ledger.OutcomeOK]), fmt.Sprint(errs),
+			fmt.Sprint(run.Accounting.Outcomes[ledger.OutcomeLost]), f3(run.Latency.P50), f3(run.Latency.P99),
 			loadGenCell(f))
 	}
 	tw.write(w)

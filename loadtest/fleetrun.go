@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
 )
 
 // FleetReport is the fleet profile's part of a run: how the nodes came
@@ -88,7 +90,7 @@ type fleetRun struct {
 	c      *cluster
 	r      *runner
 	s      *sampler
-	ledger *Ledger
+	ledger *ledger.Ledger
 	t0     time.Time
 	pids   []int // instances (0 for a --target), then this process
 
@@ -101,7 +103,7 @@ type fleetRun struct {
 	loadedFrom, loadedTo snapshot
 }
 
-func newFleetRun(cfg config.Config, c *cluster, r *runner, s *sampler, ledger *Ledger, t0 time.Time, pids []int, f *fleet) *fleetRun {
+func newFleetRun(cfg config.Config, c *cluster, r *runner, s *sampler, ledger *ledger.Ledger, t0 time.Time, pids []int, f *fleet) *fleetRun {
 	fr := &fleetRun{cfg: cfg, c: c, r: r, s: s, ledger: ledger, t0: t0, pids: pids}
 	fr.rep = FleetReport{Nodes: cfg.Nodes, ConnectRate: cfg.ConnectRate, Redis: cfg.RedisURL, RedisShared: !cfg.RedisCluster}
 	for i := range c.insts {
@@ -224,9 +226,9 @@ func (fr *fleetRun) window(a, b snapshot, samples [][]Sample) Window {
 		return w
 	}
 	w.Measured = true
-	w.FromS, w.ToS = round3(a.at.Sub(fr.t0).Seconds()), round3(b.at.Sub(fr.t0).Seconds())
+	w.FromS, w.ToS = stats.Round3(a.at.Sub(fr.t0).Seconds()), stats.Round3(b.at.Sub(fr.t0).Seconds())
 	dt := b.at.Sub(a.at)
-	pct := func(i int) float64 { return round3(100 * float64(b.cpu[i]-a.cpu[i]) / float64(dt)) }
+	pct := func(i int) float64 { return stats.Round3(100 * float64(b.cpu[i]-a.cpu[i]) / float64(dt)) }
 	for i, in := range fr.c.insts {
 		if fr.pids[i] == 0 {
 			continue // a --target: not ours to read
@@ -262,10 +264,10 @@ func (fr *fleetRun) window(a, b snapshot, samples [][]Sample) Window {
 		w.Redis.Error = fmt.Sprint(errorsOf(a.redisErr, b.redisErr))
 	default:
 		total, by := commandsBetween(a.redis, b.redis)
-		w.Redis = RedisWindow{Measured: true, Servers: len(by), Commands: total, PerSec: round3(float64(total) / dt.Seconds()),
+		w.Redis = RedisWindow{Measured: true, Servers: len(by), Commands: total, PerSec: stats.Round3(float64(total) / dt.Seconds()),
 			ByServer: map[string]float64{}}
 		for addr, n := range by {
-			w.Redis.ByServer[addr] = round3(float64(n) / dt.Seconds())
+			w.Redis.ByServer[addr] = stats.Round3(float64(n) / dt.Seconds())
 		}
 	}
 	return w
@@ -296,7 +298,7 @@ func (w Window) brief() string {
 }
 
 // finish stops the meter and returns the report of the run.
-func (fr *fleetRun) finish(registered, listed time.Duration, recs []*Record) *FleetReport {
+func (fr *fleetRun) finish(registered, listed time.Duration, recs []*ledger.Record) *FleetReport {
 	if fr.stopMeter != nil {
 		fr.stopMeter()
 		fr.wg.Wait()
@@ -306,12 +308,12 @@ func (fr *fleetRun) finish(registered, listed time.Duration, recs []*Record) *Fl
 	for i := range fr.pids {
 		samples[i] = fr.s.result(i)
 	}
-	fr.rep.RegisteredS, fr.rep.ListedS = round3(registered.Seconds()), round3(listed.Seconds())
+	fr.rep.RegisteredS, fr.rep.ListedS = stats.Round3(registered.Seconds()), stats.Round3(listed.Seconds())
 	fr.rep.Idle = fr.window(fr.idleFrom, fr.idleTo, samples)
 	fr.rep.Loaded = fr.window(fr.loadedFrom, fr.loadedTo, samples)
 	for _, r := range recs {
 		switch {
-		case r.Phase == PhaseSteady:
+		case r.Phase == ledger.PhaseSteady:
 			fr.rep.Loaded.Sent++
 		case fr.rep.Idle.Measured && r.SentMs >= 1000*fr.rep.Idle.FromS && r.SentMs <= 1000*fr.rep.Idle.ToS:
 			fr.rep.Idle.Sent++ // none is sent then: a count here is a bug

@@ -9,6 +9,8 @@ import (
 	"slices"
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
 )
 
 // WriteHTML writes the report as one self-contained page: the summary,
@@ -104,11 +106,11 @@ func latencyOverTime(run *RunReport, marks []marker) string {
 	bySec := map[int][]float64{}
 	var errs [][2]float64
 	for _, rec := range run.Records {
-		if rec.Outcome != OutcomeOK {
+		if rec.Outcome != ledger.OutcomeOK {
 			errs = append(errs, [2]float64{rec.DoneMs / 1000, rec.LatencyMs})
 			continue
 		}
-		if rec.Kind == KindPlain {
+		if rec.Kind == ledger.KindPlain {
 			s := int(rec.SentMs / 1000)
 			bySec[s] = append(bySec[s], rec.LatencyMs)
 		}
@@ -124,8 +126,8 @@ func latencyOverTime(run *RunReport, marks []marker) string {
 	for _, s := range secs {
 		v := bySec[s]
 		x := float64(s) + 0.5
-		p50.pts = append(p50.pts, [2]float64{x, Percentile(v, 50)})
-		p99.pts = append(p99.pts, [2]float64{x, Percentile(v, 99)})
+		p50.pts = append(p50.pts, [2]float64{x, stats.Percentile(v, 50)})
+		p99.pts = append(p99.pts, [2]float64{x, stats.Percentile(v, 99)})
 		mx.pts = append(mx.pts, [2]float64{x, slices.Max(v)})
 	}
 	ss := []series{p50, p99, mx}
@@ -156,7 +158,7 @@ func thin(pts [][2]float64, n int) [][2]float64 {
 func latencyHistogram(run *RunReport) string {
 	var lat, over []float64
 	for _, rec := range run.Records {
-		if rec.Outcome == OutcomeOK && rec.Kind == KindPlain && rec.Phase == PhaseSteady {
+		if rec.Outcome == ledger.OutcomeOK && rec.Kind == ledger.KindPlain && rec.Phase == ledger.PhaseSteady {
 			lat = append(lat, rec.LatencyMs)
 			over = append(over, rec.OverheadMs)
 		}
@@ -164,13 +166,13 @@ func latencyHistogram(run *RunReport) string {
 	if len(lat) == 0 {
 		return "<p>No successful plain requests in the steady phase.</p>\n"
 	}
-	hiLat := math.Ceil(Percentile(lat, 99.9)/10) * 10
-	hiOver := math.Max(1, math.Ceil(Percentile(over, 99.5)))
+	hiLat := math.Ceil(stats.Percentile(lat, 99.9)/10) * 10
+	hiOver := math.Max(1, math.Ceil(stats.Percentile(over, 99.5)))
 	return `<div class="chart" data-plot="histogram">` +
 		barChart(fmt.Sprintf("Latency histogram, steady phase (%d requests; the last bar holds the slowest 0.1%%)", len(lat)),
-			"latency, ms", "requests", Histogram(lat, 0, hiLat, 60), palette[0]) +
+			"latency, ms", "requests", stats.Histogram(lat, 0, hiLat, 60), palette[0]) +
 		barChart("Overhead histogram (latency − processing_time_ms; the last bar holds the slowest 0.5%)",
-			"overhead, ms", "requests", Histogram(over, math.Min(0, math.Floor(slices.Min(over))), hiOver, 60), palette[2]) +
+			"overhead, ms", "requests", stats.Histogram(over, math.Min(0, math.Floor(slices.Min(over))), hiOver, 60), palette[2]) +
 		"</div>\n"
 }
 

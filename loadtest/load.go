@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
 	"github.com/switchyard-dev/switchyard/sdk"
 )
 
@@ -20,7 +22,7 @@ import (
 type runner struct {
 	cfg      config.Config
 	c        *cluster
-	ledger   *Ledger
+	ledger   *ledger.Ledger
 	fleet    *fleet
 	sampler  *sampler
 	progress io.Writer
@@ -78,7 +80,7 @@ type FaultReport struct {
 	Rehomed  int     `json:"rehomed_nodes"`         // nodes moved to the survivors
 }
 
-func newRunner(cfg config.Config, c *cluster, ledger *Ledger, f *fleet, s *sampler, progress io.Writer, t0 time.Time) *runner {
+func newRunner(cfg config.Config, c *cluster, ledger *ledger.Ledger, f *fleet, s *sampler, progress io.Writer, t0 time.Time) *runner {
 	r := &runner{cfg: cfg, c: c, ledger: ledger, fleet: f, sampler: s, progress: progress, t0: t0,
 		counters: map[string]map[string]float64{}}
 	r.tty = isTerminal(progress)
@@ -102,7 +104,7 @@ func newRunner(cfg config.Config, c *cluster, ledger *Ledger, f *fleet, s *sampl
 	return r
 }
 
-func (r *runner) since(t time.Time) float64 { return round3(t.Sub(r.t0).Seconds()) }
+func (r *runner) since(t time.Time) float64 { return stats.Round3(t.Sub(r.t0).Seconds()) }
 
 func (r *runner) event(format string, args ...any) {
 	r.mu.Lock()
@@ -130,45 +132,45 @@ func (r *runner) send(ctx context.Context, kind, phase string) bool {
 	rec := r.ledger.Open(kind, phase, via, time.Now())
 	limit := r.cfg.TaskTimeout + r.cfg.Grace
 	taskType := r.fleet.plain
-	if kind == KindStream {
+	if kind == ledger.KindStream {
 		limit += r.cfg.StreamLength * 11 / 10
 		taskType = r.fleet.stream
 	}
 	rctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	req := sdk.Request{TaskType: taskType, Content: content(rec.ID)}
+	req := sdk.Request{TaskType: taskType, Content: ledger.Content(rec.ID)}
 	cl := r.clients[via][key]
 	var res *sdk.TaskResult
 	var err error
 	chunks := 0
-	if kind == KindStream {
+	if kind == ledger.KindStream {
 		res, err = cl.Stream(rctx, req, func(string) error { chunks++; return nil })
 	} else {
 		res, err = cl.Request(rctx, req)
 	}
 	a := classifyAnswer(res, err, chunks, ctx.Err() != nil, rctx.Err() != nil)
 	r.ledger.Close(rec, time.Now(), a)
-	return a.Outcome == OutcomeOK
+	return a.Outcome == ledger.OutcomeOK
 }
 
-// classifyAnswer turns what the client got into an Answer. aborted: the
+// classifyAnswer turns what the client got into an ledger.Answer. aborted: the
 // load test was interrupted; expired: the request's own deadline (its task
 // deadline plus the grace period) passed.
-func classifyAnswer(res *sdk.TaskResult, err error, chunks int, aborted, expired bool) Answer {
+func classifyAnswer(res *sdk.TaskResult, err error, chunks int, aborted, expired bool) ledger.Answer {
 	var apiErr *sdk.APIError
 	switch {
 	case err == nil && res.Status == "completed":
-		return Answer{Outcome: OutcomeOK, Status: 200, ProcMs: res.ProcessingTimeMs, NodeID: res.NodeID, Chunks: chunks}
+		return ledger.Answer{Outcome: ledger.OutcomeOK, Status: 200, ProcMs: res.ProcessingTimeMs, NodeID: res.NodeID, Chunks: chunks}
 	case err == nil:
-		return Answer{Outcome: OutcomeFailed, Status: 200, Code: res.Status, Message: res.Result, ProcMs: res.ProcessingTimeMs, NodeID: res.NodeID, Chunks: chunks}
+		return ledger.Answer{Outcome: ledger.OutcomeFailed, Status: 200, Code: res.Status, Message: res.Result, ProcMs: res.ProcessingTimeMs, NodeID: res.NodeID, Chunks: chunks}
 	case errors.As(err, &apiErr):
-		return Answer{Outcome: OutcomeError, Status: apiErr.Status, Code: apiErr.Code, Message: apiErr.Message, Chunks: chunks}
+		return ledger.Answer{Outcome: ledger.OutcomeError, Status: apiErr.Status, Code: apiErr.Code, Message: apiErr.Message, Chunks: chunks}
 	case aborted:
-		return Answer{Outcome: OutcomeAborted, Message: err.Error(), Chunks: chunks}
+		return ledger.Answer{Outcome: ledger.OutcomeAborted, Message: err.Error(), Chunks: chunks}
 	case expired:
-		return Answer{Outcome: OutcomeLost, Message: "no outcome by the deadline plus the grace period", Chunks: chunks}
+		return ledger.Answer{Outcome: ledger.OutcomeLost, Message: "no outcome by the deadline plus the grace period", Chunks: chunks}
 	default:
-		return Answer{Outcome: OutcomeError, Code: CodeTransport, Message: err.Error(), Chunks: chunks}
+		return ledger.Answer{Outcome: ledger.OutcomeError, Code: ledger.CodeTransport, Message: err.Error(), Chunks: chunks}
 	}
 }
 
@@ -212,7 +214,7 @@ func (r *runner) run(ctx context.Context) {
 	// its next request as soon as the last one ends. They stop at the end
 	// of the ramp; their last requests overlap the steady phase's start.
 	if r.cfg.RampTo > 0 {
-		r.setPhase(PhaseRamp)
+		r.setPhase(ledger.PhaseRamp)
 		for j := range r.cfg.RampTo {
 			at := rampStart.Add(r.cfg.Ramp * time.Duration(j) / time.Duration(r.cfg.RampTo))
 			r.wg.Go(func() {
@@ -220,7 +222,7 @@ func (r *runner) run(ctx context.Context) {
 					return
 				}
 				for time.Now().Before(steadyStart) && ctx.Err() == nil {
-					r.send(ctx, KindPlain, PhaseRamp)
+					r.send(ctx, ledger.KindPlain, ledger.PhaseRamp)
 				}
 			})
 		}
@@ -233,7 +235,7 @@ func (r *runner) run(ctx context.Context) {
 	if r.onSteadyStart != nil {
 		r.onSteadyStart()
 	}
-	r.setPhase(PhaseSteady)
+	r.setPhase(ledger.PhaseSteady)
 	r.event("steady phase: %g requests/s for %v, %d streams", r.cfg.Rate, r.cfg.Duration, r.cfg.Streams)
 	for j := range r.cfg.Streams {
 		at := steadyStart.Add(r.cfg.StreamLength * time.Duration(j) / time.Duration(r.cfg.Streams))
@@ -243,7 +245,7 @@ func (r *runner) run(ctx context.Context) {
 			}
 			for time.Now().Before(steadyEnd) && ctx.Err() == nil {
 				r.streamsActive.Add(1)
-				ok := r.send(ctx, KindStream, PhaseSteady)
+				ok := r.send(ctx, ledger.KindStream, ledger.PhaseSteady)
 				r.streamsActive.Add(-1)
 				if !ok {
 					// A client whose stream failed pauses before the next,
@@ -269,7 +271,7 @@ func (r *runner) run(ctx context.Context) {
 		if lag := time.Since(at); lag > time.Duration(r.maxLag.Load()) {
 			r.maxLag.Store(int64(lag))
 		}
-		r.wg.Go(func() { r.send(ctx, KindPlain, PhaseSteady) })
+		r.wg.Go(func() { r.send(ctx, ledger.KindPlain, ledger.PhaseSteady) })
 	}
 	sleepUntil(ctx, steadyEnd)
 	if r.onSteadyEnd != nil {
@@ -369,9 +371,9 @@ func (r *runner) injectFault(ctx context.Context, at, steadyEnd time.Time) {
 		err = in.terminate()
 	}
 	r.mu.Lock()
-	r.fault.AtMs = r.ledger.ms(now)
+	r.fault.AtMs = r.ledger.Ms(now)
 	r.fault.InFlight = inFlight
-	r.fault.WaitedMs = round3(float64(now.Sub(at).Microseconds()) / 1000)
+	r.fault.WaitedMs = stats.Round3(float64(now.Sub(at).Microseconds()) / 1000)
 	r.mu.Unlock()
 	if err != nil {
 		r.event("could not signal %s: %v", in.Name, err)
@@ -391,7 +393,7 @@ func (r *runner) injectFault(ctx context.Context, at, steadyEnd time.Time) {
 			return
 		}
 		r.mu.Lock()
-		r.fault.ExitMs = r.ledger.ms(time.Now())
+		r.fault.ExitMs = r.ledger.Ms(time.Now())
 		r.fault.ExitErr = "exit status 0"
 		if in.err != nil {
 			r.fault.ExitErr = in.err.Error()
@@ -439,7 +441,7 @@ func (r *runner) progressLoop(ctx context.Context) {
 		}
 		r.mu.Unlock()
 		phase := *r.phase.Load()
-		if r.cfg.Fleet && phase == PhaseSteady {
+		if r.cfg.Fleet && phase == ledger.PhaseSteady {
 			phase = "loaded" // the fleet profile's name for its steady phase
 		}
 		line := fmt.Sprintf("[%d instance%s] %-9s %6v  sent %4d/s  done %4d/s  in flight %4d  streams %3d  ok %6d  errors %4d  lost %d%s",

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
 )
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times. It is
@@ -131,7 +133,7 @@ func (s *sampler) sample() {
 		if !s.lastAt[i].IsZero() {
 			dt := now.Sub(s.lastAt[i])
 			pct := 100 * float64(cpu-s.last[i]) / float64(dt)
-			s.samples[i] = append(s.samples[i], Sample{T: round3(now.Sub(s.t0).Seconds()), CPU: round3(pct), RSSKiB: rss})
+			s.samples[i] = append(s.samples[i], Sample{T: stats.Round3(now.Sub(s.t0).Seconds()), CPU: stats.Round3(pct), RSSKiB: rss})
 		}
 		s.last[i], s.lastAt[i] = cpu, now
 	}

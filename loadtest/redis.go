@@ -15,6 +15,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/internal/redistest"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
 )
 
 // redisClient connects to the Redis of cfg: a cluster client on a Redis
@@ -207,7 +208,7 @@ func (m *redisMeter) poll(ctx context.Context) {
 	if m.last != nil {
 		n, _ := commandsBetween(m.last, cur)
 		m.rate = float64(n) / now.Sub(m.lastAt).Seconds()
-		m.samples = append(m.samples, RedisSample{T: round3(now.Sub(m.t0).Seconds()), PerSec: round3(m.rate)})
+		m.samples = append(m.samples, RedisSample{T: stats.Round3(now.Sub(m.t0).Seconds()), PerSec: stats.Round3(m.rate)})
 	}
 	m.last, m.lastAt = cur, now
 }

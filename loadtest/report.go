@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
 )
 
 // Report is the whole invocation: every run, every request, the criteria.
@@ -85,14 +87,14 @@ type BarsJSON struct {
 func paramsOf(c config.Config) Params {
 	p := Params{
 		Instances: c.Instances, Targets: c.Targets, Nodes: c.Nodes, NodeConcurrency: c.NodeConcurrency,
-		HandlerMinMs: ms(c.HandlerMin), HandlerMaxMs: ms(c.HandlerMax), RampTo: c.RampTo, RampS: c.Ramp.Seconds(),
+		HandlerMinMs: stats.Ms(c.HandlerMin), HandlerMaxMs: stats.Ms(c.HandlerMax), RampTo: c.RampTo, RampS: c.Ramp.Seconds(),
 		Rate: c.Rate, DurationS: c.Duration.Seconds(), Streams: c.Streams, StreamS: c.StreamLength.Seconds(),
 		StreamChunks: c.StreamChunks, Fault: c.Fault, FaultAtS: c.FaultAt.Seconds(), SettleS: c.Settle.Seconds(),
 		TaskTimeoutS: c.TaskTimeout.Seconds(), GraceS: c.Grace.Seconds(), ServeArgs: c.ServeArgs,
 		ConnectRate: c.ConnectRate, Fleet: c.Fleet, IdleS: c.Idle.Seconds(), RedisCluster: c.RedisCluster,
 		Sweep: c.Sweep, Modes: c.Modes, Rates: c.Rates,
-		Bars: BarsJSON{HopP95Ms: ms(c.Bars.HopP95), HopP99Ms: ms(c.Bars.HopP99), CPUPercent: c.Bars.CPUPercent,
-			MemGrowth: c.Bars.MemGrowth, FaultToFailMs: ms(c.Bars.FaultToFail),
+		Bars: BarsJSON{HopP95Ms: stats.Ms(c.Bars.HopP95), HopP99Ms: stats.Ms(c.Bars.HopP99), CPUPercent: c.Bars.CPUPercent,
+			MemGrowth: c.Bars.MemGrowth, FaultToFailMs: stats.Ms(c.Bars.FaultToFail),
 			IdleCPU: c.Bars.IdleCPUPercent, IdleRedisOps: c.Bars.IdleRedisOps,
 			SweepLocal: c.Bars.SweepLocal, SweepCross: c.Bars.SweepCross},
 	}
@@ -101,8 +103,6 @@ func paramsOf(c config.Config) Params {
 	}
 	return p
 }
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // Host describes the machine the run was on.
 type Host struct {
@@ -134,27 +134,27 @@ type RunReport struct {
 	Fault     FaultReport `json:"fault"`
 	Events    []Event     `json:"events"`
 
-	Accounting Accounting     `json:"accounting"`
-	Errors     map[string]int `json:"errors"`  // "<status> <code>" → count, every non-ok outcome
-	Classes    map[string]int `json:"classes"` // fault class → count
+	Accounting ledger.Accounting `json:"accounting"`
+	Errors     map[string]int    `json:"errors"`  // "<status> <code>" → count, every non-ok outcome
+	Classes    map[string]int    `json:"classes"` // fault class → count
 
 	// Plain requests of the steady phase that succeeded, outside the
 	// fault's window: the hop comparison's population.
-	Latency  Dist `json:"latency_ms"`
-	Overhead Dist `json:"overhead_ms"`
+	Latency  stats.Dist `json:"latency_ms"`
+	Overhead stats.Dist `json:"overhead_ms"`
 	// The same including the fault window.
-	OverheadAll Dist `json:"overhead_all_ms"`
+	OverheadAll stats.Dist `json:"overhead_all_ms"`
 	// Within this run: requests whose node was on the instance they were
 	// sent to (local) or on another (cross).
-	OverheadLocal Dist    `json:"overhead_local_ms"`
-	OverheadCross Dist    `json:"overhead_cross_ms"`
-	Streams       Dist    `json:"stream_latency_ms"`
-	Ramp          Dist    `json:"ramp_latency_ms"`
-	SentRate      float64 `json:"steady_sent_per_s"`
-	MaxLagMs      float64 `json:"max_send_lag_ms"`
+	OverheadLocal stats.Dist `json:"overhead_local_ms"`
+	OverheadCross stats.Dist `json:"overhead_cross_ms"`
+	Streams       stats.Dist `json:"stream_latency_ms"`
+	Ramp          stats.Dist `json:"ramp_latency_ms"`
+	SentRate      float64    `json:"steady_sent_per_s"`
+	MaxLagMs      float64    `json:"max_send_lag_ms"`
 	// FaultToError is, for every victim task (and in-transit one that
 	// failed), the time from the signal to its outcome.
-	FaultToError Dist `json:"fault_to_error_ms"`
+	FaultToError stats.Dist `json:"fault_to_error_ms"`
 
 	// Fleet is the fleet profile's idle and loaded windows; nil otherwise.
 	Fleet *FleetReport `json:"fleet,omitempty"`
@@ -163,9 +163,9 @@ type RunReport struct {
 	// run (refusals, dropped answers, dead owners…), by instance name.
 	Counters map[string]map[string]float64 `json:"switchyard_counters,omitempty"`
 
-	Resources []Resources `json:"resources,omitempty"`
-	LoadGen   []Sample    `json:"loadgen,omitempty"` // the load test's own process
-	Records   []*Record   `json:"requests"`
+	Resources []Resources      `json:"resources,omitempty"`
+	LoadGen   []Sample         `json:"loadgen,omitempty"` // the load test's own process
+	Records   []*ledger.Record `json:"requests"`
 }
 
 // Resources is one instance's CPU and memory over the run.
@@ -201,35 +201,35 @@ type MemSegment struct {
 const minMemSamples = 5
 
 // buildRun computes the figures of one run from its records and samples.
-func buildRun(cfg config.Config, insts []*Instance, recs []*Record, doubles []string, fault FaultReport,
+func buildRun(cfg config.Config, insts []*Instance, recs []*ledger.Record, doubles []string, fault FaultReport,
 	phases Phases, events []Event, samples [][]Sample, self []Sample, maxLag time.Duration) *RunReport {
 	rr := &RunReport{Instances: len(insts), Members: insts, Rate: cfg.Rate, Phases: phases, Fault: fault,
 		Events: events, Errors: map[string]int{}, Classes: map[string]int{}, Records: recs, LoadGen: self,
-		MaxLagMs: round3(ms(maxLag))}
+		MaxLagMs: stats.Round3(stats.Ms(maxLag))}
 	Classify(recs, fault)
-	rr.Accounting = Account(recs, doubles)
-	wFrom, wTo, hasWindow := faultWindow(fault, ms(cfg.Settle))
+	rr.Accounting = ledger.Account(recs, doubles)
+	wFrom, wTo, hasWindow := faultWindow(fault, stats.Ms(cfg.Settle))
 
 	var lat, over, overAll, local, cross, streams, ramp, toErr []float64
 	steadySent := 0
 	for _, r := range recs {
 		rr.Classes[r.Class]++
-		if r.Outcome != OutcomeOK {
+		if r.Outcome != ledger.OutcomeOK {
 			rr.Errors[errorKey(r)]++
 		}
-		if (r.Class == ClassVictimTask || r.Class == ClassInTransit) && r.Outcome != OutcomeOK {
+		if (r.Class == ClassVictimTask || r.Class == ClassInTransit) && r.Outcome != ledger.OutcomeOK {
 			toErr = append(toErr, r.DoneMs-fault.AtMs)
 		}
-		if r.Phase == PhaseSteady && r.Kind == KindPlain {
+		if r.Phase == ledger.PhaseSteady && r.Kind == ledger.KindPlain {
 			steadySent++
 		}
-		if r.Outcome != OutcomeOK {
+		if r.Outcome != ledger.OutcomeOK {
 			continue
 		}
 		switch {
-		case r.Kind == KindStream:
+		case r.Kind == ledger.KindStream:
 			streams = append(streams, r.LatencyMs)
-		case r.Phase == PhaseRamp:
+		case r.Phase == ledger.PhaseRamp:
 			ramp = append(ramp, r.LatencyMs)
 		default:
 			overAll = append(overAll, r.OverheadMs)
@@ -245,11 +245,11 @@ func buildRun(cfg config.Config, insts []*Instance, recs []*Record, doubles []st
 			}
 		}
 	}
-	rr.Latency, rr.Overhead, rr.OverheadAll = Summarise(lat), Summarise(over), Summarise(overAll)
-	rr.OverheadLocal, rr.OverheadCross = Summarise(local), Summarise(cross)
-	rr.Streams, rr.Ramp, rr.FaultToError = Summarise(streams), Summarise(ramp), Summarise(toErr)
+	rr.Latency, rr.Overhead, rr.OverheadAll = stats.Summarise(lat), stats.Summarise(over), stats.Summarise(overAll)
+	rr.OverheadLocal, rr.OverheadCross = stats.Summarise(local), stats.Summarise(cross)
+	rr.Streams, rr.Ramp, rr.FaultToError = stats.Summarise(streams), stats.Summarise(ramp), stats.Summarise(toErr)
 	if d := phases.SteadyEnd - phases.SteadyStart; d > 0 {
-		rr.SentRate = round3(float64(steadySent) / d)
+		rr.SentRate = stats.Round3(float64(steadySent) / d)
 	}
 
 	for i, in := range insts {
@@ -262,17 +262,17 @@ func buildRun(cfg config.Config, insts []*Instance, recs []*Record, doubles []st
 }
 
 // errorKey names a non-ok outcome: "502 node_disconnected", "transport", "lost".
-func errorKey(r *Record) string {
+func errorKey(r *ledger.Record) string {
 	switch r.Outcome {
-	case OutcomeError:
-		if r.Kind == KindStream && r.Status == http.StatusOK {
+	case ledger.OutcomeError:
+		if r.Kind == ledger.KindStream && r.Status == http.StatusOK {
 			return "stream " + r.Code // an error event in a stream that had started
 		}
 		if r.Status == 0 {
 			return r.Code
 		}
 		return fmt.Sprintf("%d %s", r.Status, r.Code)
-	case OutcomeFailed:
+	case ledger.OutcomeFailed:
 		return "task failed"
 	}
 	return r.Outcome
@@ -298,9 +298,9 @@ func resourcesOf(cfg config.Config, in *Instance, s []Sample, ph Phases, f Fault
 	for i, x := range steady {
 		cpus[i] = x.CPU
 	}
-	res.CPUMean = round3(Mean(cpus))
-	res.CPUMax = round3(slices.Max(cpus))
-	res.CPUScaled = round3(res.CPUMean * 100 / cfg.Rate)
+	res.CPUMean = stats.Round3(stats.Mean(cpus))
+	res.CPUMax = stats.Round3(slices.Max(cpus))
+	res.CPUScaled = stats.Round3(res.CPUMean * 100 / cfg.Rate)
 	res.RSSStart, res.RSSEnd = steady[0].RSSKiB, steady[len(steady)-1].RSSKiB
 
 	type span struct{ from, to float64 }
@@ -321,9 +321,9 @@ func resourcesOf(cfg config.Config, in *Instance, s []Sample, ph Phases, f Fault
 				rss = append(rss, float64(x.RSSKiB))
 			}
 		}
-		seg := MemSegment{FromS: round3(sp.from), ToS: round3(sp.to), Samples: len(rss)}
+		seg := MemSegment{FromS: stats.Round3(sp.from), ToS: stats.Round3(sp.to), Samples: len(rss)}
 		long := sp.to-sp.from >= cfg.MemMinStretch.Seconds()
-		g, ok := Trend(rss)
+		g, ok := stats.Trend(rss)
 		if ok {
 			seg.Growth = math.Round(g*1e4) / 1e4
 		}
@@ -474,7 +474,7 @@ func (r *Report) writeTable(w io.Writer) {
 	for _, run := range r.Runs {
 		errs := 0
 		for k, n := range run.Accounting.Outcomes {
-			if k != OutcomeOK && k != OutcomeLost {
+			if k != ledger.OutcomeOK && k != ledger.OutcomeLost {
 				errs += n
 			}
 		}
@@ -501,8 +501,8 @@ func (r *Report) writeTable(w io.Writer) {
 		if run.FaultToError.N > 0 {
 			f2e = fmt.Sprintf("%.0f ms", run.FaultToError.Max)
 		}
-		tw.row(fmt.Sprint(run.Instances), fmt.Sprint(run.Accounting.Sent), fmt.Sprint(run.Accounting.Outcomes[OutcomeOK]),
-			fmt.Sprint(errs), fmt.Sprint(run.Accounting.Outcomes[OutcomeLost]), fmt.Sprintf("%.1f", run.SentRate),
+		tw.row(fmt.Sprint(run.Instances), fmt.Sprint(run.Accounting.Sent), fmt.Sprint(run.Accounting.Outcomes[ledger.OutcomeOK]),
+			fmt.Sprint(errs), fmt.Sprint(run.Accounting.Outcomes[ledger.OutcomeLost]), fmt.Sprintf("%.1f", run.SentRate),
 			f3(run.Latency.P50), f3(run.Latency.P95), f3(run.Latency.P99),
 			f3(run.Overhead.P50), f3(run.Overhead.P95), f3(run.Overhead.P99), hop95, hop99, cpu, mem, f2e)
 	}

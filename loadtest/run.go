@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
 )
 
 // Run runs every configuration of cfg (one per entry of Instances, in
@@ -174,7 +175,7 @@ func runOne(ctx context.Context, cfg config.Config, n int, bin, logDir string, p
 		bg.Wait()
 	}()
 
-	ledger := NewLedger(t0)
+	ledger := ledger.New(t0)
 	f := newFleet(cfg, c, ledger, randHex(4))
 	defer f.stop()
 	r := newRunner(cfg, c, ledger, f, s, progress, t0)

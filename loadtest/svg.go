@@ -5,6 +5,8 @@ import (
 	"html"
 	"math"
 	"strings"
+
+	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
 )
 
 // The plots are hand-written SVG: the report is one self-contained file
@@ -104,7 +106,7 @@ func lineChart(title, xLabel, yLabel string, ss []series, marks []marker) string
 }
 
 // barChart draws a histogram.
-func barChart(title, xLabel, yLabel string, buckets []Bucket, color string) string {
+func barChart(title, xLabel, yLabel string, buckets []stats.Bucket, color string) string {
 	var b strings.Builder
 	svgOpen(&b, title)
 	axes(&b, xLabel, yLabel)

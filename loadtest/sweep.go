@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
 	"github.com/switchyard-dev/switchyard/sdk"
 	"github.com/switchyard-dev/switchyard/sdk/handlers"
 )
@@ -22,7 +23,7 @@ import (
 // far.
 func runSweep(ctx context.Context, cfg config.Config, bin, logDir string, progress io.Writer) (*SweepReport, error) {
 	s := &SweepReport{Modes: cfg.Modes, Rates: cfg.Rates, WarmupS: config.SweepWarmup.Seconds(), CountedS: cfg.Duration.Seconds(),
-		Nodes: cfg.Nodes, NodeConcurrency: cfg.NodeConcurrency, LateMs: ms(config.SweepLate), KneeMs: config.SweepKneeMs,
+		Nodes: cfg.Nodes, NodeConcurrency: cfg.NodeConcurrency, LateMs: stats.Ms(config.SweepLate), KneeMs: config.SweepKneeMs,
 		Members: map[string][]*Instance{}, Counters: map[string]map[string]map[string]float64{}}
 	defer s.finish()
 	for _, mode := range cfg.Modes {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
 )
 
 func TestSweepProfileFlags(t *testing.T) {
@@ -81,7 +82,7 @@ func TestSweepProfileFlags(t *testing.T) {
 func sweepRow(mode string, rate, p99 float64) SweepRow {
 	n := int(rate * 10)
 	return SweepRow{Mode: mode, Rate: rate, Expected: n, Sent: n, OK: n, NonOK: map[string]int{}, MaxInFlight: 10,
-		Latency: Dist{N: n, P50: p99 / 4, P95: p99 / 2, P99: p99, Max: 2 * p99}}
+		Latency: stats.Dist{N: n, P50: p99 / 4, P95: p99 / 2, P99: p99, Max: 2 * p99}}
 }
 
 // failing marks bad of r's requests as not ok (timeouts).

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
 )
 
 // SweepReport is the sweep profile's result: one row per mode and rate.
@@ -54,9 +55,9 @@ type SweepRow struct {
 	MaxLagMs float64           `json:"max_lag_ms"`
 	// Lag is how late every counted request went out, in ms: the
 	// generator's (and the machine's) share of the latency.
-	Lag Dist `json:"lag_ms"`
+	Lag stats.Dist `json:"lag_ms"`
 	// Latency is from each ok request's due time to its answer, in ms.
-	Latency Dist `json:"latency_ms"`
+	Latency stats.Dist `json:"latency_ms"`
 	// P99VsNATS is Latency.P99 over the NATS row's at the same rate; 0
 	// when there is none (or for the NATS row itself).
 	P99VsNATS   float64 `json:"p99_vs_nats,omitempty"`
@@ -93,7 +94,7 @@ func (s *SweepReport) finish() {
 			continue
 		}
 		if base := s.row(config.ModeNATS, r.Rate); base != nil && base.Latency.P99 > 0 && r.Latency.N > 0 {
-			r.P99VsNATS = round3(r.Latency.P99 / base.Latency.P99)
+			r.P99VsNATS = stats.Round3(r.Latency.P99 / base.Latency.P99)
 		}
 	}
 	for _, m := range s.Modes {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
 	"github.com/switchyard-dev/switchyard/sdk"
 )
 
@@ -43,19 +45,19 @@ func classifySweep(err error, aborted, expired bool) (outcome, key string) {
 	var se *sweepError
 	switch {
 	case err == nil:
-		return OutcomeOK, ""
+		return ledger.OutcomeOK, ""
 	case errors.As(err, &api):
-		return OutcomeError, fmt.Sprintf("%d %s", api.Status, api.Code)
+		return ledger.OutcomeError, fmt.Sprintf("%d %s", api.Status, api.Code)
 	case errors.As(err, &se) && se.Status != 0:
-		return OutcomeError, fmt.Sprintf("%d %s", se.Status, se.Code)
+		return ledger.OutcomeError, fmt.Sprintf("%d %s", se.Status, se.Code)
 	case errors.As(err, &se):
-		return OutcomeError, se.Code
+		return ledger.OutcomeError, se.Code
 	case aborted:
-		return OutcomeAborted, OutcomeAborted
+		return ledger.OutcomeAborted, ledger.OutcomeAborted
 	case expired:
-		return OutcomeLost, "timeout"
+		return ledger.OutcomeLost, "timeout"
 	default:
-		return OutcomeError, CodeTransport
+		return ledger.OutcomeError, ledger.CodeTransport
 	}
 }
 
@@ -130,7 +132,7 @@ func (s *sweepStep) send(ctx context.Context, i int) {
 	due := s.due(i)
 	rctx, cancel := context.WithTimeout(ctx, s.limit)
 	defer cancel()
-	body := content(int64(i))
+	body := ledger.Content(int64(i))
 	storeMax(&s.maxInFlight, s.inFlight.Add(1))
 	sent := time.Now()
 	slot.sent, slot.lag = true, sent.Sub(due)
@@ -150,7 +152,7 @@ func (s *sweepStep) send(ctx context.Context, i int) {
 	}
 	slot.latency = done.Sub(due)
 	slot.outcomes++
-	if slot.outcome == OutcomeOK {
+	if slot.outcome == ledger.OutcomeOK {
 		s.okN.Add(1)
 	} else {
 		s.notOKN.Add(1)
@@ -184,7 +186,7 @@ func (s *sweepStep) row() SweepRow {
 	for i := range s.slots {
 		sl := &s.slots[i]
 		if i < s.warmup {
-			if sl.sent && sl.outcome != OutcomeOK {
+			if sl.sent && sl.outcome != ledger.OutcomeOK {
 				r.WarmupNotOK++
 			}
 			continue
@@ -197,7 +199,7 @@ func (s *sweepStep) row() SweepRow {
 			r.Late++
 		}
 		maxLag = max(maxLag, sl.lag)
-		lags = append(lags, ms(sl.lag))
+		lags = append(lags, stats.Ms(sl.lag))
 		switch {
 		case sl.outcomes == 0:
 			r.NoOutcome++
@@ -206,22 +208,22 @@ func (s *sweepStep) row() SweepRow {
 			r.Doubles += sl.outcomes - 1
 		}
 		switch sl.outcome {
-		case OutcomeOK:
+		case ledger.OutcomeOK:
 			r.OK++
-			lat = append(lat, ms(sl.latency))
-		case OutcomeLost:
+			lat = append(lat, stats.Ms(sl.latency))
+		case ledger.OutcomeLost:
 			r.Timeouts++
 		default:
 			r.Errors++
 		}
-		if sl.outcome != OutcomeOK {
+		if sl.outcome != ledger.OutcomeOK {
 			if r.NonOK[sl.key]++; r.NonOK[sl.key] == 1 {
 				r.Examples[sl.key] = sl.msg
 			}
 		}
 	}
-	r.MaxLagMs = round3(ms(maxLag))
-	r.Latency, r.Lag = Summarise(lat), Summarise(lags)
+	r.MaxLagMs = stats.Round3(stats.Ms(maxLag))
+	r.Latency, r.Lag = stats.Summarise(lat), stats.Summarise(lags)
 	return r
 }
 

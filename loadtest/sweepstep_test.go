@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
 	"github.com/switchyard-dev/switchyard/sdk"
 )
 
@@ -17,14 +18,14 @@ func TestClassifySweep(t *testing.T) {
 		aborted, expired bool
 		outcome, key     string
 	}{
-		{nil, false, false, OutcomeOK, ""},
-		{fmt.Errorf("sdk: %w", &sdk.APIError{Status: 503, Code: "nodes_busy"}), false, false, OutcomeError, "503 nodes_busy"},
-		{&sdk.APIError{Status: 504, Code: "timeout"}, false, true, OutcomeError, "504 timeout"}, // the server's answer, not ours
-		{&sweepError{Code: "no_responders"}, false, false, OutcomeError, "no_responders"},
-		{&sweepError{Status: 200, Code: "wrong_echo"}, false, false, OutcomeError, "200 wrong_echo"},
-		{context.DeadlineExceeded, false, true, OutcomeLost, "timeout"},
-		{context.Canceled, true, true, OutcomeAborted, OutcomeAborted},
-		{errors.New("connection reset"), false, false, OutcomeError, CodeTransport},
+		{nil, false, false, ledger.OutcomeOK, ""},
+		{fmt.Errorf("sdk: %w", &sdk.APIError{Status: 503, Code: "nodes_busy"}), false, false, ledger.OutcomeError, "503 nodes_busy"},
+		{&sdk.APIError{Status: 504, Code: "timeout"}, false, true, ledger.OutcomeError, "504 timeout"}, // the server's answer, not ours
+		{&sweepError{Code: "no_responders"}, false, false, ledger.OutcomeError, "no_responders"},
+		{&sweepError{Status: 200, Code: "wrong_echo"}, false, false, ledger.OutcomeError, "200 wrong_echo"},
+		{context.DeadlineExceeded, false, true, ledger.OutcomeLost, "timeout"},
+		{context.Canceled, true, true, ledger.OutcomeAborted, ledger.OutcomeAborted},
+		{errors.New("connection reset"), false, false, ledger.OutcomeError, ledger.CodeTransport},
 	} {
 		outcome, key := classifySweep(tc.err, tc.aborted, tc.expired)
 		if outcome != tc.outcome || key != tc.key {

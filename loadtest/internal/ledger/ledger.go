@@ -1,9 +1,13 @@
-package main
+package ledger
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
 )
 
 // Outcomes of a request. Every request sent ends with exactly one.
@@ -54,7 +58,7 @@ type Record struct {
 	EndMs    float64 `json:"handler_end_ms,omitempty"` // 0 while the handler runs (or never ran)
 	Runs     int     `json:"runs,omitempty"`           // handler starts; more than 1 is a duplicate execution
 	Chunks   int     `json:"chunks,omitempty"`         // stream chunks received
-	Class    string  `json:"class,omitempty"`          // relation to the fault (fault.go)
+	Class    string  `json:"class,omitempty"`          // relation to the fault (report.Classify)
 
 	done bool
 }
@@ -72,19 +76,19 @@ type Ledger struct {
 	counts  map[string]int
 }
 
-// NewLedger starts a ledger whose times count from t0.
-func NewLedger(t0 time.Time) *Ledger {
+// New starts a ledger whose times count from t0.
+func New(t0 time.Time) *Ledger {
 	return &Ledger{t0: t0, running: map[int64]*Record{}, counts: map[string]int{}}
 }
 
-// ms is t as milliseconds since t0.
-func (l *Ledger) ms(t time.Time) float64 { return float64(t.Sub(l.t0).Microseconds()) / 1000 }
+// Ms is t as milliseconds since t0, the unit of a record's times.
+func (l *Ledger) Ms(t time.Time) float64 { return float64(t.Sub(l.t0).Microseconds()) / 1000 }
 
 // Open records a request about to be sent and returns it.
 func (l *Ledger) Open(kind, phase string, via int, sent time.Time) *Record {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r := &Record{ID: int64(len(l.recs)), Kind: kind, Phase: phase, Via: via, SentMs: l.ms(sent), Node: -1, NodeInst: -1}
+	r := &Record{ID: int64(len(l.recs)), Kind: kind, Phase: phase, Via: via, SentMs: l.Ms(sent), Node: -1, NodeInst: -1}
 	l.recs = append(l.recs, r)
 	l.counts["in_flight"]++
 	return r
@@ -111,15 +115,15 @@ func (l *Ledger) Close(r *Record, at time.Time, a Answer) {
 		return
 	}
 	r.done = true
-	r.DoneMs = l.ms(at)
-	r.LatencyMs = round3(r.DoneMs - r.SentMs)
+	r.DoneMs = l.Ms(at)
+	r.LatencyMs = stats.Round3(r.DoneMs - r.SentMs)
 	r.Outcome, r.Status, r.Code, r.ProcMs, r.NodeID, r.Chunks = a.Outcome, a.Status, a.Code, a.ProcMs, a.NodeID, a.Chunks
 	if len(a.Message) > 200 {
 		a.Message = a.Message[:200] + "…"
 	}
 	r.Message = a.Message
 	if a.Outcome == OutcomeOK || a.Outcome == OutcomeFailed {
-		r.OverheadMs = round3(r.LatencyMs - float64(a.ProcMs))
+		r.OverheadMs = stats.Round3(r.LatencyMs - float64(a.ProcMs))
 	}
 	l.counts["in_flight"]--
 	l.counts[a.Outcome]++
@@ -139,7 +143,7 @@ func (l *Ledger) HandlerStart(id int64, node, inst int, at time.Time) bool {
 	}
 	r := l.recs[id]
 	r.Runs++
-	r.Node, r.NodeInst, r.StartMs, r.EndMs = node, inst, l.ms(at), 0
+	r.Node, r.NodeInst, r.StartMs, r.EndMs = node, inst, l.Ms(at), 0
 	l.running[id] = r
 	return true
 }
@@ -149,7 +153,7 @@ func (l *Ledger) HandlerEnd(id int64, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if r, ok := l.running[id]; ok {
-		r.EndMs = l.ms(at)
+		r.EndMs = l.Ms(at)
 		delete(l.running, id)
 	}
 }
@@ -231,4 +235,14 @@ func (l *Ledger) Accounting() Accounting {
 	doubles := append([]string(nil), l.doubles...)
 	l.mu.Unlock()
 	return Account(l.Records(), doubles)
+}
+
+// Content is what request id sends: its node reads the id back
+// (ParseContent) to tell the ledger which request it runs.
+func Content(id int64) string { return "request " + strconv.FormatInt(id, 10) }
+
+// ParseContent is the id of the request whose content is s, if it is one.
+func ParseContent(s string) (int64, bool) {
+	id, err := strconv.ParseInt(strings.TrimPrefix(s, "request "), 10, 64)
+	return id, err == nil
 }

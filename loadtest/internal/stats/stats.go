@@ -1,8 +1,9 @@
-package main
+package stats
 
 import (
 	"math"
 	"slices"
+	"time"
 )
 
 // Percentile returns the p-th percentile (0 < p ≤ 100) of vals by the
@@ -55,13 +56,13 @@ func Summarise(vals []float64) Dist {
 	}
 	return Dist{
 		N:    len(s),
-		Min:  round3(s[0]),
-		Mean: round3(sum / float64(len(s))),
-		P50:  round3(percentileSorted(s, 50)),
-		P90:  round3(percentileSorted(s, 90)),
-		P95:  round3(percentileSorted(s, 95)),
-		P99:  round3(percentileSorted(s, 99)),
-		Max:  round3(s[len(s)-1]),
+		Min:  Round3(s[0]),
+		Mean: Round3(sum / float64(len(s))),
+		P50:  Round3(percentileSorted(s, 50)),
+		P90:  Round3(percentileSorted(s, 90)),
+		P95:  Round3(percentileSorted(s, 95)),
+		P99:  Round3(percentileSorted(s, 99)),
+		Max:  Round3(s[len(s)-1]),
 	}
 }
 
@@ -121,9 +122,14 @@ func Histogram(vals []float64, lo, hi float64, n int) []Bucket {
 	return b
 }
 
-func round3(v float64) float64 {
+// Round3 rounds v to three decimals (microseconds, for a figure in
+// milliseconds); NaN and infinities, which JSON cannot carry, become 0.
+func Round3(v float64) float64 {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return 0
 	}
 	return math.Round(v*1000) / 1000
 }
+
+// Ms is d in milliseconds, the unit of every figure of the report.
+func Ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,18 +1,14 @@
-package main
+package ledger
 
 import (
-	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/switchyard-dev/switchyard/sdk"
 )
 
 func TestLedgerEveryRequestHasExactlyOneOutcome(t *testing.T) {
 	t0 := time.Now()
-	l := NewLedger(t0)
+	l := New(t0)
 	var wg sync.WaitGroup
 	outcomes := []string{OutcomeOK, OutcomeError, OutcomeLost, OutcomeFailed}
 	for i := range 400 {
@@ -50,7 +46,7 @@ func TestLedgerEveryRequestHasExactlyOneOutcome(t *testing.T) {
 
 func TestLedgerCatchesASecondOutcomeAndAMissingOne(t *testing.T) {
 	t0 := time.Now()
-	l := NewLedger(t0)
+	l := New(t0)
 	a := l.Open(KindPlain, PhaseSteady, 0, t0)
 	l.Open(KindStream, PhaseSteady, 1, t0) // never closed
 	l.Close(a, t0.Add(time.Second), Answer{Outcome: OutcomeOK})
@@ -69,7 +65,7 @@ func TestLedgerCatchesASecondOutcomeAndAMissingOne(t *testing.T) {
 
 func TestLedgerDuplicateExecution(t *testing.T) {
 	t0 := time.Now()
-	l := NewLedger(t0)
+	l := New(t0)
 	r := l.Open(KindPlain, PhaseSteady, 0, t0)
 	l.HandlerStart(r.ID, 1, 0, t0)
 	l.HandlerStart(r.ID, 2, 1, t0)
@@ -84,7 +80,7 @@ func TestLedgerDuplicateExecution(t *testing.T) {
 
 func TestLedgerRunningOn(t *testing.T) {
 	t0 := time.Now()
-	l := NewLedger(t0)
+	l := New(t0)
 	local := l.Open(KindPlain, PhaseSteady, 1, t0)  // sent to 1, runs on 1: not counted
 	remote := l.Open(KindPlain, PhaseSteady, 0, t0) // sent to 0, runs on 1: counted
 	other := l.Open(KindPlain, PhaseSteady, 1, t0)  // sent to 1, runs on 0
@@ -97,34 +93,5 @@ func TestLedgerRunningOn(t *testing.T) {
 	l.HandlerEnd(remote.ID, t0)
 	if n := l.RunningOn(1); n != 0 {
 		t.Errorf("after the handler returned, RunningOn(1) = %d, want 0", n)
-	}
-}
-
-func TestClassifyAnswer(t *testing.T) {
-	for _, tc := range []struct {
-		name             string
-		res              *sdk.TaskResult
-		err              error
-		aborted, expired bool
-		want             Answer
-	}{
-		{"result", &sdk.TaskResult{Status: "completed", ProcessingTimeMs: 120, NodeID: "n"}, nil, false, false,
-			Answer{Outcome: OutcomeOK, Status: 200, ProcMs: 120, NodeID: "n"}},
-		{"failed task", &sdk.TaskResult{Status: "failed", Result: "boom"}, nil, false, false,
-			Answer{Outcome: OutcomeFailed, Status: 200, Code: "failed", Message: "boom"}},
-		{"HTTP error", nil, &sdk.APIError{Status: 502, Code: "node_disconnected", Message: "gone"}, false, false,
-			Answer{Outcome: OutcomeError, Status: 502, Code: "node_disconnected", Message: "gone"}},
-		{"error event in a stream", nil, fmt.Errorf("wrapped: %w", &sdk.APIError{Status: 200, Code: "timeout"}), false, false,
-			Answer{Outcome: OutcomeError, Status: 200, Code: "timeout"}},
-		{"deadline passed", nil, errors.New("context deadline exceeded"), false, true,
-			Answer{Outcome: OutcomeLost, Message: "no outcome by the deadline plus the grace period"}},
-		{"interrupted", nil, errors.New("context canceled"), true, true,
-			Answer{Outcome: OutcomeAborted, Message: "context canceled"}},
-		{"connection dropped", nil, errors.New("EOF"), false, false,
-			Answer{Outcome: OutcomeError, Code: CodeTransport, Message: "EOF"}},
-	} {
-		if got := classifyAnswer(tc.res, tc.err, 0, tc.aborted, tc.expired); got != tc.want {
-			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
-		}
 	}
 }
