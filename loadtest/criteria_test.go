@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
 )
@@ -34,12 +35,12 @@ func steadyRun(n int, overheads []float64, f FaultReport, extra ...*ledger.Recor
 		r.ID = int64(len(recs))
 		recs = append(recs, r)
 	}
-	insts := make([]*Instance, n)
-	samples := make([][]Sample, n)
+	insts := make([]*cluster.Instance, n)
+	samples := make([][]cluster.Sample, n)
 	for i := range insts {
-		insts[i] = &Instance{Index: i, Name: "i" + string(rune('1'+i)), PID: 100 + i}
+		insts[i] = &cluster.Instance{Index: i, Name: "i" + string(rune('1'+i)), PID: 100 + i}
 		for s := 0; s <= 120; s++ {
-			samples[i] = append(samples[i], Sample{T: float64(s), CPU: 5, RSSKiB: 30000})
+			samples[i] = append(samples[i], cluster.Sample{T: float64(s), CPU: 5, RSSKiB: 30000})
 		}
 	}
 	ph := Phases{SteadyStart: 10, SteadyEnd: 110, End: 111}
@@ -116,9 +117,9 @@ func TestEvaluateMemory(t *testing.T) {
 	}
 	// A leak: RSS rises 10% across the steady phase.
 	insts := run.Members
-	var s []Sample
+	var s []cluster.Sample
 	for i := 0; i <= 120; i++ {
-		s = append(s, Sample{T: float64(i), RSSKiB: 30000 + int64(i)*30})
+		s = append(s, cluster.Sample{T: float64(i), RSSKiB: 30000 + int64(i)*30})
 	}
 	res := resourcesOf(testCfg(), insts[0], s, run.Phases, run.Fault, false, 0, 0)
 	run.Resources = []Resources{res}
@@ -139,21 +140,21 @@ func TestEvaluateMemory(t *testing.T) {
 func TestMemorySegmentsLeaveOutTheFault(t *testing.T) {
 	// RSS jumps when the victim's nodes move in at 60 s, flat otherwise:
 	// no growth within either stretch.
-	var s []Sample
+	var s []cluster.Sample
 	for i := 0; i <= 120; i++ {
 		rss := int64(30000)
 		if i >= 61 {
 			rss = 33000
 		}
-		s = append(s, Sample{T: float64(i), RSSKiB: rss})
+		s = append(s, cluster.Sample{T: float64(i), RSSKiB: rss})
 	}
 	f := FaultReport{Kind: config.FaultKill, Instance: 1, AtMs: 60000}
 	from, to, _ := faultWindow(f, 5000)
-	res := resourcesOf(testCfg(), &Instance{Index: 0, Name: "survivor"}, s, Phases{SteadyStart: 0, SteadyEnd: 120}, f, true, from/1000, to/1000)
+	res := resourcesOf(testCfg(), &cluster.Instance{Index: 0, Name: "survivor"}, s, Phases{SteadyStart: 0, SteadyEnd: 120}, f, true, from/1000, to/1000)
 	if len(res.Segments) != 2 || !res.MemJudged || res.MemGrowth != 0 {
 		t.Errorf("segments %+v, growth %g", res.Segments, res.MemGrowth)
 	}
-	victim := resourcesOf(testCfg(), &Instance{Index: 1, Name: "victim"}, s[:60], Phases{SteadyStart: 0, SteadyEnd: 120}, f, true, from/1000, to/1000)
+	victim := resourcesOf(testCfg(), &cluster.Instance{Index: 1, Name: "victim"}, s[:60], Phases{SteadyStart: 0, SteadyEnd: 120}, f, true, from/1000, to/1000)
 	if len(victim.Segments) != 1 {
 		t.Errorf("the killed instance has one stretch, before the kill: %+v", victim.Segments)
 	}

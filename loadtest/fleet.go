@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
 	"github.com/switchyard-dev/switchyard/sdk"
@@ -23,7 +24,7 @@ import (
 // stream) and tell the ledger which request they are running, where.
 type fleet struct {
 	cfg    config.Config
-	insts  []*Instance
+	insts  []*cluster.Instance
 	keys   []string
 	ledger *ledger.Ledger
 	plain  string // capability of plain tasks
@@ -50,9 +51,9 @@ type simNode struct {
 	done   chan struct{}
 }
 
-func newFleet(cfg config.Config, c *cluster, ledger *ledger.Ledger, runID string) *fleet {
+func newFleet(cfg config.Config, c *cluster.Cluster, l *ledger.Ledger, runID string) *fleet {
 	return &fleet{
-		cfg: cfg, insts: c.insts, keys: c.nodeKeys, ledger: ledger,
+		cfg: cfg, insts: c.Instances(), keys: c.NodeKeys(), ledger: l,
 		plain: "loadtest." + runID + ".plain", stream: "loadtest." + runID + ".stream",
 		idle: "loadtest." + runID + ".idle", prefix: "lt-" + runID + "-", ids: map[string]int{},
 		local: cfg.LocalNodes(),
@@ -199,35 +200,16 @@ func (f *fleet) awaitDirectory(ctx context.Context, limit time.Duration) error {
 		every = 500 * time.Millisecond
 	}
 	for _, in := range f.insts {
-		if err := awaitListed(ctx, hc, in, f.plain, f.local, every); err != nil {
+		if err := in.AwaitListed(ctx, hc, f.plain, f.local, every); err != nil {
 			return fmt.Errorf("%w after %v", err, limit)
 		}
 		if f.local < f.cfg.Nodes {
-			if err := awaitListed(ctx, hc, in, f.idle, f.cfg.Nodes-f.local, every); err != nil {
+			if err := in.AwaitListed(ctx, hc, f.idle, f.cfg.Nodes-f.local, every); err != nil {
 				return fmt.Errorf("%w after %v (the helper processes' nodes)", err, limit)
 			}
 		}
 	}
 	return nil
-}
-
-// awaitListed waits until instance in lists at least want nodes with
-// capability, asking every so often, until ctx ends.
-func awaitListed(ctx context.Context, hc *http.Client, in *Instance, capability string, want int, every time.Duration) error {
-	c := sdk.NewClient(in.URL, "", sdk.WithHTTPClient(hc))
-	for {
-		ns, err := c.Nodes(ctx, capability)
-		if err == nil && len(ns) >= want {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%s lists %d of %d nodes (%v)", in.Name, len(ns), want, err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(every):
-		}
-	}
 }
 
 // homedOn returns the nodes currently connected to instance inst.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
 )
@@ -170,7 +171,7 @@ func fleetRunReport(idleCPU, idleRedis float64, shared bool) *RunReport {
 		Idle: win(25, 85, idleCPU, idleRedis), Loaded: win(85, 145, 9, 4000)}
 	run.Fleet.Loaded.Sent = len(run.Records)
 	for s := 25; s <= 145; s++ {
-		run.Fleet.RedisSeries = append(run.Fleet.RedisSeries, RedisSample{T: float64(s), PerSec: idleRedis})
+		run.Fleet.RedisSeries = append(run.Fleet.RedisSeries, cluster.RedisSample{T: float64(s), PerSec: idleRedis})
 	}
 	return run
 }

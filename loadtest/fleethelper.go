@@ -8,15 +8,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/sdk"
 	"github.com/switchyard-dev/switchyard/sdk/handlers"
@@ -50,31 +49,6 @@ type helperProc struct {
 	done       chan struct{}
 }
 
-// startChild starts this binary with args as a child process of the load
-// test (a fleet helper, the sweep's floor server): its stderr is the load
-// test's, it is told to stop by the closing of its stdin, and it is killed
-// if the load test ends first, whatever way it ends.
-func startChild(args ...string) (cmd *exec.Cmd, stdin io.WriteCloser, stdout io.ReadCloser, err error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	cmd = exec.Command(self, args...)
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdout, err = cmd.StdoutPipe()
-	if err == nil {
-		stdin, err = cmd.StdinPipe()
-	}
-	if err == nil {
-		err = cmd.Start()
-	}
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return cmd, stdin, stdout, nil
-}
-
 // startHelpers starts the helper processes for nodes from..nodes-1.
 func startHelpers(spec helperSpec, nodes, per int) ([]*helperProc, error) {
 	var hs []*helperProc
@@ -85,7 +59,7 @@ func startHelpers(spec helperSpec, nodes, per int) ([]*helperProc, error) {
 		h := &helperProc{spec: s, done: make(chan struct{})}
 		var out io.ReadCloser
 		var err error
-		h.cmd, h.stdin, out, err = startChild(fleetHelperArg, string(arg))
+		h.cmd, h.stdin, out, err = cluster.StartChild(fleetHelperArg, string(arg))
 		if err != nil {
 			stopHelpers(hs)
 			return nil, fmt.Errorf("fleet helper for nodes %d-%d: %w", s.From, s.To-1, err)
@@ -133,7 +107,7 @@ func runFleetHelper(arg string, stdin io.Reader, stdout io.Writer) error {
 	if len(s.URLs) == 0 || len(s.Keys) == 0 || s.To <= s.From || s.Rate <= 0 {
 		return errors.New("fleet-helper: the spec needs urls, keys, from < to and a rate")
 	}
-	if err := raiseFileLimit(config.Config{Nodes: s.To - s.From}); err != nil {
+	if err := cluster.RaiseFileLimit(config.Config{Nodes: s.To - s.From}); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())

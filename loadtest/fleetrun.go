@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
@@ -23,11 +24,11 @@ type FleetReport struct {
 	ListedS          float64 `json:"listed_s"`     // first connect → every instance lists every node
 	// Redis names the Redis measured; RedisShared: not started by the load
 	// test, so other clients' commands count too.
-	Redis       string        `json:"redis"`
-	RedisShared bool          `json:"redis_shared"`
-	Idle        Window        `json:"idle"`
-	Loaded      Window        `json:"loaded"`
-	RedisSeries []RedisSample `json:"redis_samples,omitempty"` // commands/s every second, both windows
+	Redis       string                `json:"redis"`
+	RedisShared bool                  `json:"redis_shared"`
+	Idle        Window                `json:"idle"`
+	Loaded      Window                `json:"loaded"`
+	RedisSeries []cluster.RedisSample `json:"redis_samples,omitempty"` // commands/s every second, both windows
 }
 
 // Window is one measured stretch of a fleet run.
@@ -87,14 +88,14 @@ type snapshot struct {
 // fleetRun drives the fleet profile's windows around the runner.
 type fleetRun struct {
 	cfg    config.Config
-	c      *cluster
+	c      *cluster.Cluster
 	r      *runner
-	s      *sampler
+	s      *cluster.Sampler
 	ledger *ledger.Ledger
 	t0     time.Time
 	pids   []int // instances (0 for a --target), then this process
 
-	meter     *redisMeter
+	meter     *cluster.RedisMeter
 	stopMeter context.CancelFunc
 	wg        sync.WaitGroup
 
@@ -103,10 +104,10 @@ type fleetRun struct {
 	loadedFrom, loadedTo snapshot
 }
 
-func newFleetRun(cfg config.Config, c *cluster, r *runner, s *sampler, ledger *ledger.Ledger, t0 time.Time, pids []int, f *fleet) *fleetRun {
-	fr := &fleetRun{cfg: cfg, c: c, r: r, s: s, ledger: ledger, t0: t0, pids: pids}
+func newFleetRun(cfg config.Config, c *cluster.Cluster, r *runner, s *cluster.Sampler, l *ledger.Ledger, t0 time.Time, pids []int, f *fleet) *fleetRun {
+	fr := &fleetRun{cfg: cfg, c: c, r: r, s: s, ledger: l, t0: t0, pids: pids}
 	fr.rep = FleetReport{Nodes: cfg.Nodes, ConnectRate: cfg.ConnectRate, Redis: cfg.RedisURL, RedisShared: !cfg.RedisCluster}
-	for i := range c.insts {
+	for i := range c.Instances() {
 		fr.rep.NodesPerInstance = append(fr.rep.NodesPerInstance, f.countOn(i))
 	}
 	return fr
@@ -116,11 +117,11 @@ func newFleetRun(cfg config.Config, c *cluster, r *runner, s *sampler, ledger *l
 // lines, and measures the window. The Redis meter runs from here until
 // finish.
 func (fr *fleetRun) idle(ctx context.Context) {
-	if fr.c.rdb != nil {
-		fr.meter = newRedisMeter(fr.c.rdb, fr.t0)
+	if fr.c.Redis() != nil {
+		fr.meter = cluster.NewRedisMeter(fr.c.Redis(), fr.t0)
 		mctx, cancel := context.WithCancel(ctx)
 		fr.stopMeter = cancel
-		fr.wg.Go(func() { fr.meter.run(mctx) })
+		fr.wg.Go(func() { fr.meter.Run(mctx) })
 	}
 	fr.r.extra = fr.progressExtra
 	if fr.cfg.Settle > 0 {
@@ -146,7 +147,7 @@ func (fr *fleetRun) wait(ctx context.Context, phase string, d time.Duration) boo
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	defer fr.r.endLine()
-	n := len(fr.c.insts)
+	n := len(fr.c.Instances())
 	for {
 		left := time.Until(end)
 		if left <= 0 {
@@ -169,18 +170,18 @@ func (fr *fleetRun) wait(ctx context.Context, phase string, d time.Duration) boo
 func (fr *fleetRun) progressExtra() string {
 	var b strings.Builder
 	b.WriteString("cpu")
-	for i := range fr.c.insts {
-		if x, ok := fr.s.latest(i); ok {
+	for i := range fr.c.Instances() {
+		if x, ok := fr.s.Latest(i); ok {
 			fmt.Fprintf(&b, " %.1f%%", x.CPU)
 		} else {
 			b.WriteString(" —")
 		}
 	}
-	if x, ok := fr.s.latest(len(fr.pids) - 1); ok {
+	if x, ok := fr.s.Latest(len(fr.pids) - 1); ok {
 		fmt.Fprintf(&b, " (load test %.0f%%)", x.CPU)
 	}
 	if fr.meter != nil {
-		if v := fr.meter.latest(); v >= 0 {
+		if v := fr.meter.Latest(); v >= 0 {
 			fmt.Fprintf(&b, "  redis %.0f cmd/s", v)
 		}
 	}
@@ -202,15 +203,15 @@ func (fr *fleetRun) steadyEnd(ctx context.Context) func() {
 func (fr *fleetRun) snapshot(ctx context.Context) snapshot {
 	sn := snapshot{taken: true, at: time.Now(), cpu: make([]time.Duration, len(fr.pids)),
 		rss: make([]int64, len(fr.pids)), ok: make([]bool, len(fr.pids))}
-	if fr.c.rdb != nil {
-		sn.redis, sn.redisErr = redisCommands(ctx, fr.c.rdb)
+	if fr.c.Redis() != nil {
+		sn.redis, sn.redisErr = cluster.RedisCommands(ctx, fr.c.Redis())
 	}
 	for i, pid := range fr.pids {
-		if pid == 0 || (i < len(fr.c.insts) && fr.c.insts[i].Exited()) {
+		if pid == 0 || (i < len(fr.c.Instances()) && fr.c.Instances()[i].Exited()) {
 			continue
 		}
-		cpu, err1 := procCPU(pid)
-		rss, err2 := procRSS(pid)
+		cpu, err1 := cluster.ProcCPU(pid)
+		rss, err2 := cluster.ProcRSS(pid)
 		sn.cpu[i], sn.rss[i], sn.ok[i] = cpu, rss, err1 == nil && err2 == nil
 	}
 	// Read at the moment the figures were, not after Redis answered.
@@ -220,7 +221,7 @@ func (fr *fleetRun) snapshot(ctx context.Context) snapshot {
 
 // window computes a window's figures; samples (per pid, nil while the run
 // goes on) give each instance's busiest second.
-func (fr *fleetRun) window(a, b snapshot, samples [][]Sample) Window {
+func (fr *fleetRun) window(a, b snapshot, samples [][]cluster.Sample) Window {
 	w := Window{Busiest: -1}
 	if !a.taken || !b.taken {
 		return w
@@ -229,7 +230,7 @@ func (fr *fleetRun) window(a, b snapshot, samples [][]Sample) Window {
 	w.FromS, w.ToS = stats.Round3(a.at.Sub(fr.t0).Seconds()), stats.Round3(b.at.Sub(fr.t0).Seconds())
 	dt := b.at.Sub(a.at)
 	pct := func(i int) float64 { return stats.Round3(100 * float64(b.cpu[i]-a.cpu[i]) / float64(dt)) }
-	for i, in := range fr.c.insts {
+	for i, in := range fr.c.Instances() {
 		if fr.pids[i] == 0 {
 			continue // a --target: not ours to read
 		}
@@ -258,12 +259,12 @@ func (fr *fleetRun) window(a, b snapshot, samples [][]Sample) Window {
 		w.LoadGenCPU = pct(self)
 	}
 	switch {
-	case fr.c.rdb == nil:
+	case fr.c.Redis() == nil:
 		w.Redis.Error = "not measured: the --target instances' Redis is not known to the load test"
 	case a.redisErr != nil || b.redisErr != nil:
 		w.Redis.Error = fmt.Sprint(errorsOf(a.redisErr, b.redisErr))
 	default:
-		total, by := commandsBetween(a.redis, b.redis)
+		total, by := cluster.CommandsBetween(a.redis, b.redis)
 		w.Redis = RedisWindow{Measured: true, Servers: len(by), Commands: total, PerSec: stats.Round3(float64(total) / dt.Seconds()),
 			ByServer: map[string]float64{}}
 		for addr, n := range by {
@@ -302,11 +303,11 @@ func (fr *fleetRun) finish(registered, listed time.Duration, recs []*ledger.Reco
 	if fr.stopMeter != nil {
 		fr.stopMeter()
 		fr.wg.Wait()
-		fr.rep.RedisSeries = fr.meter.result()
+		fr.rep.RedisSeries = fr.meter.Result()
 	}
-	samples := make([][]Sample, len(fr.pids))
+	samples := make([][]cluster.Sample, len(fr.pids))
 	for i := range fr.pids {
-		samples[i] = fr.s.result(i)
+		samples[i] = fr.s.Result(i)
 	}
 	fr.rep.RegisteredS, fr.rep.ListedS = stats.Round3(registered.Seconds()), stats.Round3(listed.Seconds())
 	fr.rep.Idle = fr.window(fr.idleFrom, fr.idleTo, samples)

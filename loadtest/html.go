@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
@@ -61,8 +62,8 @@ pre{background:#f6f8fa;padding:8px;font-size:12px;overflow-x:auto}</style></head
 			b.WriteString(`<div class="chart" data-plot="redis">` + lineChart("Redis commands/s, every server together", "seconds", "commands/s", []series{rs}, marks) + "</div>\n")
 		}
 		if len(run.Resources) > 0 {
-			b.WriteString(resourceChart(run, marks, "CPU", "% of one core", func(s Sample) float64 { return s.CPU }))
-			b.WriteString(resourceChart(run, marks, "RSS", "MiB", func(s Sample) float64 { return float64(s.RSSKiB) / 1024 }))
+			b.WriteString(resourceChart(run, marks, "CPU", "% of one core", func(s cluster.Sample) float64 { return s.CPU }))
+			b.WriteString(resourceChart(run, marks, "RSS", "MiB", func(s cluster.Sample) float64 { return float64(s.RSSKiB) / 1024 }))
 		} else {
 			b.WriteString("<p>CPU and RSS: not measured (the instances were not started by this program).</p>\n")
 		}
@@ -178,7 +179,7 @@ func latencyHistogram(run *RunReport) string {
 
 // resourceChart plots one measure of every instance over time, and the
 // load test's own process dashed.
-func resourceChart(run *RunReport, marks []marker, what, unit string, f func(Sample) float64) string {
+func resourceChart(run *RunReport, marks []marker, what, unit string, f func(cluster.Sample) float64) string {
 	var ss []series
 	for i, res := range run.Resources {
 		s := series{name: res.Name, color: palette[i%len(palette)]}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
@@ -21,10 +22,10 @@ import (
 // streams, the fault, and the progress line.
 type runner struct {
 	cfg      config.Config
-	c        *cluster
+	c        *cluster.Cluster
 	ledger   *ledger.Ledger
 	fleet    *fleet
-	sampler  *sampler
+	sampler  *cluster.Sampler
 	progress io.Writer
 	tty      bool
 	t0       time.Time
@@ -80,22 +81,22 @@ type FaultReport struct {
 	Rehomed  int     `json:"rehomed_nodes"`         // nodes moved to the survivors
 }
 
-func newRunner(cfg config.Config, c *cluster, ledger *ledger.Ledger, f *fleet, s *sampler, progress io.Writer, t0 time.Time) *runner {
-	r := &runner{cfg: cfg, c: c, ledger: ledger, fleet: f, sampler: s, progress: progress, t0: t0,
+func newRunner(cfg config.Config, c *cluster.Cluster, l *ledger.Ledger, f *fleet, s *cluster.Sampler, progress io.Writer, t0 time.Time) *runner {
+	r := &runner{cfg: cfg, c: c, ledger: l, fleet: f, sampler: s, progress: progress, t0: t0,
 		counters: map[string]map[string]float64{}}
 	r.tty = isTerminal(progress)
 	// Enough idle connections that a steady 100/s never opens new ones.
 	r.hc = &http.Client{Transport: &http.Transport{
 		MaxIdleConns: 4096, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 30 * time.Second,
 	}}
-	for _, in := range c.insts {
+	for _, in := range c.Instances() {
 		var row []*sdk.Client
-		for _, k := range c.clientKeys {
+		for _, k := range c.ClientKeys() {
 			row = append(row, sdk.NewClient(in.URL, k, sdk.WithHTTPClient(r.hc)))
 		}
 		r.clients = append(r.clients, row)
 	}
-	all := make([]int, len(c.insts))
+	all := make([]int, len(c.Instances()))
 	for i := range all {
 		all[i] = i
 	}
@@ -122,7 +123,7 @@ func (r *runner) setPhase(p string) {
 func (r *runner) pick() (via, key int) {
 	i := r.rr.Add(1)
 	alive := *r.alive.Load()
-	return alive[i%uint64(len(alive))], int(i % uint64(len(r.c.clientKeys)))
+	return alive[i%uint64(len(alive))], int(i % uint64(len(r.c.ClientKeys())))
 }
 
 // send runs one request to its outcome and records it; it reports
@@ -179,15 +180,15 @@ func (r *runner) run(ctx context.Context) {
 	pctx, stopProgress := context.WithCancel(ctx)
 	var bg sync.WaitGroup
 	bg.Go(func() { r.progressLoop(pctx) })
-	for _, in := range r.c.insts {
-		if in.exited == nil {
+	for _, in := range r.c.Instances() {
+		if in.Done() == nil {
 			continue
 		}
 		bg.Go(func() {
 			select {
-			case <-in.exited:
+			case <-in.Done():
 				if int(r.signalled.Load()) != in.Index+1 {
-					r.event("%s exited unexpectedly (%v); its log: %s", in.Name, in.err, in.Log)
+					r.event("%s exited unexpectedly (%v); its log: %s", in.Name, in.Err(), in.Log)
 				}
 			case <-pctx.Done():
 			}
@@ -302,11 +303,11 @@ func (r *runner) run(ctx context.Context) {
 // scrapeAll reads the counters of every instance still running.
 func (r *runner) scrapeAll(ctx context.Context) map[string]map[string]float64 {
 	out := map[string]map[string]float64{}
-	for _, in := range r.c.insts {
+	for _, in := range r.c.Instances() {
 		if in.Exited() {
 			continue
 		}
-		if m, err := scrapeCounters(ctx, r.hc, in.URL); err == nil {
+		if m, err := cluster.ScrapeCounters(ctx, r.hc, in.URL); err == nil {
 			out[in.Name] = m
 		}
 	}
@@ -334,7 +335,7 @@ func (r *runner) injectFault(ctx context.Context, at, steadyEnd time.Time) {
 		if r.cfg.FaultInstance > 0 {
 			inFlight = r.ledger.RunningOn(v)
 		} else {
-			for i := range r.c.insts {
+			for i := range r.c.Instances() {
 				if n := r.ledger.RunningOn(i); n > inFlight {
 					v, inFlight = i, n
 				}
@@ -357,7 +358,7 @@ func (r *runner) injectFault(ctx context.Context, at, steadyEnd time.Time) {
 		}
 	}
 	r.alive.Store(&rest)
-	in := r.c.insts[v]
+	in := r.c.Instances()[v]
 	r.signalled.Store(int64(v + 1))
 	// The fault's time is taken before the signal, so everything it causes
 	// comes after it: a client of the victim can see its connection drop
@@ -366,9 +367,9 @@ func (r *runner) injectFault(ctx context.Context, at, steadyEnd time.Time) {
 	now := time.Now()
 	var err error
 	if r.fault.Kind == config.FaultKill {
-		err = in.kill()
+		err = in.Kill()
 	} else {
-		err = in.terminate()
+		err = in.Terminate()
 	}
 	r.mu.Lock()
 	r.fault.AtMs = r.ledger.Ms(now)
@@ -380,7 +381,7 @@ func (r *runner) injectFault(ctx context.Context, at, steadyEnd time.Time) {
 		return
 	}
 	if r.fault.Kind == config.FaultKill {
-		r.sampler.markGone(v)
+		r.sampler.MarkGone(v)
 		r.event("kill -9 %s (pid %d); %d tasks of other instances' requests running on its nodes", in.Name, in.PID, inFlight)
 	} else {
 		r.event("SIGTERM %s (pid %d): drain; %d tasks of other instances' requests running on its nodes", in.Name, in.PID, inFlight)
@@ -388,15 +389,15 @@ func (r *runner) injectFault(ctx context.Context, at, steadyEnd time.Time) {
 		// once the process is gone (the load balancer stops sending them
 		// there).
 		select {
-		case <-in.exited:
+		case <-in.Done():
 		case <-ctx.Done():
 			return
 		}
 		r.mu.Lock()
 		r.fault.ExitMs = r.ledger.Ms(time.Now())
 		r.fault.ExitErr = "exit status 0"
-		if in.err != nil {
-			r.fault.ExitErr = in.err.Error()
+		if in.Err() != nil {
+			r.fault.ExitErr = in.Err().Error()
 		}
 		r.mu.Unlock()
 		r.event("%s exited after draining (%s)", in.Name, r.fault.ExitErr)
@@ -422,7 +423,7 @@ func (r *runner) progressLoop(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	prev := r.ledger.Counts()
-	n := len(r.c.insts)
+	n := len(r.c.Instances())
 	for {
 		select {
 		case <-ctx.Done():
@@ -437,7 +438,7 @@ func (r *runner) progressLoop(ctx context.Context) {
 		r.mu.Lock()
 		fault := ""
 		if r.fault.AtMs > 0 {
-			fault = fmt.Sprintf("  %s %s at %.1fs", r.fault.Kind, r.c.insts[r.fault.Instance].Name, r.fault.AtMs/1000)
+			fault = fmt.Sprintf("  %s %s at %.1fs", r.fault.Kind, r.c.Instances()[r.fault.Instance].Name, r.fault.AtMs/1000)
 		}
 		r.mu.Unlock()
 		phase := *r.phase.Load()

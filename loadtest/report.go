@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
@@ -127,12 +128,12 @@ func hostInfo() Host {
 
 // RunReport is one configuration (a number of instances).
 type RunReport struct {
-	Instances int         `json:"instances"`
-	Members   []*Instance `json:"members"`
-	Rate      float64     `json:"rate"`
-	Phases    Phases      `json:"phases"`
-	Fault     FaultReport `json:"fault"`
-	Events    []Event     `json:"events"`
+	Instances int                 `json:"instances"`
+	Members   []*cluster.Instance `json:"members"`
+	Rate      float64             `json:"rate"`
+	Phases    Phases              `json:"phases"`
+	Fault     FaultReport         `json:"fault"`
+	Events    []Event             `json:"events"`
 
 	Accounting ledger.Accounting `json:"accounting"`
 	Errors     map[string]int    `json:"errors"`  // "<status> <code>" → count, every non-ok outcome
@@ -164,15 +165,15 @@ type RunReport struct {
 	Counters map[string]map[string]float64 `json:"switchyard_counters,omitempty"`
 
 	Resources []Resources      `json:"resources,omitempty"`
-	LoadGen   []Sample         `json:"loadgen,omitempty"` // the load test's own process
+	LoadGen   []cluster.Sample `json:"loadgen,omitempty"` // the load test's own process
 	Records   []*ledger.Record `json:"requests"`
 }
 
 // Resources is one instance's CPU and memory over the run.
 type Resources struct {
-	Instance int      `json:"instance"`
-	Name     string   `json:"name"`
-	Samples  []Sample `json:"samples"`
+	Instance int              `json:"instance"`
+	Name     string           `json:"name"`
+	Samples  []cluster.Sample `json:"samples"`
 	// Over the steady phase (until the kill, for a killed instance).
 	CPUMean   float64 `json:"cpu_mean"`
 	CPUMax    float64 `json:"cpu_max"`
@@ -201,8 +202,8 @@ type MemSegment struct {
 const minMemSamples = 5
 
 // buildRun computes the figures of one run from its records and samples.
-func buildRun(cfg config.Config, insts []*Instance, recs []*ledger.Record, doubles []string, fault FaultReport,
-	phases Phases, events []Event, samples [][]Sample, self []Sample, maxLag time.Duration) *RunReport {
+func buildRun(cfg config.Config, insts []*cluster.Instance, recs []*ledger.Record, doubles []string, fault FaultReport,
+	phases Phases, events []Event, samples [][]cluster.Sample, self []cluster.Sample, maxLag time.Duration) *RunReport {
 	rr := &RunReport{Instances: len(insts), Members: insts, Rate: cfg.Rate, Phases: phases, Fault: fault,
 		Events: events, Errors: map[string]int{}, Classes: map[string]int{}, Records: recs, LoadGen: self,
 		MaxLagMs: stats.Round3(stats.Ms(maxLag))}
@@ -278,14 +279,14 @@ func errorKey(r *ledger.Record) string {
 	return r.Outcome
 }
 
-func resourcesOf(cfg config.Config, in *Instance, s []Sample, ph Phases, f FaultReport, hasWindow bool, wFromS, wToS float64) Resources {
+func resourcesOf(cfg config.Config, in *cluster.Instance, s []cluster.Sample, ph Phases, f FaultReport, hasWindow bool, wFromS, wToS float64) Resources {
 	res := Resources{Instance: in.Index, Name: in.Name, Samples: s}
 	killed := f.Skipped == "" && f.Kind != config.FaultNone && f.Instance == in.Index
 	end := ph.SteadyEnd
 	if killed && f.AtMs > 0 {
 		end = min(end, f.AtMs/1000)
 	}
-	var steady []Sample
+	var steady []cluster.Sample
 	for _, x := range s {
 		if x.T >= ph.SteadyStart && x.T <= end {
 			steady = append(steady, x)

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
 )
@@ -33,7 +34,7 @@ func Run(ctx context.Context, cfg config.Config, progress io.Writer) (*Report, e
 	if !cfg.Spawn() {
 		rep.Mode = "target"
 	}
-	if err := raiseFileLimit(cfg); err != nil {
+	if err := cluster.RaiseFileLimit(cfg); err != nil {
 		return nil, err
 	}
 
@@ -59,7 +60,7 @@ func Run(ctx context.Context, cfg config.Config, progress io.Writer) (*Report, e
 		bin = cfg.Switchyard
 		if bin == "" {
 			fmt.Fprintln(progress, "building switchyard (go build ./cmd/switchyard)…")
-			if bin, err = buildSwitchyard(ctx, logDir); err != nil {
+			if bin, err = cluster.BuildSwitchyard(ctx, logDir); err != nil {
 				return nil, err
 			}
 		}
@@ -67,7 +68,7 @@ func Run(ctx context.Context, cfg config.Config, progress io.Writer) (*Report, e
 			// One cluster for every run of the invocation (each run has
 			// its own namespace), discarded at the end: on an error, an
 			// interrupt (SIGINT cancels ctx) or a normal exit.
-			rc, err := startRedisCluster(ctx, logDir, progress)
+			rc, err := cluster.StartRedisCluster(ctx, logDir, progress)
 			if err != nil {
 				return nil, err
 			}
@@ -77,7 +78,7 @@ func Run(ctx context.Context, cfg config.Config, progress io.Writer) (*Report, e
 		}
 	}
 	if cfg.NeedsInstances() {
-		rep.Redis = describeRedis(ctx, cfg)
+		rep.Redis = cluster.DescribeRedis(ctx, cfg)
 	}
 
 	if cfg.Sweep {
@@ -149,36 +150,36 @@ func notes(cfg config.Config) []string {
 
 // runOne runs one configuration of n instances.
 func runOne(ctx context.Context, cfg config.Config, n int, bin, logDir string, progress io.Writer) (*RunReport, error) {
-	var c *cluster
+	var c *cluster.Cluster
 	var err error
 	if cfg.Spawn() {
-		if c, err = startCluster(ctx, cfg, n, bin, logDir); err != nil {
+		if c, err = cluster.Start(ctx, cfg, n, bin, logDir); err != nil {
 			return nil, err
 		}
 	} else {
-		c = targetCluster(cfg, n)
+		c = cluster.Targets(cfg, n)
 	}
-	defer c.close()
+	defer c.Close()
 
 	t0 := time.Now()
 	pids := make([]int, 0, n+1)
-	for _, in := range c.insts {
+	for _, in := range c.Instances() {
 		pids = append(pids, in.PID)
 	}
 	pids = append(pids, os.Getpid())
-	s := newSampler(t0, pids)
+	s := cluster.NewSampler(t0, pids)
 	sctx, stopSampler := context.WithCancel(ctx)
 	var bg sync.WaitGroup
-	bg.Go(func() { s.run(sctx) })
+	bg.Go(func() { s.Run(sctx) })
 	defer func() {
 		stopSampler()
 		bg.Wait()
 	}()
 
-	ledger := ledger.New(t0)
-	f := newFleet(cfg, c, ledger, randHex(4))
+	l := ledger.New(t0)
+	f := newFleet(cfg, c, l, cluster.RandHex(4))
 	defer f.stop()
-	r := newRunner(cfg, c, ledger, f, s, progress, t0)
+	r := newRunner(cfg, c, l, f, s, progress, t0)
 	r.setPhase("connect")
 	connectStart := time.Now()
 	if err := f.start(ctx); err != nil {
@@ -209,7 +210,7 @@ func runOne(ctx context.Context, cfg config.Config, n int, bin, logDir string, p
 		cfg.Nodes, registered.Seconds(), cfg.ConnectRate, listed.Seconds())
 	var fr *fleetRun
 	if cfg.Fleet {
-		fr = newFleetRun(cfg, c, r, s, ledger, t0, pids, f)
+		fr = newFleetRun(cfg, c, r, s, l, t0, pids, f)
 		fr.idle(ctx)
 		r.onSteadyStart, r.onSteadyEnd = fr.steadyStart(ctx), fr.steadyEnd(ctx)
 	}
@@ -217,12 +218,12 @@ func runOne(ctx context.Context, cfg config.Config, n int, bin, logDir string, p
 
 	stopSampler()
 	bg.Wait()
-	samples := make([][]Sample, n)
+	samples := make([][]cluster.Sample, n)
 	for i := range n {
-		samples[i] = s.result(i)
+		samples[i] = s.Result(i)
 	}
-	recs := ledger.Records()
-	acc := ledger.Accounting()
+	recs := l.Records()
+	acc := l.Accounting()
 	// The node id in a result must be the node that ran the request
 	// (DESIGN §5, invariant 2: only the assigned connection answers).
 	var mismatched []int64
@@ -242,7 +243,7 @@ func runOne(ctx context.Context, cfg config.Config, n int, bin, logDir string, p
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rr := buildRun(cfg, c.insts, recs, acc.Doubles, r.fault, r.marks, r.events, samples, s.result(n), time.Duration(r.maxLag.Load()))
+	rr := buildRun(cfg, c.Instances(), recs, acc.Doubles, r.fault, r.marks, r.events, samples, s.Result(n), time.Duration(r.maxLag.Load()))
 	rr.Counters = r.counters
 	if fr != nil {
 		rr.Fleet = fr.finish(registered, listed, recs)

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
 	"github.com/switchyard-dev/switchyard/sdk"
@@ -24,7 +25,7 @@ import (
 func runSweep(ctx context.Context, cfg config.Config, bin, logDir string, progress io.Writer) (*SweepReport, error) {
 	s := &SweepReport{Modes: cfg.Modes, Rates: cfg.Rates, WarmupS: config.SweepWarmup.Seconds(), CountedS: cfg.Duration.Seconds(),
 		Nodes: cfg.Nodes, NodeConcurrency: cfg.NodeConcurrency, LateMs: stats.Ms(config.SweepLate), KneeMs: config.SweepKneeMs,
-		Members: map[string][]*Instance{}, Counters: map[string]map[string]map[string]float64{}}
+		Members: map[string][]*cluster.Instance{}, Counters: map[string]map[string]map[string]float64{}}
 	defer s.finish()
 	for _, mode := range cfg.Modes {
 		fmt.Fprintf(progress, "== sweep: %s ==\n", mode)
@@ -80,17 +81,17 @@ func (s *SweepReport) runSwitchyard(ctx context.Context, cfg config.Config, mode
 	if mode == config.ModeCross {
 		n = 2
 	}
-	c, err := startCluster(ctx, cfg, n, bin, logDir)
+	c, err := cluster.Start(ctx, cfg, n, bin, logDir)
 	if err != nil {
 		return err
 	}
-	defer c.close()
-	home, via := c.insts[0], c.insts[n-1]
-	s.Members[mode] = c.insts
+	defer c.Close()
+	home, via := c.Instances()[0], c.Instances()[n-1]
+	s.Members[mode] = c.Instances()
 
-	capability := "loadtest." + randHex(4) + ".echo"
+	capability := "loadtest." + cluster.RandHex(4) + ".echo"
 	start := time.Now()
-	nodes, err := startEchoNodes(ctx, cfg, home.WSURL(), c.nodeKeys, capability)
+	nodes, err := startEchoNodes(ctx, cfg, home.WSURL(), c.NodeKeys(), capability)
 	if err != nil {
 		return err
 	}
@@ -101,7 +102,7 @@ func (s *SweepReport) runSwitchyard(ctx context.Context, cfg config.Config, mode
 	hc, dials := sweepHTTPClient()
 	defer hc.CloseIdleConnections()
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = awaitListed(lctx, hc, via, capability, cfg.Nodes, 50*time.Millisecond)
+	err = via.AwaitListed(lctx, hc, capability, cfg.Nodes, 50*time.Millisecond)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("%w after 30s", err)
@@ -110,24 +111,24 @@ func (s *SweepReport) runSwitchyard(ctx context.Context, cfg config.Config, mode
 		mode, cfg.Nodes, home.Name, via.Name, time.Since(start).Seconds(), via.Name)
 
 	before := map[string]map[string]float64{}
-	for _, in := range c.insts {
-		if m, err := scrapeCounters(ctx, hc, in.URL); err == nil {
+	for _, in := range c.Instances() {
+		if m, err := cluster.ScrapeCounters(ctx, hc, in.URL); err == nil {
 			before[in.Name] = m
 		}
 	}
 	target := &switchyardTarget{taskType: capability}
-	for _, k := range c.clientKeys {
+	for _, k := range c.ClientKeys() {
 		target.clients = append(target.clients, sdk.NewClient(via.URL, k, sdk.WithHTTPClient(hc)))
 	}
 	s.steps(ctx, cfg, mode, target, dials, progress)
 
 	s.Counters[mode] = map[string]map[string]float64{}
-	for _, in := range c.insts {
+	for _, in := range c.Instances() {
 		if in.Exited() {
-			s.Exited = append(s.Exited, fmt.Sprintf("%s (%s mode) exited unexpectedly (%v); its log: %s", in.Name, mode, in.err, in.Log))
+			s.Exited = append(s.Exited, fmt.Sprintf("%s (%s mode) exited unexpectedly (%v); its log: %s", in.Name, mode, in.Err(), in.Log))
 			continue
 		}
-		m, err := scrapeCounters(ctx, hc, in.URL)
+		m, err := cluster.ScrapeCounters(ctx, hc, in.URL)
 		if err != nil {
 			continue
 		}
@@ -197,7 +198,7 @@ type echoNodes struct {
 func startEchoNodes(ctx context.Context, cfg config.Config, wsURL string, keys []string, capability string) (*echoNodes, error) {
 	nctx, cancel := context.WithCancel(ctx)
 	e := &echoNodes{want: cfg.Nodes, cancel: cancel}
-	prefix := "sweep-" + randHex(3) + "-"
+	prefix := "sweep-" + cluster.RandHex(3) + "-"
 	for i := range cfg.Nodes {
 		node, err := sdk.NewNode(sdk.NodeConfig{
 			URL: wsURL, APIKey: keys[i%len(keys)], Name: prefix + strconv.Itoa(i),

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
 )
@@ -120,7 +121,7 @@ func TestSweepKnee(t *testing.T) {
 func sweepReport() *SweepReport {
 	s := &SweepReport{Modes: []string{config.ModeNATS, config.ModeLocal, config.ModeCross}, Rates: []float64{1000, 2500, 5000, 10000},
 		WarmupS: 1, CountedS: 10, Nodes: 20, NodeConcurrency: 4, LateMs: 10, KneeMs: 10, NATSClient: natsClientNote,
-		Members: map[string][]*Instance{config.ModeLocal: {{Name: "l-1", PID: 1}}, config.ModeCross: {{Name: "c-1", PID: 2}, {Index: 1, Name: "c-2", PID: 3}}}}
+		Members: map[string][]*cluster.Instance{config.ModeLocal: {{Name: "l-1", PID: 1}}, config.ModeCross: {{Name: "c-1", PID: 2}, {Index: 1, Name: "c-2", PID: 3}}}}
 	for i, r := range s.Rates {
 		s.Rows = append(s.Rows, sweepRow(config.ModeNATS, r, 0.5+float64(i)))
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/google/uuid"
 
+	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/sdk"
 )
@@ -227,7 +228,7 @@ func startFloor() (*floorProc, error) {
 	p := &floorProc{}
 	var out io.ReadCloser
 	var err error
-	if p.cmd, p.stdin, out, err = startChild(floorServerArg); err != nil {
+	if p.cmd, p.stdin, out, err = cluster.StartChild(floorServerArg); err != nil {
 		return nil, fmt.Errorf("floor server: %w", err)
 	}
 	line, err := bufio.NewReader(out).ReadString('\n')
@@ -260,7 +261,7 @@ func (s *SweepReport) runFloor(ctx context.Context, cfg config.Config, progress 
 		return err
 	}
 	defer p.stop()
-	capability := "loadtest." + randHex(4) + ".echo"
+	capability := "loadtest." + cluster.RandHex(4) + ".echo"
 	nodes, err := startEchoNodes(ctx, cfg, "ws"+strings.TrimPrefix(p.url, "http")+"/ws/node", []string{"floor"}, capability)
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 )
 
 // natsBaseline is the sweep's yardstick: an embedded nats-server on a
@@ -36,7 +37,7 @@ func startNATS(workers int) (_ *natsBaseline, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("nats-server: %w", err)
 	}
-	b := &natsBaseline{srv: srv, subject: "loadtest.sweep.echo." + randHex(4)}
+	b := &natsBaseline{srv: srv, subject: "loadtest.sweep.echo." + cluster.RandHex(4)}
 	defer func() {
 		if err != nil {
 			b.close()

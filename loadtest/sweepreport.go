@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
 )
@@ -28,7 +29,7 @@ type SweepReport struct {
 	Knees map[string]float64 `json:"knees"`
 	// Members are the instances of each switchyard mode; Counters their
 	// switchyard counters over the mode (end minus start).
-	Members  map[string][]*Instance                   `json:"members,omitempty"`
+	Members  map[string][]*cluster.Instance           `json:"members,omitempty"`
 	Counters map[string]map[string]map[string]float64 `json:"switchyard_counters,omitempty"`
 	// Exited names the instances that exited while their mode ran.
 	Exited []string `json:"exited,omitempty"`

@@ -1,4 +1,4 @@
-package main
+package cluster
 
 import (
 	"bufio"
@@ -28,9 +28,9 @@ var counterFamilies = []string{
 	"switchyard_store_dropped_total",
 }
 
-// scrapeCounters reads an instance's /metrics and returns the non-zero
+// ScrapeCounters reads an instance's /metrics and returns the non-zero
 // series of counterFamilies, by their full name with labels.
-func scrapeCounters(ctx context.Context, hc *http.Client, baseURL string) (map[string]float64, error) {
+func ScrapeCounters(ctx context.Context, hc *http.Client, baseURL string) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/metrics", nil)

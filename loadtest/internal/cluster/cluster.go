@@ -1,4 +1,4 @@
-package main
+package cluster
 
 import (
 	"bytes"
@@ -7,9 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -17,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,41 +22,10 @@ import (
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 )
 
-// Instance is one switchyard instance of a run.
-type Instance struct {
-	Index int    `json:"index"`
-	Name  string `json:"name"`
-	URL   string `json:"url"`
-	PID   int    `json:"pid,omitempty"` // 0 for a --target
-	Log   string `json:"log,omitempty"`
-
-	cmd    *exec.Cmd
-	exited chan struct{} // closed when the process has exited
-	err    error         // its exit status, once exited is closed
-}
-
-// WSURL is the node socket's address.
-func (in *Instance) WSURL() string {
-	return "ws" + strings.TrimPrefix(in.URL, "http") + "/ws/node"
-}
-
-// Exited reports whether a started instance's process has ended.
-func (in *Instance) Exited() bool {
-	if in.exited == nil {
-		return false
-	}
-	select {
-	case <-in.exited:
-		return true
-	default:
-		return false
-	}
-}
-
-// cluster is the instances of one configuration's run and the keys to use
+// Cluster is the instances of one configuration's run and the keys to use
 // them: started here (with their own Redis namespace and PostgreSQL
-// schema, removed afterwards) or given as targets.
-type cluster struct {
+// schema, removed by Close) or given as targets.
+type Cluster struct {
 	insts      []*Instance
 	clientKeys []string
 	nodeKeys   []string
@@ -71,24 +37,25 @@ type cluster struct {
 	pg     *pgx.Conn
 }
 
-// targetCluster uses the first n targets; nodes and clients share the keys.
-func targetCluster(cfg config.Config, n int) *cluster {
-	c := &cluster{clientKeys: cfg.APIKeys, nodeKeys: cfg.APIKeys}
+// Targets uses the first n of cfg's targets; nodes and clients share the
+// keys.
+func Targets(cfg config.Config, n int) *Cluster {
+	c := &Cluster{clientKeys: cfg.APIKeys, nodeKeys: cfg.APIKeys}
 	for i := range n {
 		c.insts = append(c.insts, &Instance{Index: i, Name: fmt.Sprintf("target-%d", i+1), URL: strings.TrimRight(cfg.Targets[i], "/")})
 	}
 	return c
 }
 
-// startCluster starts n instances of bin on free loopback ports, sharing a
+// Start starts n instances of bin on free loopback ports, sharing a
 // fresh Redis namespace and a fresh PostgreSQL schema, and creates the
 // accounts the nodes and clients use.
-func startCluster(ctx context.Context, cfg config.Config, n int, bin, logDir string) (_ *cluster, err error) {
-	id := randHex(5)
-	c := &cluster{ns: "loadtest-" + id, schema: "loadtest_" + id}
+func Start(ctx context.Context, cfg config.Config, n int, bin, logDir string) (_ *Cluster, err error) {
+	id := RandHex(5)
+	c := &Cluster{ns: "loadtest-" + id, schema: "loadtest_" + id}
 	defer func() {
 		if err != nil {
-			c.close()
+			c.Close()
 		}
 	}()
 
@@ -149,7 +116,7 @@ func startCluster(ctx context.Context, cfg config.Config, n int, bin, logDir str
 	return c, nil
 }
 
-func (c *cluster) startInstance(ctx context.Context, cfg config.Config, bin string, i int, logDir, dataDir string) (*Instance, error) {
+func (c *Cluster) startInstance(ctx context.Context, cfg config.Config, bin string, i int, logDir, dataDir string) (*Instance, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -192,51 +159,32 @@ func (c *cluster) startInstance(ctx context.Context, cfg config.Config, bin stri
 		close(in.exited)
 	}()
 	if err := waitReady(ctx, in, 30*time.Second); err != nil {
-		in.cmd.Process.Kill()
+		_ = in.Kill()
 		<-in.exited
 		return nil, fmt.Errorf("instance %d: %w\n%s", i+1, err, tail(in.Log, 20))
 	}
 	return in, nil
 }
 
-// waitReady polls the readiness endpoint until it answers 200.
-func waitReady(ctx context.Context, in *Instance, limit time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, limit)
-	defer cancel()
-	hc := &http.Client{Timeout: time.Second}
-	defer hc.CloseIdleConnections()
-	for {
-		if in.Exited() {
-			return fmt.Errorf("exited before it was ready (%v)", in.err)
-		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, in.URL+"/api/health", nil)
-		if resp, err := hc.Do(req); err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("not ready after %v", limit)
-		case <-time.After(50 * time.Millisecond): // another process: nothing to wait on but its answer
-		}
-	}
-}
+// Instances are the cluster's instances, in order.
+func (c *Cluster) Instances() []*Instance { return c.insts }
 
-// kill sends SIGKILL (kill -9) to an instance.
-func (in *Instance) kill() error { return in.cmd.Process.Signal(syscall.SIGKILL) }
+// ClientKeys are the API keys the clients spread over.
+func (c *Cluster) ClientKeys() []string { return c.clientKeys }
 
-// terminate sends SIGTERM: the instance drains and exits.
-func (in *Instance) terminate() error { return in.cmd.Process.Signal(syscall.SIGTERM) }
+// NodeKeys are the API keys the nodes spread over.
+func (c *Cluster) NodeKeys() []string { return c.nodeKeys }
 
-// close stops the instances (a drain, then a kill after 15 s) and removes
+// Redis is a client of the instances' Redis (a cluster client on a Redis
+// Cluster), or nil for targets, whose Redis is not known here.
+func (c *Cluster) Redis() redis.UniversalClient { return c.rdb }
+
+// Close stops the instances (a drain, then a kill after 15 s) and removes
 // the namespace and schema. It is safe to call on a half-built cluster.
-func (c *cluster) close() {
+func (c *Cluster) Close() {
 	for _, in := range c.insts {
 		if in.cmd != nil && !in.Exited() {
-			_ = in.terminate()
+			_ = in.Terminate()
 		}
 	}
 	for _, in := range c.insts {
@@ -246,7 +194,7 @@ func (c *cluster) close() {
 		select {
 		case <-in.exited:
 		case <-time.After(15 * time.Second):
-			_ = in.kill()
+			_ = in.Kill()
 			<-in.exited
 		}
 	}
@@ -314,7 +262,9 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func randHex(n int) string {
+// RandHex is n random bytes in hex: the names that keep one run's
+// namespace, schema, task types and nodes apart from another's.
+func RandHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
@@ -331,58 +281,4 @@ func tail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// buildSwitchyard builds cmd/switchyard of the module that contains the
-// working directory into dir.
-func buildSwitchyard(ctx context.Context, dir string) (string, error) {
-	root, err := moduleRoot()
-	if err != nil {
-		return "", err
-	}
-	out := filepath.Join(dir, "switchyard")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/switchyard")
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/switchyard in %s: %w\n%s", root, err, b)
-	}
-	return out, nil
-}
-
-// buildLoadtest builds this load test of the module that contains the
-// working directory into dir (its tests run the binary).
-func buildLoadtest(ctx context.Context, dir string) (string, error) {
-	root, err := moduleRoot()
-	if err != nil {
-		return "", err
-	}
-	out := filepath.Join(dir, "loadtest")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, ".")
-	cmd.Dir = filepath.Join(root, "loadtest") // a module of its own
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build in %s: %w\n%s", cmd.Dir, err, b)
-	}
-	return out, nil
-}
-
-// rootModule is the path of the module that holds cmd/switchyard.
-const rootModule = "github.com/switchyard-dev/switchyard"
-
-// moduleRoot finds the directory of the switchyard module's go.mod (not
-// the load test's own, nested one), from the working directory upwards.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.HasPrefix(bytes.TrimSpace(b), []byte("module "+rootModule+"\n")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("not inside the switchyard module, so switchyard cannot be built here: pass --switchyard PATH")
-		}
-		dir = parent
-	}
 }

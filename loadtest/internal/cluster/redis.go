@@ -1,4 +1,4 @@
-package main
+package cluster
 
 import (
 	"context"
@@ -35,14 +35,14 @@ func redisClient(cfg config.Config) (redis.UniversalClient, error) {
 	return redis.NewClient(opt), nil
 }
 
-// startRedisCluster starts the Redis Cluster of --redis-cluster: 3 masters,
+// StartRedisCluster starts the Redis Cluster of --redis-cluster: 3 masters,
 // redis-server processes on free loopback ports below 50000 (their bus
 // ports are +10000), no persistence, their directories (nodes.conf,
 // redis.log) under logDir. The caller stops it; the servers also die with
 // this process.
-func startRedisCluster(ctx context.Context, logDir string, progress io.Writer) (*redistest.Cluster, error) {
+func StartRedisCluster(ctx context.Context, logDir string, progress io.Writer) (*redistest.Cluster, error) {
 	fmt.Fprintln(progress, "starting a Redis Cluster of 3 masters (redis-server on free loopback ports)…")
-	rc, err := redistest.NewCluster(ctx, redistest.ClusterOptions{Dir: filepath.Join(logDir, "redis-cluster-"+randHex(3))})
+	rc, err := redistest.NewCluster(ctx, redistest.ClusterOptions{Dir: filepath.Join(logDir, "redis-cluster-"+RandHex(3))})
 	if errors.Is(err, redistest.ErrNoRedisServer) {
 		return nil, fmt.Errorf("--redis-cluster needs redis-server (Redis 7) on PATH: %w", err)
 	}
@@ -53,8 +53,8 @@ func startRedisCluster(ctx context.Context, logDir string, progress io.Writer) (
 	return rc, nil
 }
 
-// describeRedis is the report's line on the Redis the run used.
-func describeRedis(ctx context.Context, cfg config.Config) string {
+// DescribeRedis is the report's line on the Redis the run used.
+func DescribeRedis(ctx context.Context, cfg config.Config) string {
 	if !cfg.Spawn() {
 		return "the --target instances' own (not known to the load test)"
 	}
@@ -106,9 +106,9 @@ func forEachServer(ctx context.Context, rdb redis.UniversalClient, fn func(conte
 	return fmt.Errorf("unexpected Redis client %T", rdb)
 }
 
-// redisCommands reads total_commands_processed (INFO stats) of every
+// RedisCommands reads total_commands_processed (INFO stats) of every
 // server of rdb, by address.
-func redisCommands(ctx context.Context, rdb redis.UniversalClient) (map[string]int64, error) {
+func RedisCommands(ctx context.Context, rdb redis.UniversalClient) (map[string]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	var mu sync.Mutex
@@ -131,9 +131,9 @@ func redisCommands(ctx context.Context, rdb redis.UniversalClient) (map[string]i
 	return out, err
 }
 
-// commandsBetween is the commands each server processed from a to b (a
+// CommandsBetween is the commands each server processed from a to b (a
 // server missing from either, or restarted in between, is left out).
-func commandsBetween(a, b map[string]int64) (total int64, byServer map[string]int64) {
+func CommandsBetween(a, b map[string]int64) (total int64, byServer map[string]int64) {
 	byServer = map[string]int64{}
 	for addr, end := range b {
 		start, ok := a[addr]
@@ -161,10 +161,10 @@ type RedisSample struct {
 	PerSec float64 `json:"per_s"`
 }
 
-// redisMeter polls the commands every Redis server has processed once a
+// RedisMeter polls the commands every Redis server has processed once a
 // second, for the progress line and the timeline. Its own INFO is one
 // command per server per second.
-type redisMeter struct {
+type RedisMeter struct {
 	rdb redis.UniversalClient
 	t0  time.Time
 
@@ -176,11 +176,13 @@ type redisMeter struct {
 	err     error
 }
 
-func newRedisMeter(rdb redis.UniversalClient, t0 time.Time) *redisMeter {
-	return &redisMeter{rdb: rdb, t0: t0, rate: -1}
+// NewRedisMeter meters rdb's servers, its samples timed from t0.
+func NewRedisMeter(rdb redis.UniversalClient, t0 time.Time) *RedisMeter {
+	return &RedisMeter{rdb: rdb, t0: t0, rate: -1}
 }
 
-func (m *redisMeter) run(ctx context.Context) {
+// Run polls once a second until ctx ends.
+func (m *RedisMeter) Run(ctx context.Context) {
 	m.poll(ctx)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -194,8 +196,8 @@ func (m *redisMeter) run(ctx context.Context) {
 	}
 }
 
-func (m *redisMeter) poll(ctx context.Context) {
-	cur, err := redisCommands(ctx, m.rdb)
+func (m *RedisMeter) poll(ctx context.Context) {
+	cur, err := RedisCommands(ctx, m.rdb)
 	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -206,21 +208,22 @@ func (m *redisMeter) poll(ctx context.Context) {
 		return
 	}
 	if m.last != nil {
-		n, _ := commandsBetween(m.last, cur)
+		n, _ := CommandsBetween(m.last, cur)
 		m.rate = float64(n) / now.Sub(m.lastAt).Seconds()
 		m.samples = append(m.samples, RedisSample{T: stats.Round3(now.Sub(m.t0).Seconds()), PerSec: stats.Round3(m.rate)})
 	}
 	m.last, m.lastAt = cur, now
 }
 
-// latest is the last second's commands/s, or -1.
-func (m *redisMeter) latest() float64 {
+// Latest is the last second's commands/s, or -1.
+func (m *RedisMeter) Latest() float64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.rate
 }
 
-func (m *redisMeter) result() []RedisSample {
+// Result is every second's commands/s so far.
+func (m *RedisMeter) Result() []RedisSample {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append([]RedisSample(nil), m.samples...)

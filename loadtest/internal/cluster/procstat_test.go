@@ -1,4 +1,4 @@
-package main
+package cluster
 
 import (
 	"os"
@@ -37,33 +37,12 @@ func TestSamplerReadsItsOwnProcess(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("no /proc")
 	}
-	s := newSampler(time.Now(), []int{os.Getpid()})
+	s := NewSampler(time.Now(), []int{os.Getpid()})
 	s.sample()
 	time.Sleep(20 * time.Millisecond)
 	s.sample()
-	got := s.result(0)
+	got := s.Result(0)
 	if len(got) != 1 || got[0].RSSKiB <= 0 || got[0].CPU < 0 {
 		t.Errorf("samples %+v", got)
-	}
-}
-
-func TestParseCounters(t *testing.T) {
-	text := `# HELP switchyard_tasks_refusals_total Assigns refused.
-# TYPE switchyard_tasks_refusals_total counter
-switchyard_tasks_refusals_total{reason="no_free_slot"} 7
-switchyard_tasks_refusals_total{reason="draining"} 0
-switchyard_bus_publish_no_receiver_total 447
-switchyard_tasks_duration_seconds_bucket{le="0.1"} 12
-go_goroutines 55
-`
-	got := parseCounters(strings.NewReader(text))
-	want := map[string]float64{`tasks_refusals_total{reason="no_free_slot"}`: 7, "bus_publish_no_receiver_total": 447}
-	if len(got) != len(want) {
-		t.Fatalf("got %v, want %v", got, want)
-	}
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("%s = %g, want %g", k, got[k], v)
-		}
 	}
 }

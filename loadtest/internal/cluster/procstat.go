@@ -1,4 +1,4 @@
-package main
+package cluster
 
 import (
 	"bufio"
@@ -27,8 +27,8 @@ type Sample struct {
 	RSSKiB int64   `json:"rss_kib"` // resident set size
 }
 
-// procCPU reads a process's user+system CPU time from /proc/<pid>/stat.
-func procCPU(pid int) (time.Duration, error) {
+// ProcCPU reads a process's user+system CPU time from /proc/<pid>/stat.
+func ProcCPU(pid int) (time.Duration, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
@@ -57,8 +57,8 @@ func parseProcStat(b []byte) (time.Duration, error) {
 	return time.Duration(ut+st) * time.Second / clockTicks, nil
 }
 
-// procRSS reads VmRSS from /proc/<pid>/status, in KiB.
-func procRSS(pid int) (int64, error) {
+// ProcRSS reads VmRSS from /proc/<pid>/status, in KiB.
+func ProcRSS(pid int) (int64, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
@@ -83,8 +83,8 @@ func parseRSS(r interface{ Read([]byte) (int, error) }) (int64, error) {
 	return 0, errors.New("procstat: no VmRSS (a zombie or a kernel thread)")
 }
 
-// sampler samples the CPU and RSS of processes every second.
-type sampler struct {
+// Sampler samples the CPU and RSS of processes every second.
+type Sampler struct {
 	t0   time.Time
 	pids []int
 
@@ -95,14 +95,16 @@ type sampler struct {
 	gone    []bool
 }
 
-func newSampler(t0 time.Time, pids []int) *sampler {
-	return &sampler{t0: t0, pids: pids, samples: make([][]Sample, len(pids)),
+// NewSampler samples pids (0: not ours, never read), timing its samples
+// from t0.
+func NewSampler(t0 time.Time, pids []int) *Sampler {
+	return &Sampler{t0: t0, pids: pids, samples: make([][]Sample, len(pids)),
 		last: make([]time.Duration, len(pids)), lastAt: make([]time.Time, len(pids)), gone: make([]bool, len(pids))}
 }
 
-// run samples until ctx ends. A process that is gone (killed) stops being
+// Run samples until ctx ends. A process that is gone (killed) stops being
 // sampled.
-func (s *sampler) run(ctx context.Context) {
+func (s *Sampler) Run(ctx context.Context) {
 	s.sample()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -116,7 +118,7 @@ func (s *sampler) run(ctx context.Context) {
 	}
 }
 
-func (s *sampler) sample() {
+func (s *Sampler) sample() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, pid := range s.pids {
@@ -124,8 +126,8 @@ func (s *sampler) sample() {
 			continue
 		}
 		now := time.Now()
-		cpu, err1 := procCPU(pid)
-		rss, err2 := procRSS(pid)
+		cpu, err1 := ProcCPU(pid)
+		rss, err2 := ProcRSS(pid)
 		if err1 != nil || err2 != nil {
 			s.gone[i] = true
 			continue
@@ -139,22 +141,22 @@ func (s *sampler) sample() {
 	}
 }
 
-// markGone stops sampling process i (it was killed; its pid may be reused).
-func (s *sampler) markGone(i int) {
+// MarkGone stops sampling process i (it was killed; its pid may be reused).
+func (s *Sampler) MarkGone(i int) {
 	s.mu.Lock()
 	s.gone[i] = true
 	s.mu.Unlock()
 }
 
-// result returns the samples of process i.
-func (s *sampler) result(i int) []Sample {
+// Result returns the samples of process i.
+func (s *Sampler) Result(i int) []Sample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]Sample(nil), s.samples[i]...)
 }
 
-// latest returns the last sample of process i, if any.
-func (s *sampler) latest(i int) (Sample, bool) {
+// Latest returns the last sample of process i, if any.
+func (s *Sampler) Latest(i int) (Sample, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if n := len(s.samples[i]); n > 0 && !s.gone[i] {

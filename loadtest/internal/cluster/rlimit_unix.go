@@ -1,6 +1,6 @@
 //go:build unix
 
-package main
+package cluster
 
 import (
 	"fmt"
@@ -9,12 +9,12 @@ import (
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 )
 
-// raiseFileLimit raises this process's RLIMIT_NOFILE to its hard limit
+// RaiseFileLimit raises this process's RLIMIT_NOFILE to its hard limit
 // (the switchyard instances started here inherit it), and refuses a run
 // whose nodes cannot fit: every simulated node is an open socket here
 // (and one on its instance, a separate process with the same limit), so
 // the hard limit bounds how many nodes one machine can hold.
-func raiseFileLimit(cfg config.Config) error {
+func RaiseFileLimit(cfg config.Config) error {
 	need := uint64(cfg.SocketsPerProcess()) + cfg.FileReserve()
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
