@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -11,68 +10,9 @@ import (
 	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/report"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
 )
-
-// FleetReport is the fleet profile's part of a run: how the nodes came
-// up, then the idle and the loaded window.
-type FleetReport struct {
-	Nodes            int     `json:"nodes"`
-	NodesPerInstance []int   `json:"nodes_per_instance"`
-	ConnectRate      float64 `json:"connect_rate"`
-	RegisteredS      float64 `json:"registered_s"` // first connect → every node registered
-	ListedS          float64 `json:"listed_s"`     // first connect → every instance lists every node
-	// Redis names the Redis measured; RedisShared: not started by the load
-	// test, so other clients' commands count too.
-	Redis       string                `json:"redis"`
-	RedisShared bool                  `json:"redis_shared"`
-	Idle        Window                `json:"idle"`
-	Loaded      Window                `json:"loaded"`
-	RedisSeries []cluster.RedisSample `json:"redis_samples,omitempty"` // commands/s every second, both windows
-}
-
-// Window is one measured stretch of a fleet run.
-type Window struct {
-	Measured bool    `json:"measured"` // false: the run ended (interrupted) before it did
-	FromS    float64 `json:"from_s"`
-	ToS      float64 `json:"to_s"`
-	// Instances is empty when CPU and RSS are not measured (--target).
-	Instances  []InstanceWindow `json:"instances,omitempty"`
-	Busiest    int              `json:"busiest"` // index into Instances of the highest CPU mean; -1 if none
-	LoadGenCPU float64          `json:"loadgen_cpu"`
-	Redis      RedisWindow      `json:"redis"`
-	Sent       int              `json:"sent"` // requests sent in the window
-}
-
-// InstanceWindow is one instance's resource use over a window.
-type InstanceWindow struct {
-	Index       int     `json:"index"`
-	Name        string  `json:"name"`
-	CPUMean     float64 `json:"cpu_mean"` // % of one core: CPU time over the window / its length
-	CPUMax      float64 `json:"cpu_max"`  // the busiest second
-	RSSStartKiB int64   `json:"rss_start_kib"`
-	RSSEndKiB   int64   `json:"rss_end_kib"`
-	Gone        bool    `json:"gone,omitempty"` // the process ended during the window
-}
-
-// RedisWindow is the commands every Redis server processed over a window
-// (INFO stats total_commands_processed, end minus start).
-type RedisWindow struct {
-	Measured bool               `json:"measured"`
-	Servers  int                `json:"servers"`
-	Commands int64              `json:"commands"`
-	PerSec   float64            `json:"per_s"`
-	ByServer map[string]float64 `json:"per_s_by_server,omitempty"`
-	Error    string             `json:"error,omitempty"`
-}
-
-// Busy is the busiest instance's figures, if measured.
-func (w Window) Busy() (InstanceWindow, bool) {
-	if w.Busiest < 0 || w.Busiest >= len(w.Instances) {
-		return InstanceWindow{}, false
-	}
-	return w.Instances[w.Busiest], true
-}
 
 // snapshot is what a window's end minus its start is computed from.
 type snapshot struct {
@@ -99,14 +39,14 @@ type fleetRun struct {
 	stopMeter context.CancelFunc
 	wg        sync.WaitGroup
 
-	rep                  FleetReport
+	rep                  report.FleetReport
 	idleFrom, idleTo     snapshot
 	loadedFrom, loadedTo snapshot
 }
 
 func newFleetRun(cfg config.Config, c *cluster.Cluster, r *runner, s *cluster.Sampler, l *ledger.Ledger, t0 time.Time, pids []int, f *fleet) *fleetRun {
 	fr := &fleetRun{cfg: cfg, c: c, r: r, s: s, ledger: l, t0: t0, pids: pids}
-	fr.rep = FleetReport{Nodes: cfg.Nodes, ConnectRate: cfg.ConnectRate, Redis: cfg.RedisURL, RedisShared: !cfg.RedisCluster}
+	fr.rep = report.FleetReport{Nodes: cfg.Nodes, ConnectRate: cfg.ConnectRate, Redis: cfg.RedisURL, RedisShared: !cfg.RedisCluster}
 	for i := range c.Instances() {
 		fr.rep.NodesPerInstance = append(fr.rep.NodesPerInstance, f.countOn(i))
 	}
@@ -137,7 +77,7 @@ func (fr *fleetRun) idle(ctx context.Context) {
 	}
 	fr.idleTo = fr.snapshot(ctx)
 	w := fr.window(fr.idleFrom, fr.idleTo, nil)
-	fr.r.event("idle window ends: %s", w.brief())
+	fr.r.event("idle window ends: %s", w.Brief())
 }
 
 // wait prints a progress line a second for d; false if ctx ended first.
@@ -160,7 +100,7 @@ func (fr *fleetRun) wait(ctx context.Context, phase string, d time.Duration) boo
 			return ctx.Err() == nil
 		case <-t.C:
 			elapsed := time.Since(time.Unix(0, fr.r.phaseStart.Load())).Round(time.Second)
-			fr.r.line(fmt.Sprintf("[%d instance%s] %-9s %6v/%v  nodes %d  %s", n, plural(n), phase, elapsed, d, fr.cfg.Nodes, fr.progressExtra()))
+			fr.r.line(fmt.Sprintf("[%d instance%s] %-9s %6v/%v  nodes %d  %s", n, report.Plural(n), phase, elapsed, d, fr.cfg.Nodes, fr.progressExtra()))
 		}
 	}
 }
@@ -221,8 +161,8 @@ func (fr *fleetRun) snapshot(ctx context.Context) snapshot {
 
 // window computes a window's figures; samples (per pid, nil while the run
 // goes on) give each instance's busiest second.
-func (fr *fleetRun) window(a, b snapshot, samples [][]cluster.Sample) Window {
-	w := Window{Busiest: -1}
+func (fr *fleetRun) window(a, b snapshot, samples [][]cluster.Sample) report.Window {
+	w := report.Window{Busiest: -1}
 	if !a.taken || !b.taken {
 		return w
 	}
@@ -234,7 +174,7 @@ func (fr *fleetRun) window(a, b snapshot, samples [][]cluster.Sample) Window {
 		if fr.pids[i] == 0 {
 			continue // a --target: not ours to read
 		}
-		iw := InstanceWindow{Index: i, Name: in.Name, Gone: !a.ok[i] || !b.ok[i]}
+		iw := report.InstanceWindow{Index: i, Name: in.Name, Gone: !a.ok[i] || !b.ok[i]}
 		if !iw.Gone {
 			iw.CPUMean, iw.RSSStartKiB, iw.RSSEndKiB = pct(i), a.rss[i], b.rss[i]
 		}
@@ -265,7 +205,7 @@ func (fr *fleetRun) window(a, b snapshot, samples [][]cluster.Sample) Window {
 		w.Redis.Error = fmt.Sprint(errorsOf(a.redisErr, b.redisErr))
 	default:
 		total, by := cluster.CommandsBetween(a.redis, b.redis)
-		w.Redis = RedisWindow{Measured: true, Servers: len(by), Commands: total, PerSec: stats.Round3(float64(total) / dt.Seconds()),
+		w.Redis = report.RedisWindow{Measured: true, Servers: len(by), Commands: total, PerSec: stats.Round3(float64(total) / dt.Seconds()),
 			ByServer: map[string]float64{}}
 		for addr, n := range by {
 			w.Redis.ByServer[addr] = stats.Round3(float64(n) / dt.Seconds())
@@ -283,23 +223,8 @@ func errorsOf(errs ...error) error {
 	return nil
 }
 
-// brief is a window's figures in one line, for the timeline.
-func (w Window) brief() string {
-	var parts []string
-	if in, ok := w.Busy(); ok {
-		parts = append(parts, fmt.Sprintf("busiest instance %s %.1f%% of one core", in.Name, in.CPUMean))
-	}
-	if w.Redis.Measured {
-		parts = append(parts, fmt.Sprintf("Redis %.0f commands/s", w.Redis.PerSec))
-	}
-	if len(parts) == 0 {
-		return "not measured"
-	}
-	return strings.Join(parts, ", ")
-}
-
 // finish stops the meter and returns the report of the run.
-func (fr *fleetRun) finish(registered, listed time.Duration, recs []*ledger.Record) *FleetReport {
+func (fr *fleetRun) finish(registered, listed time.Duration, recs []*ledger.Record) *report.FleetReport {
 	if fr.stopMeter != nil {
 		fr.stopMeter()
 		fr.wg.Wait()
@@ -321,37 +246,4 @@ func (fr *fleetRun) finish(registered, listed time.Duration, recs []*ledger.Reco
 		}
 	}
 	return &fr.rep
-}
-
-// servers lists a window's servers in order, for the text report.
-func (w RedisWindow) servers() []string {
-	addrs := make([]string, 0, len(w.ByServer))
-	for a := range w.ByServer {
-		addrs = append(addrs, a)
-	}
-	slices.Sort(addrs)
-	return addrs
-}
-
-// fleetNotes explain the fleet profile's figures.
-func fleetNotes(cfg config.Config) []string {
-	n := []string{
-		"fleet profile: CPU is each process's user+system time over the window (/proc/<pid>/stat) divided by its length, % of one core; RSS from /proc/<pid>/status",
-		"Redis commands/s is total_commands_processed (INFO stats) at the window's end minus its start, summed over every server (masters and replicas of a cluster); it includes the load test's own INFO, one per server per second",
-		"the loaded window's CPU and Redis figures are reported, not judged; its requests are judged: every one must get exactly one outcome, and succeed",
-	}
-	if local := cfg.LocalNodes(); local < cfg.Nodes {
-		n = append(n, fmt.Sprintf("the load test's own process holds %d of the %d nodes (Go SDK agents), the ones the loaded window's requests go to; "+
-			"helper processes (at most %d nodes each, --nodes-per-process) hold the other %d, idle throughout (a task type of their own). "+
-			"The load test's CPU is its own process's; all of them share this machine's cores with the instances", local, cfg.Nodes, cfg.NodesPerProcess, cfg.Nodes-local))
-	} else {
-		n = append(n, fmt.Sprintf("the load test's own process holds all %d nodes (Go SDK agents); its CPU, printed beside the instances', shares this machine's cores with them", cfg.Nodes))
-	}
-	if cfg.Spawn() && !cfg.RedisCluster {
-		n = append(n, fmt.Sprintf("the Redis at %s was not started by the load test and may carry other clients' traffic (other tests, other programs): all of it is counted, so its commands/s are an upper bound for switchyard's own", cfg.RedisURL))
-	}
-	if !cfg.Spawn() {
-		n = append(n, "target mode: CPU, memory and Redis are not measured (the processes and the Redis are not ours)")
-	}
-	return n
 }

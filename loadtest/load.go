@@ -14,6 +14,7 @@ import (
 	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/report"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
 	"github.com/switchyard-dev/switchyard/sdk"
 )
@@ -48,37 +49,10 @@ type runner struct {
 	extra                      func() string
 
 	mu       sync.Mutex
-	fault    FaultReport
-	events   []Event
-	marks    Phases
+	fault    report.FaultReport
+	events   []report.Event
+	marks    report.Phases
 	counters map[string]map[string]float64 // instance name → switchyard counters at the end
-}
-
-// Phases are the run's milestones, in seconds since its start.
-type Phases struct {
-	RampStart   float64 `json:"ramp_start"`
-	SteadyStart float64 `json:"steady_start"`
-	SteadyEnd   float64 `json:"steady_end"`
-	End         float64 `json:"end"` // every request has its outcome
-}
-
-// Event is something that happened during a run, for the timeline.
-type Event struct {
-	T    float64 `json:"t"` // seconds since the run's start
-	What string  `json:"what"`
-}
-
-// FaultReport says what was injected, where and when.
-type FaultReport struct {
-	Kind     string  `json:"kind"`                  // none, kill or sigterm
-	Skipped  string  `json:"skipped,omitempty"`     // why no fault was injected
-	Instance int     `json:"instance"`              // index of the victim
-	AtMs     float64 `json:"at_ms,omitempty"`       // when the signal was sent
-	InFlight int     `json:"in_flight_on_victim"`   // tasks its nodes ran for other instances' requests then
-	WaitedMs float64 `json:"waited_ms,omitempty"`   // past the planned time, waiting for such a task
-	ExitMs   float64 `json:"exit_ms,omitempty"`     // sigterm: when the process exited
-	ExitErr  string  `json:"exit_status,omitempty"` // sigterm: how it exited
-	Rehomed  int     `json:"rehomed_nodes"`         // nodes moved to the survivors
 }
 
 func newRunner(cfg config.Config, c *cluster.Cluster, l *ledger.Ledger, f *fleet, s *cluster.Sampler, progress io.Writer, t0 time.Time) *runner {
@@ -109,7 +83,7 @@ func (r *runner) since(t time.Time) float64 { return stats.Round3(t.Sub(r.t0).Se
 
 func (r *runner) event(format string, args ...any) {
 	r.mu.Lock()
-	r.events = append(r.events, Event{T: r.since(time.Now()), What: fmt.Sprintf(format, args...)})
+	r.events = append(r.events, report.Event{T: r.since(time.Now()), What: fmt.Sprintf(format, args...)})
 	r.mu.Unlock()
 }
 
@@ -446,7 +420,7 @@ func (r *runner) progressLoop(ctx context.Context) {
 			phase = "loaded" // the fleet profile's name for its steady phase
 		}
 		line := fmt.Sprintf("[%d instance%s] %-9s %6v  sent %4d/s  done %4d/s  in flight %4d  streams %3d  ok %6d  errors %4d  lost %d%s",
-			n, plural(n), phase, elapsed, cur.Sent-prev.Sent, (cur.OK+cur.NotOK)-(prev.OK+prev.NotOK),
+			n, report.Plural(n), phase, elapsed, cur.Sent-prev.Sent, (cur.OK+cur.NotOK)-(prev.OK+prev.NotOK),
 			cur.InFlight, r.streamsActive.Load(), cur.OK, cur.NotOK-cur.Lost, cur.Lost, fault)
 		if r.extra != nil {
 			line += "  " + r.extra()
@@ -473,13 +447,6 @@ func (r *runner) endLine() {
 	if r.progress != nil && r.tty {
 		fmt.Fprintln(r.progress)
 	}
-}
-
-func plural(n int) string {
-	if n == 1 {
-		return ""
-	}
-	return "s"
 }
 
 // isTerminal reports whether w is a terminal, where progress lines are

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/report"
 )
 
 // loadConfig is a small profile against the test Redis and PostgreSQL:
@@ -82,7 +83,7 @@ func loadConfig(t *testing.T) config.Config {
 // runBinary runs the built load test (loadtestBinary, never under the race
 // detector) with cfg as flags, as a user would, and returns its report
 // (read back from --json) and what it printed on stderr (the progress).
-func runBinary(t *testing.T, cfg config.Config, extra ...string) (*Report, string) {
+func runBinary(t *testing.T, cfg config.Config, extra ...string) (*report.Report, string) {
 	t.Helper()
 	var instances []string
 	for _, n := range cfg.Instances {
@@ -106,7 +107,7 @@ func runBinary(t *testing.T, cfg config.Config, extra ...string) (*Report, strin
 // reads back) and returns the report and the progress it printed. Exit
 // status 0 and 1 are results (the report must agree); anything else fails
 // the test.
-func runLoadtest(t *testing.T, args []string) (*Report, string) {
+func runLoadtest(t *testing.T, args []string) (*report.Report, string) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "report.json")
 	args = append(args, "--json", out)
@@ -119,7 +120,7 @@ func runLoadtest(t *testing.T, args []string) (*Report, string) {
 		t.Fatalf("loadtest %s: %v\n%s\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
 	}
 	b, rerr := os.ReadFile(out)
-	var rep Report
+	var rep report.Report
 	if rerr == nil {
 		rerr = json.Unmarshal(b, &rep)
 	}
@@ -144,7 +145,7 @@ func TestSmokeRunPasses(t *testing.T) {
 	if !rep.Pass {
 		var failed []string
 		for _, c := range rep.Criteria {
-			if c.Status == Fail {
+			if c.Status == report.Fail {
 				failed = append(failed, fmt.Sprintf("%d instances, %s: %s %s", c.Instances, c.Name, c.Figure, c.Detail))
 			}
 		}
@@ -164,7 +165,7 @@ func TestSmokeRunPasses(t *testing.T) {
 		}
 	}
 	two := rep.Runs[1]
-	if two.Fault.AtMs == 0 || two.Classes[ClassVictimTask] == 0 {
+	if two.Fault.AtMs == 0 || two.Classes[report.ClassVictimTask] == 0 {
 		t.Errorf("the kill proved nothing: %+v, classes %v", two.Fault, two.Classes)
 	}
 	if !strings.Contains(progress, "[2 instances] steady") {
@@ -190,13 +191,13 @@ func TestLoadTestCanFail(t *testing.T) {
 	if rep.Pass {
 		t.Fatalf("a cluster without the watcher passed:\n%s", text.String())
 	}
-	var kill *Criterion
+	var kill *report.Criterion
 	for i, c := range rep.Criteria {
-		if c.Name == CritFault && c.Instances == 2 {
+		if c.Name == report.CritFault && c.Instances == 2 {
 			kill = &rep.Criteria[i]
 		}
 	}
-	if kill == nil || kill.Status != Fail {
+	if kill == nil || kill.Status != report.Fail {
 		t.Fatalf("the kill criterion did not fail:\n%s", text.String())
 	}
 	// The stranded tasks waited for their deadline: 504 after ~4 s, far
@@ -206,7 +207,7 @@ func TestLoadTestCanFail(t *testing.T) {
 	}
 	slowest := 0.0
 	for _, r := range rep.Runs[0].Records {
-		if r.Class == ClassVictimTask {
+		if r.Class == report.ClassVictimTask {
 			slowest = max(slowest, r.DoneMs-rep.Runs[0].Fault.AtMs)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/report"
 )
 
 func main() {
@@ -99,7 +100,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	return exitPass
 }
 
-func writeOutputs(rep *Report, out outputs, stdout io.Writer) error {
+func writeOutputs(rep *report.Report, out outputs, stdout io.Writer) error {
 	rep.WriteText(stdout)
 	write := func(path string, f func(io.Writer) error) error {
 		if path == "" {

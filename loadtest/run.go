@@ -13,6 +13,7 @@ import (
 	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/report"
 )
 
 // Run runs every configuration of cfg (one per entry of Instances, in
@@ -20,7 +21,7 @@ import (
 // lines. The error is for a run that could not be carried out (an
 // instance would not start, Redis is unreachable…); a run that was carried
 // out and missed a bar returns a report with Pass false and no error.
-func Run(ctx context.Context, cfg config.Config, progress io.Writer) (*Report, error) {
+func Run(ctx context.Context, cfg config.Config, progress io.Writer) (*report.Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -29,8 +30,8 @@ func Run(ctx context.Context, cfg config.Config, progress io.Writer) (*Report, e
 	if progress == nil {
 		progress = io.Discard
 	}
-	rep := &Report{Tool: "switchyard loadtest", Started: time.Now(), Profile: cfg.Profile, Mode: "spawn",
-		Shape: cfg.Summary(), Params: paramsOf(cfg), Host: hostInfo()}
+	rep := &report.Report{Tool: "switchyard loadtest", Started: time.Now(), Profile: cfg.Profile, Mode: "spawn",
+		Shape: cfg.Summary(), Params: report.ParamsOf(cfg), Host: report.HostInfo()}
 	if !cfg.Spawn() {
 		rep.Mode = "target"
 	}
@@ -87,9 +88,9 @@ func Run(ctx context.Context, cfg config.Config, progress io.Writer) (*Report, e
 		if err != nil {
 			return rep, err
 		}
-		rep.Criteria = EvaluateSweep(rep.Sweep, cfg.Bars)
-		rep.Pass = Passed(rep.Criteria)
-		rep.Notes = rep.Sweep.notes()
+		rep.Criteria = report.EvaluateSweep(rep.Sweep, cfg.Bars)
+		rep.Pass = report.Passed(rep.Criteria)
+		rep.Notes = rep.Sweep.Notes()
 		if ctx.Err() != nil {
 			rep.Pass = false
 			rep.Notes = append(rep.Notes, "the load test was interrupted: the figures cover only part of the sweep")
@@ -98,7 +99,7 @@ func Run(ctx context.Context, cfg config.Config, progress io.Writer) (*Report, e
 	}
 
 	for _, n := range cfg.Instances {
-		fmt.Fprintf(progress, "== %d instance%s ==\n", n, plural(n))
+		fmt.Fprintf(progress, "== %d instance%s ==\n", n, report.Plural(n))
 		rr, err := runOne(ctx, cfg, n, bin, logDir, progress)
 		if err != nil {
 			rep.Finished = time.Now()
@@ -109,9 +110,9 @@ func Run(ctx context.Context, cfg config.Config, progress io.Writer) (*Report, e
 			break
 		}
 	}
-	rep.Criteria = Evaluate(rep.Runs, cfg.Bars)
-	rep.Pass = Passed(rep.Criteria)
-	rep.Notes = notes(cfg)
+	rep.Criteria = report.Evaluate(rep.Runs, cfg.Bars)
+	rep.Pass = report.Passed(rep.Criteria)
+	rep.Notes = report.Notes(cfg)
 	rep.Finished = time.Now()
 	if ctx.Err() != nil {
 		rep.Pass = false
@@ -120,36 +121,8 @@ func Run(ctx context.Context, cfg config.Config, progress io.Writer) (*Report, e
 	return rep, nil
 }
 
-// notes explain choices that a reader of the figures should know.
-func notes(cfg config.Config) []string {
-	var n []string
-	if cfg.Fault != config.FaultNone {
-		for _, i := range cfg.Instances {
-			if i == 1 {
-				n = append(n, "the 1-instance run has no other instance to fail over to: its fault is skipped")
-				break
-			}
-		}
-		n = append(n, "at the fault the clients stop sending to the faulty instance, as a load balancer would; its nodes reconnect to the others 0.5–1 s later (after a drain: once it has exited)")
-		n = append(n, fmt.Sprintf("the hop and memory figures leave out the fault window (from the signal until %v after the instance was gone); the overhead including it is printed per run", cfg.Settle))
-	}
-	if cfg.Fleet {
-		return append(n, fleetNotes(cfg)...)
-	}
-	if cfg.Duration < cfg.MemMinStretch {
-		n = append(n, fmt.Sprintf("memory growth is judged on steady stretches of at least %v (--mem-min-stretch); this run's are shorter, so it is printed but not judged", cfg.MemMinStretch))
-	}
-	if cfg.Rate != 100 {
-		n = append(n, fmt.Sprintf("the CPU bar is for 100 requests/s; this run's %g requests/s are scaled: cpu%% × 100/%g", cfg.Rate, cfg.Rate))
-	}
-	if !cfg.Spawn() {
-		n = append(n, "target mode: CPU and memory are not measured (the processes are not ours); the fault is not injected")
-	}
-	return n
-}
-
 // runOne runs one configuration of n instances.
-func runOne(ctx context.Context, cfg config.Config, n int, bin, logDir string, progress io.Writer) (*RunReport, error) {
+func runOne(ctx context.Context, cfg config.Config, n int, bin, logDir string, progress io.Writer) (*report.RunReport, error) {
 	var c *cluster.Cluster
 	var err error
 	if cfg.Spawn() {
@@ -187,7 +160,7 @@ func runOne(ctx context.Context, cfg config.Config, n int, bin, logDir string, p
 	}
 	err = f.awaitRegistered(ctx, 60*time.Second, func(done int64) {
 		el := time.Since(connectStart)
-		r.line(fmt.Sprintf("[%d instance%s] %-9s %6v  registered %d of %d nodes (%.0f/s)", n, plural(n), "connect",
+		r.line(fmt.Sprintf("[%d instance%s] %-9s %6v  registered %d of %d nodes (%.0f/s)", n, report.Plural(n), "connect",
 			el.Round(time.Second), done, cfg.Nodes, float64(done)/el.Seconds()))
 	})
 	r.endLine()
@@ -200,9 +173,9 @@ func runOne(ctx context.Context, cfg config.Config, n int, bin, logDir string, p
 	}
 	listed := time.Since(connectStart)
 	fmt.Fprintf(progress, "[%d instance%s] %d nodes registered in %.1f s, listed by every instance after %.1f s\n",
-		n, plural(n), cfg.Nodes, registered.Seconds(), listed.Seconds())
+		n, report.Plural(n), cfg.Nodes, registered.Seconds(), listed.Seconds())
 
-	r.fault = FaultReport{Kind: cfg.Fault, Instance: cfg.Victim(n)}
+	r.fault = report.FaultReport{Kind: cfg.Fault, Instance: cfg.Victim(n)}
 	if cfg.Fault != config.FaultNone && n == 1 {
 		r.fault.Skipped = "a 1-instance run has no other instance to fail over to"
 	}
@@ -239,17 +212,17 @@ func runOne(ctx context.Context, cfg config.Config, n int, bin, logDir string, p
 		}
 	}
 	if len(mismatched) > 0 {
-		r.event("warning: %d results name another node than the one that ran them (ids %v)", len(mismatched), firstN(mismatched, 10))
+		r.event("warning: %d results name another node than the one that ran them (ids %v)", len(mismatched), report.FirstN(mismatched, 10))
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rr := buildRun(cfg, c.Instances(), recs, acc.Doubles, r.fault, r.marks, r.events, samples, s.Result(n), time.Duration(r.maxLag.Load()))
+	rr := report.BuildRun(cfg, c.Instances(), recs, acc.Doubles, r.fault, r.marks, r.events, samples, s.Result(n), time.Duration(r.maxLag.Load()))
 	rr.Counters = r.counters
 	if fr != nil {
 		rr.Fleet = fr.finish(registered, listed, recs)
 		if fr.rep.Loaded.Measured {
-			rr.Events = append(rr.Events, Event{T: fr.rep.Loaded.ToS, What: "loaded window ends: " + fr.rep.Loaded.brief()})
-			slices.SortStableFunc(rr.Events, func(a, b Event) int { return cmp.Compare(a.T, b.T) })
+			rr.Events = append(rr.Events, report.Event{T: fr.rep.Loaded.ToS, What: "loaded window ends: " + fr.rep.Loaded.Brief()})
+			slices.SortStableFunc(rr.Events, func(a, b report.Event) int { return cmp.Compare(a.T, b.T) })
 		}
 	}
 	return rr, nil

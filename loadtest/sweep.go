@@ -14,6 +14,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/report"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
 	"github.com/switchyard-dev/switchyard/sdk"
 	"github.com/switchyard-dev/switchyard/sdk/handlers"
@@ -22,21 +23,21 @@ import (
 // runSweep runs every mode of cfg in turn, every rate in each. A mode
 // that could not be set up ends the sweep with an error and the rows so
 // far.
-func runSweep(ctx context.Context, cfg config.Config, bin, logDir string, progress io.Writer) (*SweepReport, error) {
-	s := &SweepReport{Modes: cfg.Modes, Rates: cfg.Rates, WarmupS: config.SweepWarmup.Seconds(), CountedS: cfg.Duration.Seconds(),
+func runSweep(ctx context.Context, cfg config.Config, bin, logDir string, progress io.Writer) (*report.SweepReport, error) {
+	s := &report.SweepReport{Modes: cfg.Modes, Rates: cfg.Rates, WarmupS: config.SweepWarmup.Seconds(), CountedS: cfg.Duration.Seconds(),
 		Nodes: cfg.Nodes, NodeConcurrency: cfg.NodeConcurrency, LateMs: stats.Ms(config.SweepLate), KneeMs: config.SweepKneeMs,
 		Members: map[string][]*cluster.Instance{}, Counters: map[string]map[string]map[string]float64{}}
-	defer s.finish()
+	defer s.Finish()
 	for _, mode := range cfg.Modes {
 		fmt.Fprintf(progress, "== sweep: %s ==\n", mode)
 		var err error
 		switch mode {
 		case config.ModeNATS:
-			err = s.runNATS(ctx, cfg, progress)
+			err = runNATS(ctx, s, cfg, progress)
 		case config.ModeFloor:
-			err = s.runFloor(ctx, cfg, progress)
+			err = runFloor(ctx, s, cfg, progress)
 		default:
-			err = s.runSwitchyard(ctx, cfg, mode, bin, logDir, progress)
+			err = runSwitchyard(ctx, s, cfg, mode, bin, logDir, progress)
 		}
 		if err != nil {
 			return s, fmt.Errorf("the sweep's %s mode: %w", mode, err)
@@ -49,7 +50,7 @@ func runSweep(ctx context.Context, cfg config.Config, bin, logDir string, progre
 }
 
 // steps runs every rate against target, stopping early if ctx ends.
-func (s *SweepReport) steps(ctx context.Context, cfg config.Config, mode string, target sweepTarget, dials *atomic.Int64, progress io.Writer) {
+func steps(ctx context.Context, s *report.SweepReport, cfg config.Config, mode string, target sweepTarget, dials *atomic.Int64, progress io.Writer) {
 	for _, rate := range cfg.Rates {
 		before := dials.Load()
 		row := runSweepStep(ctx, cfg, mode, rate, target, progress)
@@ -61,7 +62,7 @@ func (s *SweepReport) steps(ctx context.Context, cfg config.Config, mode string,
 	}
 }
 
-func (s *SweepReport) runNATS(ctx context.Context, cfg config.Config, progress io.Writer) error {
+func runNATS(ctx context.Context, s *report.SweepReport, cfg config.Config, progress io.Writer) error {
 	b, err := startNATS(cfg.Nodes)
 	if err != nil {
 		return err
@@ -69,14 +70,14 @@ func (s *SweepReport) runNATS(ctx context.Context, cfg config.Config, progress i
 	defer b.close()
 	s.NATSClient = natsClientNote
 	fmt.Fprintf(progress, "[sweep nats] embedded nats-server at %s, %d echo workers in one queue group\n", b.srv.ClientURL(), cfg.Nodes)
-	s.steps(ctx, cfg, config.ModeNATS, b, new(atomic.Int64), progress)
+	steps(ctx, s, cfg, config.ModeNATS, b, new(atomic.Int64), progress)
 	return nil
 }
 
 // runSwitchyard runs the local mode (one instance) or the cross mode (two
 // sharing Redis and PostgreSQL: every node on the first, every request to
 // the second).
-func (s *SweepReport) runSwitchyard(ctx context.Context, cfg config.Config, mode, bin, logDir string, progress io.Writer) error {
+func runSwitchyard(ctx context.Context, s *report.SweepReport, cfg config.Config, mode, bin, logDir string, progress io.Writer) error {
 	n := 1
 	if mode == config.ModeCross {
 		n = 2
@@ -120,7 +121,7 @@ func (s *SweepReport) runSwitchyard(ctx context.Context, cfg config.Config, mode
 	for _, k := range c.ClientKeys() {
 		target.clients = append(target.clients, sdk.NewClient(via.URL, k, sdk.WithHTTPClient(hc)))
 	}
-	s.steps(ctx, cfg, mode, target, dials, progress)
+	steps(ctx, s, cfg, mode, target, dials, progress)
 
 	s.Counters[mode] = map[string]map[string]float64{}
 	for _, in := range c.Instances() {

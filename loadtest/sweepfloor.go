@@ -19,6 +19,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/report"
 	"github.com/switchyard-dev/switchyard/sdk"
 )
 
@@ -255,7 +256,7 @@ func (p *floorProc) stop() {
 }
 
 // runFloor runs the floor mode's steps.
-func (s *SweepReport) runFloor(ctx context.Context, cfg config.Config, progress io.Writer) error {
+func runFloor(ctx context.Context, s *report.SweepReport, cfg config.Config, progress io.Writer) error {
 	p, err := startFloor()
 	if err != nil {
 		return err
@@ -277,6 +278,6 @@ func (s *SweepReport) runFloor(ctx context.Context, cfg config.Config, progress 
 	for i := range max(cfg.ClientAccounts, 1) {
 		target.clients = append(target.clients, sdk.NewClient(p.url, fmt.Sprintf("floor-key-%d", i), sdk.WithHTTPClient(hc)))
 	}
-	s.steps(ctx, cfg, config.ModeFloor, target, dials, progress)
+	steps(ctx, s, cfg, config.ModeFloor, target, dials, progress)
 	return nil
 }

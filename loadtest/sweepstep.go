@@ -12,6 +12,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/report"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
 	"github.com/switchyard-dev/switchyard/sdk"
 )
@@ -178,8 +179,8 @@ func storeMax(m *atomic.Int64, v int64) {
 
 // row computes the step's figures over its counted requests; call it
 // once run has returned.
-func (s *sweepStep) row() SweepRow {
-	r := SweepRow{Mode: s.mode, Rate: s.rate, Expected: s.total - s.warmup, NonOK: map[string]int{},
+func (s *sweepStep) row() report.SweepRow {
+	r := report.SweepRow{Mode: s.mode, Rate: s.rate, Expected: s.total - s.warmup, NonOK: map[string]int{},
 		Examples: map[string]string{}, MaxInFlight: int(s.maxInFlight.Load())}
 	var lat, lags []float64
 	var maxLag time.Duration
@@ -264,7 +265,7 @@ func liveLine(w io.Writer, tty bool, s string) {
 }
 
 // runSweepStep runs one step with its progress line and returns its row.
-func runSweepStep(ctx context.Context, cfg config.Config, mode string, rate float64, target sweepTarget, progress io.Writer) SweepRow {
+func runSweepStep(ctx context.Context, cfg config.Config, mode string, rate float64, target sweepTarget, progress io.Writer) report.SweepRow {
 	s := newSweepStep(mode, rate, config.SweepWarmup, cfg.Duration, cfg.TaskTimeout+cfg.Grace, target)
 	tty := isTerminal(progress)
 	pctx, stop := context.WithCancel(ctx)

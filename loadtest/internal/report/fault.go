@@ -1,4 +1,4 @@
-package main
+package report
 
 import (
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
@@ -11,7 +11,8 @@ const (
 	// and its node was connected to the victim and still running it (or no
 	// node had started it, and it failed with node_disconnected: its
 	// assign was with the victim). It must fail with 502
-	// node_disconnected within the bar (DESIGN §5, invariant 4).
+	// node_disconnected within the bar: losing an instance fails its tasks
+	// fast.
 	ClassVictimTask = "victim-task"
 	// ClassInTransit: like a victim task, but its handler had already
 	// returned at the kill, so its result may or may not have left the
@@ -30,6 +31,19 @@ const (
 	// leaves it unaffected.
 	ClassOther = "other"
 )
+
+// FaultReport says what was injected, where and when.
+type FaultReport struct {
+	Kind     string  `json:"kind"`                  // none, kill or sigterm
+	Skipped  string  `json:"skipped,omitempty"`     // why no fault was injected
+	Instance int     `json:"instance"`              // index of the victim
+	AtMs     float64 `json:"at_ms,omitempty"`       // when the signal was sent
+	InFlight int     `json:"in_flight_on_victim"`   // tasks its nodes ran for other instances' requests then
+	WaitedMs float64 `json:"waited_ms,omitempty"`   // past the planned time, waiting for such a task
+	ExitMs   float64 `json:"exit_ms,omitempty"`     // sigterm: when the process exited
+	ExitErr  string  `json:"exit_status,omitempty"` // sigterm: how it exited
+	Rehomed  int     `json:"rehomed_nodes"`         // nodes moved to the survivors
+}
 
 // Classify sets the Class of every record relative to a fault at atMs on
 // instance victim. With no fault every record is ClassOther.

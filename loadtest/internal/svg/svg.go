@@ -1,4 +1,4 @@
-package main
+package svg
 
 import (
 	"fmt"
@@ -9,23 +9,20 @@ import (
 	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
 )
 
-// The plots are hand-written SVG: the report is one self-contained file
-// that opens offline, with no script.
-
-// series is one line (or set of dots) of a chart.
-type series struct {
-	name  string
-	color string
-	pts   [][2]float64
-	dash  bool
-	dots  bool // dots instead of a line
+// Series is one line (or set of dots) of a chart.
+type Series struct {
+	Name  string
+	Color string
+	Pts   [][2]float64 // x, y
+	Dash  bool
+	Dots  bool // dots instead of a line
 }
 
-// marker is a vertical line at x, such as the moment of a kill.
-type marker struct {
-	x     float64
-	label string
-	color string
+// Marker is a vertical line at X, such as the moment of a kill.
+type Marker struct {
+	X     float64
+	Label string
+	Color string
 }
 
 const (
@@ -33,19 +30,19 @@ const (
 	padL, padR, padT, padB float64 = 64, 16, 34, 44
 )
 
-// palette colours instances and series.
-var palette = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"}
+// Palette colours instances and series.
+var Palette = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"}
 
-// lineChart draws series over a shared x axis with markers.
-func lineChart(title, xLabel, yLabel string, ss []series, marks []marker) string {
+// LineChart draws series over a shared x axis, with markers.
+func LineChart(title, xLabel, yLabel string, ss []Series, marks []Marker) string {
 	xmin, xmax, ymax := math.Inf(1), math.Inf(-1), 0.0
 	for _, s := range ss {
-		for _, p := range s.pts {
+		for _, p := range s.Pts {
 			xmin, xmax, ymax = min(xmin, p[0]), max(xmax, p[0]), max(ymax, p[1])
 		}
 	}
 	for _, m := range marks {
-		xmin, xmax = min(xmin, m.x), max(xmax, m.x)
+		xmin, xmax = min(xmin, m.X), max(xmax, m.X)
 	}
 	if math.IsInf(xmin, 0) {
 		xmin, xmax = 0, 1
@@ -77,36 +74,36 @@ func lineChart(title, xLabel, yLabel string, ss []series, marks []marker) string
 	}
 	for _, m := range marks {
 		fmt.Fprintf(&b, `<line class="marker" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-dasharray="4 3"/>`,
-			px(m.x), padT, px(m.x), chartH-padB, m.color)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="11" fill="%s">%s</text>`, px(m.x)+3, padT+10, m.color, html.EscapeString(m.label))
+			px(m.X), padT, px(m.X), chartH-padB, m.Color)
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="11" fill="%s">%s</text>`, px(m.X)+3, padT+10, m.Color, html.EscapeString(m.Label))
 	}
 	for _, s := range ss {
-		if s.dots {
-			for _, p := range s.pts {
-				fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="2.5" fill="%s"/>`, px(p[0]), py(min(p[1], ytop)), s.color)
+		if s.Dots {
+			for _, p := range s.Pts {
+				fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="2.5" fill="%s"/>`, px(p[0]), py(min(p[1], ytop)), s.Color)
 			}
 			continue
 		}
-		if len(s.pts) == 0 {
+		if len(s.Pts) == 0 {
 			continue
 		}
 		var pts strings.Builder
-		for _, p := range s.pts {
+		for _, p := range s.Pts {
 			fmt.Fprintf(&pts, "%.1f,%.1f ", px(p[0]), py(p[1]))
 		}
 		dash := ""
-		if s.dash {
+		if s.Dash {
 			dash = ` stroke-dasharray="5 3"`
 		}
-		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.4"%s points="%s"/>`, s.color, dash, strings.TrimSpace(pts.String()))
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.4"%s points="%s"/>`, s.Color, dash, strings.TrimSpace(pts.String()))
 	}
 	legend(&b, ss)
 	b.WriteString("</svg>\n")
 	return b.String()
 }
 
-// barChart draws a histogram.
-func barChart(title, xLabel, yLabel string, buckets []stats.Bucket, color string) string {
+// BarChart draws a histogram.
+func BarChart(title, xLabel, yLabel string, buckets []stats.Bucket, color string) string {
 	var b strings.Builder
 	svgOpen(&b, title)
 	axes(&b, xLabel, yLabel)
@@ -159,18 +156,18 @@ func axes(b *strings.Builder, xLabel, yLabel string) {
 		(padT+chartH-padB)/2, (padT+chartH-padB)/2, html.EscapeString(yLabel))
 }
 
-func legend(b *strings.Builder, ss []series) {
+func legend(b *strings.Builder, ss []Series) {
 	x := chartW - padR - 10
 	for i := len(ss) - 1; i >= 0; i-- {
 		s := ss[i]
-		w := float64(len(s.name))*6.5 + 22
+		w := float64(len(s.Name))*6.5 + 22
 		x -= w
-		if s.dots {
-			fmt.Fprintf(b, `<circle cx="%.1f" cy="14" r="3" fill="%s"/>`, x+6, s.color)
+		if s.Dots {
+			fmt.Fprintf(b, `<circle cx="%.1f" cy="14" r="3" fill="%s"/>`, x+6, s.Color)
 		} else {
-			fmt.Fprintf(b, `<line x1="%.1f" y1="14" x2="%.1f" y2="14" stroke="%s" stroke-width="2"/>`, x, x+14, s.color)
+			fmt.Fprintf(b, `<line x1="%.1f" y1="14" x2="%.1f" y2="14" stroke="%s" stroke-width="2"/>`, x, x+14, s.Color)
 		}
-		fmt.Fprintf(b, `<text x="%.1f" y="18" font-size="11">%s</text>`, x+18, html.EscapeString(s.name))
+		fmt.Fprintf(b, `<text x="%.1f" y="18" font-size="11">%s</text>`, x+18, html.EscapeString(s.Name))
 	}
 }
 

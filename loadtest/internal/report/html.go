@@ -1,4 +1,4 @@
-package main
+package report
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/svg"
 )
 
 // WriteHTML writes the report as one self-contained page: the summary,
@@ -50,16 +51,16 @@ pre{background:#f6f8fa;padding:8px;font-size:12px;overflow-x:auto}</style></head
 	b.WriteString("</pre>\n")
 
 	for _, run := range r.Runs {
-		fmt.Fprintf(&b, "<h2>%d instance%s</h2>\n", run.Instances, plural(run.Instances))
+		fmt.Fprintf(&b, "<h2>%d instance%s</h2>\n", run.Instances, Plural(run.Instances))
 		marks := runMarkers(run)
 		b.WriteString(latencyOverTime(run, marks))
 		b.WriteString(latencyHistogram(run))
 		if run.Fleet != nil && len(run.Fleet.RedisSeries) > 0 {
-			rs := series{name: "commands/s", color: palette[0]}
+			rs := svg.Series{Name: "commands/s", Color: svg.Palette[0]}
 			for _, x := range run.Fleet.RedisSeries {
-				rs.pts = append(rs.pts, [2]float64{x.T, x.PerSec})
+				rs.Pts = append(rs.Pts, [2]float64{x.T, x.PerSec})
 			}
-			b.WriteString(`<div class="chart" data-plot="redis">` + lineChart("Redis commands/s, every server together", "seconds", "commands/s", []series{rs}, marks) + "</div>\n")
+			b.WriteString(`<div class="chart" data-plot="redis">` + svg.LineChart("Redis commands/s, every server together", "seconds", "commands/s", []svg.Series{rs}, marks) + "</div>\n")
 		}
 		if len(run.Resources) > 0 {
 			b.WriteString(resourceChart(run, marks, "CPU", "% of one core", func(s cluster.Sample) float64 { return s.CPU }))
@@ -75,18 +76,18 @@ pre{background:#f6f8fa;padding:8px;font-size:12px;overflow-x:auto}</style></head
 
 // runMarkers marks the steady phase and the fault (the fleet profile: its
 // idle and loaded windows).
-func runMarkers(run *RunReport) []marker {
-	m := []marker{
-		{x: run.Phases.SteadyStart, label: "steady", color: "#555"},
-		{x: run.Phases.SteadyEnd, label: "end", color: "#555"},
+func runMarkers(run *RunReport) []svg.Marker {
+	m := []svg.Marker{
+		{X: run.Phases.SteadyStart, Label: "steady", Color: "#555"},
+		{X: run.Phases.SteadyEnd, Label: "end", Color: "#555"},
 	}
 	if f := run.Fleet; f != nil {
-		m = []marker{{x: run.Phases.SteadyEnd, label: "end", color: "#555"}}
+		m = []svg.Marker{{X: run.Phases.SteadyEnd, Label: "end", Color: "#555"}}
 		if f.Idle.Measured {
-			m = append(m, marker{x: f.Idle.FromS, label: "idle", color: "#555"})
+			m = append(m, svg.Marker{X: f.Idle.FromS, Label: "idle", Color: "#555"})
 		}
 		if f.Loaded.Measured {
-			m = append(m, marker{x: f.Loaded.FromS, label: "loaded", color: "#555"})
+			m = append(m, svg.Marker{X: f.Loaded.FromS, Label: "loaded", Color: "#555"})
 		}
 	}
 	if f := run.Fault; f.Skipped == "" && f.AtMs > 0 {
@@ -95,7 +96,7 @@ func runMarkers(run *RunReport) []marker {
 			label = "SIGTERM"
 		}
 		name := fmt.Sprintf("instance %d", f.Instance+1)
-		m = append(m, marker{x: f.AtMs / 1000, label: label + " " + name, color: "#cf222e"})
+		m = append(m, svg.Marker{X: f.AtMs / 1000, Label: label + " " + name, Color: "#cf222e"})
 	}
 	return m
 }
@@ -103,7 +104,7 @@ func runMarkers(run *RunReport) []marker {
 // latencyOverTime plots per-second p50, p99 and max of plain latency by
 // the second each request was sent, and every non-ok outcome as a dot at
 // the time it arrived.
-func latencyOverTime(run *RunReport, marks []marker) string {
+func latencyOverTime(run *RunReport, marks []svg.Marker) string {
 	bySec := map[int][]float64{}
 	var errs [][2]float64
 	for _, rec := range run.Records {
@@ -121,22 +122,22 @@ func latencyOverTime(run *RunReport, marks []marker) string {
 		secs = append(secs, s)
 	}
 	slices.Sort(secs)
-	p50 := series{name: "p50", color: palette[0]}
-	p99 := series{name: "p99", color: palette[1]}
-	mx := series{name: "max", color: "#999", dash: true}
+	p50 := svg.Series{Name: "p50", Color: svg.Palette[0]}
+	p99 := svg.Series{Name: "p99", Color: svg.Palette[1]}
+	mx := svg.Series{Name: "max", Color: "#999", Dash: true}
 	for _, s := range secs {
 		v := bySec[s]
 		x := float64(s) + 0.5
-		p50.pts = append(p50.pts, [2]float64{x, stats.Percentile(v, 50)})
-		p99.pts = append(p99.pts, [2]float64{x, stats.Percentile(v, 99)})
-		mx.pts = append(mx.pts, [2]float64{x, slices.Max(v)})
+		p50.Pts = append(p50.Pts, [2]float64{x, stats.Percentile(v, 50)})
+		p99.Pts = append(p99.Pts, [2]float64{x, stats.Percentile(v, 99)})
+		mx.Pts = append(mx.Pts, [2]float64{x, slices.Max(v)})
 	}
-	ss := []series{p50, p99, mx}
+	ss := []svg.Series{p50, p99, mx}
 	if len(errs) > 0 {
 		name := fmt.Sprintf("not ok (%d)", len(errs))
-		ss = append(ss, series{name: name, color: "#cf222e", dots: true, pts: thin(errs, maxDots)})
+		ss = append(ss, svg.Series{Name: name, Color: "#cf222e", Dots: true, Pts: thin(errs, maxDots)})
 	}
-	return `<div class="chart" data-plot="latency">` + lineChart("Plain request latency over time (per second sent)", "seconds", "ms", ss, marks) + "</div>\n"
+	return `<div class="chart" data-plot="latency">` + svg.LineChart("Plain request latency over time (per second sent)", "seconds", "ms", ss, marks) + "</div>\n"
 }
 
 // maxDots bounds the dots of one plot, so that a run with many errors
@@ -170,30 +171,30 @@ func latencyHistogram(run *RunReport) string {
 	hiLat := math.Ceil(stats.Percentile(lat, 99.9)/10) * 10
 	hiOver := math.Max(1, math.Ceil(stats.Percentile(over, 99.5)))
 	return `<div class="chart" data-plot="histogram">` +
-		barChart(fmt.Sprintf("Latency histogram, steady phase (%d requests; the last bar holds the slowest 0.1%%)", len(lat)),
-			"latency, ms", "requests", stats.Histogram(lat, 0, hiLat, 60), palette[0]) +
-		barChart("Overhead histogram (latency − processing_time_ms; the last bar holds the slowest 0.5%)",
-			"overhead, ms", "requests", stats.Histogram(over, math.Min(0, math.Floor(slices.Min(over))), hiOver, 60), palette[2]) +
+		svg.BarChart(fmt.Sprintf("Latency histogram, steady phase (%d requests; the last bar holds the slowest 0.1%%)", len(lat)),
+			"latency, ms", "requests", stats.Histogram(lat, 0, hiLat, 60), svg.Palette[0]) +
+		svg.BarChart("Overhead histogram (latency − processing_time_ms; the last bar holds the slowest 0.5%)",
+			"overhead, ms", "requests", stats.Histogram(over, math.Min(0, math.Floor(slices.Min(over))), hiOver, 60), svg.Palette[2]) +
 		"</div>\n"
 }
 
 // resourceChart plots one measure of every instance over time, and the
 // load test's own process dashed.
-func resourceChart(run *RunReport, marks []marker, what, unit string, f func(cluster.Sample) float64) string {
-	var ss []series
+func resourceChart(run *RunReport, marks []svg.Marker, what, unit string, f func(cluster.Sample) float64) string {
+	var ss []svg.Series
 	for i, res := range run.Resources {
-		s := series{name: res.Name, color: palette[i%len(palette)]}
+		s := svg.Series{Name: res.Name, Color: svg.Palette[i%len(svg.Palette)]}
 		for _, x := range res.Samples {
-			s.pts = append(s.pts, [2]float64{x.T, f(x)})
+			s.Pts = append(s.Pts, [2]float64{x.T, f(x)})
 		}
 		ss = append(ss, s)
 	}
 	if len(run.LoadGen) > 0 {
-		s := series{name: "load test", color: "#999", dash: true}
+		s := svg.Series{Name: "load test", Color: "#999", Dash: true}
 		for _, x := range run.LoadGen {
-			s.pts = append(s.pts, [2]float64{x.T, f(x)})
+			s.Pts = append(s.Pts, [2]float64{x.T, f(x)})
 		}
 		ss = append(ss, s)
 	}
-	return `<div class="chart" data-plot="` + what + `">` + lineChart(what+" per instance over time", "seconds", unit, ss, marks) + "</div>\n"
+	return `<div class="chart" data-plot="` + what + `">` + svg.LineChart(what+" per instance over time", "seconds", unit, ss, marks) + "</div>\n"
 }

@@ -1,4 +1,4 @@
-package main
+package report
 
 import (
 	"fmt"
@@ -85,9 +85,9 @@ func (s *SweepReport) row(mode string, rate float64) *SweepRow {
 	return nil
 }
 
-// finish fills the figures computed across rows: the ratios to NATS and
+// Finish fills the figures computed across rows: the ratios to NATS and
 // the knees.
-func (s *SweepReport) finish() {
+func (s *SweepReport) Finish() {
 	s.Knees = map[string]float64{}
 	for i := range s.Rows {
 		r := &s.Rows[i]
@@ -189,9 +189,9 @@ func (r *Report) writeSweep(w io.Writer) {
 	}
 }
 
-// sweepNotes say what a reader of the sweep's figures should know; the
+// Notes say what a reader of the sweep's figures should know; the
 // slots note depends on what the run saw.
-func (s *SweepReport) notes() []string {
+func (s *SweepReport) Notes() []string {
 	n := []string{
 		"overhead = latency − the worker's own time; the echo handler takes none (its processing_time_ms is 0), so the latency is the overhead",
 		"latency counts from each request's due time, not from when it went out: a generator that fell behind shows as latency and as late sends (no coordinated omission)",

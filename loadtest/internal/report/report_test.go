@@ -1,4 +1,4 @@
-package main
+package report
 
 import (
 	"bytes"
@@ -22,11 +22,11 @@ func sampleReport() *Report {
 	two.Events = []Event{{T: 30, What: "kill -9 i2"}}
 	rep := &Report{Tool: "switchyard loadtest", Started: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC),
 		Finished: time.Date(2026, 11, 30, 12, 5, 0, 0, time.UTC), Profile: "smoke", Mode: "spawn",
-		Shape: testCfg().Summary(), Params: paramsOf(testCfg()), Host: Host{CPUs: 2, GoVersion: "go1.26", OS: "linux/amd64"},
+		Shape: testCfg().Summary(), Params: ParamsOf(testCfg()), Host: Host{CPUs: 2, GoVersion: "go1.26", OS: "linux/amd64"},
 		Runs: []*RunReport{base, two}}
 	rep.Criteria = Evaluate(rep.Runs, config.DefaultBars)
 	rep.Pass = Passed(rep.Criteria)
-	rep.Notes = notes(testCfg())
+	rep.Notes = Notes(testCfg())
 	return rep
 }
 

@@ -1,12 +1,99 @@
-package main
+package report
 
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
+	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
 )
+
+// FleetReport is the fleet profile's part of a run: how the nodes came
+// up, then the idle and the loaded window.
+type FleetReport struct {
+	Nodes            int     `json:"nodes"`
+	NodesPerInstance []int   `json:"nodes_per_instance"`
+	ConnectRate      float64 `json:"connect_rate"`
+	RegisteredS      float64 `json:"registered_s"` // first connect → every node registered
+	ListedS          float64 `json:"listed_s"`     // first connect → every instance lists every node
+	// Redis names the Redis measured; RedisShared: not started by the load
+	// test, so other clients' commands count too.
+	Redis       string                `json:"redis"`
+	RedisShared bool                  `json:"redis_shared"`
+	Idle        Window                `json:"idle"`
+	Loaded      Window                `json:"loaded"`
+	RedisSeries []cluster.RedisSample `json:"redis_samples,omitempty"` // commands/s every second, both windows
+}
+
+// Window is one measured stretch of a fleet run.
+type Window struct {
+	Measured bool    `json:"measured"` // false: the run ended (interrupted) before it did
+	FromS    float64 `json:"from_s"`
+	ToS      float64 `json:"to_s"`
+	// Instances is empty when CPU and RSS are not measured (--target).
+	Instances  []InstanceWindow `json:"instances,omitempty"`
+	Busiest    int              `json:"busiest"` // index into Instances of the highest CPU mean; -1 if none
+	LoadGenCPU float64          `json:"loadgen_cpu"`
+	Redis      RedisWindow      `json:"redis"`
+	Sent       int              `json:"sent"` // requests sent in the window
+}
+
+// InstanceWindow is one instance's resource use over a window.
+type InstanceWindow struct {
+	Index       int     `json:"index"`
+	Name        string  `json:"name"`
+	CPUMean     float64 `json:"cpu_mean"` // % of one core: CPU time over the window / its length
+	CPUMax      float64 `json:"cpu_max"`  // the busiest second
+	RSSStartKiB int64   `json:"rss_start_kib"`
+	RSSEndKiB   int64   `json:"rss_end_kib"`
+	Gone        bool    `json:"gone,omitempty"` // the process ended during the window
+}
+
+// RedisWindow is the commands every Redis server processed over a window
+// (INFO stats total_commands_processed, end minus start).
+type RedisWindow struct {
+	Measured bool               `json:"measured"`
+	Servers  int                `json:"servers"`
+	Commands int64              `json:"commands"`
+	PerSec   float64            `json:"per_s"`
+	ByServer map[string]float64 `json:"per_s_by_server,omitempty"`
+	Error    string             `json:"error,omitempty"`
+}
+
+// Busy is the busiest instance's figures, if measured.
+func (w Window) Busy() (InstanceWindow, bool) {
+	if w.Busiest < 0 || w.Busiest >= len(w.Instances) {
+		return InstanceWindow{}, false
+	}
+	return w.Instances[w.Busiest], true
+}
+
+// Brief is a window's figures in one line, for the timeline.
+func (w Window) Brief() string {
+	var parts []string
+	if in, ok := w.Busy(); ok {
+		parts = append(parts, fmt.Sprintf("busiest instance %s %.1f%% of one core", in.Name, in.CPUMean))
+	}
+	if w.Redis.Measured {
+		parts = append(parts, fmt.Sprintf("Redis %.0f commands/s", w.Redis.PerSec))
+	}
+	if len(parts) == 0 {
+		return "not measured"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// servers lists a window's servers in order, for the text report.
+func (w RedisWindow) servers() []string {
+	addrs := make([]string, 0, len(w.ByServer))
+	for a := range w.ByServer {
+		addrs = append(addrs, a)
+	}
+	slices.Sort(addrs)
+	return addrs
+}
 
 // isFleet reports whether the runs are the fleet profile's.
 func isFleet(runs []*RunReport) bool {

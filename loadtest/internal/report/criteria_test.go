@@ -1,4 +1,4 @@
-package main
+package report
 
 import (
 	"strings"
@@ -44,7 +44,7 @@ func steadyRun(n int, overheads []float64, f FaultReport, extra ...*ledger.Recor
 		}
 	}
 	ph := Phases{SteadyStart: 10, SteadyEnd: 110, End: 111}
-	return buildRun(testCfg(), insts, recs, nil, f, ph, nil, samples, nil, 0)
+	return BuildRun(testCfg(), insts, recs, nil, f, ph, nil, samples, nil, 0)
 }
 
 func find(t *testing.T, cs []Criterion, inst int, name string) Criterion {
