@@ -9,6 +9,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/fleet"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/report"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
@@ -44,11 +45,11 @@ type fleetRun struct {
 	loadedFrom, loadedTo snapshot
 }
 
-func newFleetRun(cfg config.Config, c *cluster.Cluster, r *runner, s *cluster.Sampler, l *ledger.Ledger, t0 time.Time, pids []int, f *fleet) *fleetRun {
+func newFleetRun(cfg config.Config, c *cluster.Cluster, r *runner, s *cluster.Sampler, l *ledger.Ledger, t0 time.Time, pids []int, f *fleet.Nodes) *fleetRun {
 	fr := &fleetRun{cfg: cfg, c: c, r: r, s: s, ledger: l, t0: t0, pids: pids}
 	fr.rep = report.FleetReport{Nodes: cfg.Nodes, ConnectRate: cfg.ConnectRate, Redis: cfg.RedisURL, RedisShared: !cfg.RedisCluster}
 	for i := range c.Instances() {
-		fr.rep.NodesPerInstance = append(fr.rep.NodesPerInstance, f.countOn(i))
+		fr.rep.NodesPerInstance = append(fr.rep.NodesPerInstance, f.CountOn(i))
 	}
 	return fr
 }
@@ -86,7 +87,7 @@ func (fr *fleetRun) wait(ctx context.Context, phase string, d time.Duration) boo
 	end := time.Now().Add(d)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	defer fr.r.endLine()
+	defer fr.r.lines.End()
 	n := len(fr.c.Instances())
 	for {
 		left := time.Until(end)
@@ -100,7 +101,7 @@ func (fr *fleetRun) wait(ctx context.Context, phase string, d time.Duration) boo
 			return ctx.Err() == nil
 		case <-t.C:
 			elapsed := time.Since(time.Unix(0, fr.r.phaseStart.Load())).Round(time.Second)
-			fr.r.line(fmt.Sprintf("[%d instance%s] %-9s %6v/%v  nodes %d  %s", n, report.Plural(n), phase, elapsed, d, fr.cfg.Nodes, fr.progressExtra()))
+			fr.r.lines.Line(fmt.Sprintf("[%d instance%s] %-9s %6v/%v  nodes %d  %s", n, report.Plural(n), phase, elapsed, d, fr.cfg.Nodes, fr.progressExtra()))
 		}
 	}
 }

@@ -6,14 +6,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/fleet"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/live"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/report"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
 	"github.com/switchyard-dev/switchyard/sdk"
@@ -25,10 +26,10 @@ type runner struct {
 	cfg      config.Config
 	c        *cluster.Cluster
 	ledger   *ledger.Ledger
-	fleet    *fleet
+	fleet    *fleet.Nodes
 	sampler  *cluster.Sampler
 	progress io.Writer
-	tty      bool
+	lines    *live.Printer // progress lines
 	t0       time.Time
 
 	hc      *http.Client
@@ -55,10 +56,10 @@ type runner struct {
 	counters map[string]map[string]float64 // instance name → switchyard counters at the end
 }
 
-func newRunner(cfg config.Config, c *cluster.Cluster, l *ledger.Ledger, f *fleet, s *cluster.Sampler, progress io.Writer, t0 time.Time) *runner {
+func newRunner(cfg config.Config, c *cluster.Cluster, l *ledger.Ledger, f *fleet.Nodes, s *cluster.Sampler, progress io.Writer, t0 time.Time) *runner {
 	r := &runner{cfg: cfg, c: c, ledger: l, fleet: f, sampler: s, progress: progress, t0: t0,
 		counters: map[string]map[string]float64{}}
-	r.tty = isTerminal(progress)
+	r.lines = live.NewPrinter(progress)
 	// Enough idle connections that a steady 100/s never opens new ones.
 	r.hc = &http.Client{Transport: &http.Transport{
 		MaxIdleConns: 4096, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 30 * time.Second,
@@ -106,10 +107,10 @@ func (r *runner) send(ctx context.Context, kind, phase string) bool {
 	via, key := r.pick()
 	rec := r.ledger.Open(kind, phase, via, time.Now())
 	limit := r.cfg.TaskTimeout + r.cfg.Grace
-	taskType := r.fleet.plain
+	taskType := r.fleet.Plain()
 	if kind == ledger.KindStream {
 		limit += r.cfg.StreamLength * 11 / 10
-		taskType = r.fleet.stream
+		taskType = r.fleet.Stream()
 	}
 	rctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
@@ -193,7 +194,7 @@ func (r *runner) run(ctx context.Context) {
 		for j := range r.cfg.RampTo {
 			at := rampStart.Add(r.cfg.Ramp * time.Duration(j) / time.Duration(r.cfg.RampTo))
 			r.wg.Go(func() {
-				if !sleepUntil(ctx, at) {
+				if !live.SleepUntil(ctx, at) {
 					return
 				}
 				for time.Now().Before(steadyStart) && ctx.Err() == nil {
@@ -202,7 +203,7 @@ func (r *runner) run(ctx context.Context) {
 			})
 		}
 	}
-	if !sleepUntil(ctx, steadyStart) {
+	if !live.SleepUntil(ctx, steadyStart) {
 		r.wg.Wait()
 		return
 	}
@@ -215,7 +216,7 @@ func (r *runner) run(ctx context.Context) {
 	for j := range r.cfg.Streams {
 		at := steadyStart.Add(r.cfg.StreamLength * time.Duration(j) / time.Duration(r.cfg.Streams))
 		r.wg.Go(func() {
-			if !sleepUntil(ctx, at) {
+			if !live.SleepUntil(ctx, at) {
 				return
 			}
 			for time.Now().Before(steadyEnd) && ctx.Err() == nil {
@@ -225,7 +226,7 @@ func (r *runner) run(ctx context.Context) {
 				if !ok {
 					// A client whose stream failed pauses before the next,
 					// rather than spinning on an error that answers at once.
-					sleepUntil(ctx, time.Now().Add(250*time.Millisecond))
+					live.SleepUntil(ctx, time.Now().Add(250*time.Millisecond))
 				}
 			}
 		})
@@ -240,7 +241,7 @@ func (r *runner) run(ctx context.Context) {
 	interval := time.Duration(float64(time.Second) / r.cfg.Rate)
 	for i := 0; ; i++ {
 		at := steadyStart.Add(time.Duration(i) * interval)
-		if !at.Before(steadyEnd) || !sleepUntil(ctx, at) {
+		if !at.Before(steadyEnd) || !live.SleepUntil(ctx, at) {
 			break
 		}
 		if lag := time.Since(at); lag > time.Duration(r.maxLag.Load()) {
@@ -248,7 +249,7 @@ func (r *runner) run(ctx context.Context) {
 		}
 		r.wg.Go(func() { r.send(ctx, ledger.KindPlain, ledger.PhaseSteady) })
 	}
-	sleepUntil(ctx, steadyEnd)
+	live.SleepUntil(ctx, steadyEnd)
 	if r.onSteadyEnd != nil {
 		r.onSteadyEnd()
 	}
@@ -297,7 +298,7 @@ func (r *runner) scrapeAll(ctx context.Context) map[string]map[string]float64 {
 // wait ends at FaultWait, or a second before the end of the steady phase:
 // the fault must strike under load.
 func (r *runner) injectFault(ctx context.Context, at, steadyEnd time.Time) {
-	if !sleepUntil(ctx, at) {
+	if !live.SleepUntil(ctx, at) {
 		return
 	}
 	waitUntil := at.Add(r.cfg.FaultWait)
@@ -318,7 +319,7 @@ func (r *runner) injectFault(ctx context.Context, at, steadyEnd time.Time) {
 		if inFlight > 0 || !time.Now().Before(waitUntil) {
 			break
 		}
-		if !sleepUntil(ctx, time.Now().Add(2*time.Millisecond)) {
+		if !live.SleepUntil(ctx, time.Now().Add(2*time.Millisecond)) {
 			return
 		}
 	}
@@ -379,8 +380,8 @@ func (r *runner) injectFault(ctx context.Context, at, steadyEnd time.Time) {
 	if r.cfg.NoRehome {
 		return
 	}
-	moved := len(r.fleet.homedOn(v))
-	if err := r.fleet.rehome(ctx, v, rest); err != nil {
+	moved := len(r.fleet.HomedOn(v))
+	if err := r.fleet.Rehome(ctx, v, rest); err != nil {
 		r.event("re-homing %s's nodes failed: %v", in.Name, err)
 	}
 	r.mu.Lock()
@@ -401,9 +402,7 @@ func (r *runner) progressLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			if r.tty {
-				fmt.Fprintln(r.progress)
-			}
+			r.lines.End()
 			return
 		case <-t.C:
 		}
@@ -425,53 +424,7 @@ func (r *runner) progressLoop(ctx context.Context) {
 		if r.extra != nil {
 			line += "  " + r.extra()
 		}
-		r.line(line)
+		r.lines.Line(line)
 		prev = cur
-	}
-}
-
-// line prints one progress line: in place on a terminal, else one a line.
-func (r *runner) line(s string) {
-	if r.progress == nil {
-		return
-	}
-	if r.tty {
-		fmt.Fprintf(r.progress, "\r\033[K%s", s)
-	} else {
-		fmt.Fprintln(r.progress, s)
-	}
-}
-
-// endLine ends a run of in-place lines on a terminal.
-func (r *runner) endLine() {
-	if r.progress != nil && r.tty {
-		fmt.Fprintln(r.progress)
-	}
-}
-
-// isTerminal reports whether w is a terminal, where progress lines are
-// rewritten in place.
-func isTerminal(w io.Writer) bool {
-	fi, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := fi.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-// sleepUntil waits until t; false if ctx ended first.
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-timer.C:
-		return true
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/fleet"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/report"
 )
 
@@ -37,8 +38,8 @@ type outputs struct {
 }
 
 func cli(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 2 && args[0] == fleetHelperArg { // a helper process of the fleet profile
-		if err := runFleetHelper(args[1], os.Stdin, stdout); err != nil {
+	if len(args) == 2 && args[0] == fleet.HelperArg { // a helper process of the fleet profile
+		if err := fleet.RunHelper(args[1], os.Stdin, stdout); err != nil {
 			fmt.Fprintln(stderr, "loadtest:", err)
 			return exitError
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/fleet"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/report"
 )
@@ -150,25 +151,25 @@ func runOne(ctx context.Context, cfg config.Config, n int, bin, logDir string, p
 	}()
 
 	l := ledger.New(t0)
-	f := newFleet(cfg, c, l, cluster.RandHex(4))
-	defer f.stop()
+	f := fleet.New(cfg, c, l, cluster.RandHex(4))
+	defer f.Stop()
 	r := newRunner(cfg, c, l, f, s, progress, t0)
 	r.setPhase("connect")
 	connectStart := time.Now()
-	if err := f.start(ctx); err != nil {
+	if err := f.Start(ctx); err != nil {
 		return nil, err
 	}
-	err = f.awaitRegistered(ctx, 60*time.Second, func(done int64) {
+	err = f.AwaitRegistered(ctx, 60*time.Second, func(done int64) {
 		el := time.Since(connectStart)
-		r.line(fmt.Sprintf("[%d instance%s] %-9s %6v  registered %d of %d nodes (%.0f/s)", n, report.Plural(n), "connect",
+		r.lines.Line(fmt.Sprintf("[%d instance%s] %-9s %6v  registered %d of %d nodes (%.0f/s)", n, report.Plural(n), "connect",
 			el.Round(time.Second), done, cfg.Nodes, float64(done)/el.Seconds()))
 	})
-	r.endLine()
+	r.lines.End()
 	if err != nil {
 		return nil, err
 	}
 	registered := time.Since(connectStart)
-	if err := f.awaitDirectory(ctx, 30*time.Second+time.Duration(cfg.Nodes)*time.Millisecond); err != nil {
+	if err := f.AwaitDirectory(ctx, 30*time.Second+time.Duration(cfg.Nodes)*time.Millisecond); err != nil {
 		return nil, err
 	}
 	listed := time.Since(connectStart)
@@ -204,7 +205,7 @@ func runOne(ctx context.Context, cfg config.Config, n int, bin, logDir string, p
 		if rec.NodeID == "" {
 			continue
 		}
-		switch idx := f.nodeIndex(rec.NodeID); {
+		switch idx := f.NodeIndex(rec.NodeID); {
 		case rec.Node < 0:
 			rec.Node = idx
 		case idx != rec.Node:

@@ -4,20 +4,17 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/fleet"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/report"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
 	"github.com/switchyard-dev/switchyard/sdk"
-	"github.com/switchyard-dev/switchyard/sdk/handlers"
 )
 
 // runSweep runs every mode of cfg in turn, every rate in each. A mode
@@ -92,12 +89,12 @@ func runSwitchyard(ctx context.Context, s *report.SweepReport, cfg config.Config
 
 	capability := "loadtest." + cluster.RandHex(4) + ".echo"
 	start := time.Now()
-	nodes, err := startEchoNodes(ctx, cfg, home.WSURL(), c.NodeKeys(), capability)
+	nodes, err := fleet.StartEcho(ctx, cfg.Nodes, cfg.NodeConcurrency, home.WSURL(), c.NodeKeys(), capability)
 	if err != nil {
 		return err
 	}
-	defer nodes.stop()
-	if err := nodes.awaitRegistered(ctx, 30*time.Second); err != nil {
+	defer nodes.Stop()
+	if err := nodes.AwaitRegistered(ctx, 30*time.Second); err != nil {
 		return err
 	}
 	hc, dials := sweepHTTPClient()
@@ -183,55 +180,4 @@ func (t *switchyardTarget) do(ctx context.Context, body string) (string, error) 
 		return "", &sweepError{Code: "task " + res.Status, Message: res.Result}
 	}
 	return res.Result, nil
-}
-
-// echoNodes are the switchyard modes' workers: SDK nodes whose handler
-// (handlers.Echo) returns the task's content at once.
-type echoNodes struct {
-	want       int
-	registered atomic.Int64
-	cancel     context.CancelFunc
-	wg         sync.WaitGroup
-}
-
-// startEchoNodes connects cfg.Nodes echo nodes to the node socket at
-// wsURL, all at once: twenty are no thundering herd.
-func startEchoNodes(ctx context.Context, cfg config.Config, wsURL string, keys []string, capability string) (*echoNodes, error) {
-	nctx, cancel := context.WithCancel(ctx)
-	e := &echoNodes{want: cfg.Nodes, cancel: cancel}
-	prefix := "sweep-" + cluster.RandHex(3) + "-"
-	for i := range cfg.Nodes {
-		node, err := sdk.NewNode(sdk.NodeConfig{
-			URL: wsURL, APIKey: keys[i%len(keys)], Name: prefix + strconv.Itoa(i),
-			Capabilities: []string{capability}, MaxConcurrency: cfg.NodeConcurrency, Handler: handlers.Echo(),
-			Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-			OnRegistered: func(string) { e.registered.Add(1) },
-		})
-		if err != nil {
-			e.stop()
-			return nil, fmt.Errorf("echo node %d: %w", i, err)
-		}
-		e.wg.Go(func() { _ = node.Run(nctx) })
-	}
-	return e, nil
-}
-
-// awaitRegistered waits until every node has registered.
-func (e *echoNodes) awaitRegistered(ctx context.Context, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for e.registered.Load() < int64(e.want) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d echo nodes registered after %v (the instance's log may say why)", e.registered.Load(), e.want, limit)
-		}
-		if !sleepUntil(ctx, time.Now().Add(20*time.Millisecond)) {
-			return ctx.Err()
-		}
-	}
-	return nil
-}
-
-// stop disconnects the nodes and waits for them.
-func (e *echoNodes) stop() {
-	e.cancel()
-	e.wg.Wait()
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/fleet"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/report"
 	"github.com/switchyard-dev/switchyard/sdk"
 )
@@ -263,12 +264,12 @@ func runFloor(ctx context.Context, s *report.SweepReport, cfg config.Config, pro
 	}
 	defer p.stop()
 	capability := "loadtest." + cluster.RandHex(4) + ".echo"
-	nodes, err := startEchoNodes(ctx, cfg, "ws"+strings.TrimPrefix(p.url, "http")+"/ws/node", []string{"floor"}, capability)
+	nodes, err := fleet.StartEcho(ctx, cfg.Nodes, cfg.NodeConcurrency, "ws"+strings.TrimPrefix(p.url, "http")+"/ws/node", []string{"floor"}, capability)
 	if err != nil {
 		return err
 	}
-	defer nodes.stop()
-	if err := nodes.awaitRegistered(ctx, 30*time.Second); err != nil {
+	defer nodes.Stop()
+	if err := nodes.AwaitRegistered(ctx, 30*time.Second); err != nil {
 		return err
 	}
 	fmt.Fprintf(progress, "[sweep floor] a bare forwarder (HTTP + one WebSocket hop, nothing else) at %s, %d echo nodes on it\n", p.url, cfg.Nodes)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/fleet"
 	"github.com/switchyard-dev/switchyard/sdk"
 )
 
@@ -32,12 +32,11 @@ func TestFloorServer(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cfg := config.Config{Nodes: 3, NodeConcurrency: 2}
-	nodes, err := startEchoNodes(ctx, cfg, "ws://"+addr+"/ws/node", []string{"k"}, "echo")
+	nodes, err := fleet.StartEcho(ctx, 3, 2, "ws://"+addr+"/ws/node", []string{"k"}, "echo")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := nodes.awaitRegistered(ctx, 10*time.Second); err != nil {
+	if err := nodes.AwaitRegistered(ctx, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	hc, _ := sweepHTTPClient()
@@ -76,7 +75,7 @@ func TestFloorServer(t *testing.T) {
 	}
 
 	hc.CloseIdleConnections()
-	nodes.stop()
+	nodes.Stop()
 	_ = stdinW.Close()
 	select {
 	case err := <-done:

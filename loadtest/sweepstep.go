@@ -12,6 +12,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/live"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/report"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
 	"github.com/switchyard-dev/switchyard/sdk"
@@ -115,7 +116,7 @@ func (s *sweepStep) due(i int) time.Time {
 // behind shows as latency and as late sends, never as a lighter load.
 func (s *sweepStep) run(ctx context.Context) {
 	for i := 0; i < s.total; {
-		if !sleepUntil(ctx, s.due(i)) {
+		if !live.SleepUntil(ctx, s.due(i)) {
 			break
 		}
 		now := time.Now()
@@ -229,7 +230,7 @@ func (s *sweepStep) row() report.SweepRow {
 }
 
 // progress prints the step's line once a second until ctx ends.
-func (s *sweepStep) progress(ctx context.Context, w io.Writer, tty bool) {
+func (s *sweepStep) progress(ctx context.Context, lines *live.Printer) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	prevSent, prevDone := int64(0), int64(0)
@@ -247,35 +248,23 @@ func (s *sweepStep) progress(ctx context.Context, w io.Writer, tty bool) {
 				phase, left = "finishing", 0
 			}
 			sent, done := s.sentN.Load(), s.okN.Load()+s.notOKN.Load()
-			liveLine(w, tty, fmt.Sprintf("[sweep %s] %6g/s  %-9s %3.0fs left  sent %5d/s  done %5d/s  in flight %5d  ok %7d  not ok %5d  late %5d",
+			lines.Line(fmt.Sprintf("[sweep %s] %6g/s  %-9s %3.0fs left  sent %5d/s  done %5d/s  in flight %5d  ok %7d  not ok %5d  late %5d",
 				s.mode, s.rate, phase, left.Seconds(), sent-prevSent, done-prevDone, s.inFlight.Load(), s.okN.Load(), s.notOKN.Load(), s.lateN.Load()))
 			prevSent, prevDone = sent, done
 		}
 	}
 }
 
-// liveLine prints one progress line: in place on a terminal, else one a
-// line.
-func liveLine(w io.Writer, tty bool, s string) {
-	if tty {
-		fmt.Fprintf(w, "\r\033[K%s", s)
-	} else {
-		fmt.Fprintln(w, s)
-	}
-}
-
 // runSweepStep runs one step with its progress line and returns its row.
 func runSweepStep(ctx context.Context, cfg config.Config, mode string, rate float64, target sweepTarget, progress io.Writer) report.SweepRow {
 	s := newSweepStep(mode, rate, config.SweepWarmup, cfg.Duration, cfg.TaskTimeout+cfg.Grace, target)
-	tty := isTerminal(progress)
+	lines := live.NewPrinter(progress)
 	pctx, stop := context.WithCancel(ctx)
 	var bg sync.WaitGroup
-	bg.Go(func() { s.progress(pctx, progress, tty) })
+	bg.Go(func() { s.progress(pctx, lines) })
 	s.run(ctx)
 	stop()
 	bg.Wait()
-	if tty {
-		fmt.Fprintln(progress)
-	}
+	lines.End()
 	return s.row()
 }

@@ -1,4 +1,4 @@
-package main
+package fleet
 
 import (
 	"context"
@@ -20,9 +20,10 @@ import (
 	"github.com/switchyard-dev/switchyard/sdk/handlers"
 )
 
-// fleet is the simulated nodes: SDK node agents whose handlers sleep (or
-// stream) and tell the ledger which request they are running, where.
-type fleet struct {
+// Nodes are a run's simulated nodes: SDK node agents whose handlers
+// sleep (or stream) and tell the ledger which request they are running,
+// where.
+type Nodes struct {
 	cfg    config.Config
 	insts  []*cluster.Instance
 	keys   []string
@@ -51,8 +52,10 @@ type simNode struct {
 	done   chan struct{}
 }
 
-func newFleet(cfg config.Config, c *cluster.Cluster, l *ledger.Ledger, runID string) *fleet {
-	return &fleet{
+// New prepares cfg's nodes for the instances of c, their task types and
+// names made unique by runID; Start connects them.
+func New(cfg config.Config, c *cluster.Cluster, l *ledger.Ledger, runID string) *Nodes {
+	return &Nodes{
 		cfg: cfg, insts: c.Instances(), keys: c.NodeKeys(), ledger: l,
 		plain: "loadtest." + runID + ".plain", stream: "loadtest." + runID + ".stream",
 		idle: "loadtest." + runID + ".idle", prefix: "lt-" + runID + "-", ids: map[string]int{},
@@ -60,12 +63,12 @@ func newFleet(cfg config.Config, c *cluster.Cluster, l *ledger.Ledger, runID str
 	}
 }
 
-// start connects every node, node i to instance i mod N, paced at
+// Start connects every node, node i to instance i mod N, paced at
 // ConnectRate nodes a second (node i at i/ConnectRate): a fleet that
 // registers all at once would make the handshake path what is measured.
 //
-// Nodes past f.local go to helper processes (fleethelper.go), paced alike.
-func (f *fleet) start(ctx context.Context) error {
+// Nodes past f.local go to helper processes (helper.go), paced alike.
+func (f *Nodes) Start(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.local < f.cfg.Nodes {
@@ -91,7 +94,7 @@ func (f *fleet) start(ctx context.Context) error {
 }
 
 // connectLocked runs node n against instance home after delay.
-func (f *fleet) connectLocked(ctx context.Context, n *simNode, home int, delay time.Duration) error {
+func (f *Nodes) connectLocked(ctx context.Context, n *simNode, home int, delay time.Duration) error {
 	nctx, cancel := context.WithCancel(ctx)
 	node, err := sdk.NewNode(sdk.NodeConfig{
 		URL:            f.insts[home].WSURL(),
@@ -135,7 +138,7 @@ func (f *fleet) connectLocked(ctx context.Context, n *simNode, home int, delay t
 // handler is node idx's handler while it is connected to instance inst.
 // It wraps handlers.Sleep, whose duration the SDK reports as
 // processing_time_ms.
-func (f *fleet) handler(idx, inst int) sdk.Handler {
+func (f *Nodes) handler(idx, inst int) sdk.Handler {
 	plain := handlers.Sleep(f.cfg.HandlerMin, f.cfg.HandlerMax, 0)
 	stream := handlers.Sleep(f.cfg.StreamLength*9/10, f.cfg.StreamLength*11/10, f.cfg.StreamChunks)
 	return sdk.HandlerFunc(func(ctx context.Context, t *sdk.Task, emit func(string) error) (sdk.Result, error) {
@@ -150,12 +153,12 @@ func (f *fleet) handler(idx, inst int) sdk.Handler {
 	})
 }
 
-// awaitRegistered waits until every node has registered once, calling
+// AwaitRegistered waits until every node has registered once, calling
 // progress (if not nil) with the count so far once a second. The nodes
 // connect paced (start), and register as fast as the instances take them:
 // it gives up only once the last node has been let go and no node has
 // registered for stall.
-func (f *fleet) awaitRegistered(ctx context.Context, stall time.Duration, progress func(registered int64)) error {
+func (f *Nodes) AwaitRegistered(ctx context.Context, stall time.Duration, progress func(registered int64)) error {
 	start := time.Now()
 	paced := start.Add(time.Duration(float64(f.cfg.Nodes) / f.cfg.ConnectRate * float64(time.Second)))
 	last, lastChange := int64(-1), start
@@ -187,9 +190,9 @@ func (f *fleet) awaitRegistered(ctx context.Context, stall time.Duration, progre
 	}
 }
 
-// awaitDirectory waits until every instance lists every node (the cluster
+// AwaitDirectory waits until every instance lists every node (the cluster
 // directory has propagated), so that the first requests see them all.
-func (f *fleet) awaitDirectory(ctx context.Context, limit time.Duration) error {
+func (f *Nodes) AwaitDirectory(ctx context.Context, limit time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	hc := &http.Client{}
@@ -212,8 +215,8 @@ func (f *fleet) awaitDirectory(ctx context.Context, limit time.Duration) error {
 	return nil
 }
 
-// homedOn returns the nodes currently connected to instance inst.
-func (f *fleet) homedOn(inst int) []int {
+// HomedOn returns the nodes currently connected to instance inst.
+func (f *Nodes) HomedOn(inst int) []int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []int
@@ -225,10 +228,10 @@ func (f *fleet) homedOn(inst int) []int {
 	return out
 }
 
-// countOn returns how many nodes instance inst holds: this process's
+// CountOn returns how many nodes instance inst holds: this process's
 // connected to it, and the helpers' (node i on instance i mod N).
-func (f *fleet) countOn(inst int) int {
-	n := len(f.homedOn(inst))
+func (f *Nodes) CountOn(inst int) int {
+	n := len(f.HomedOn(inst))
 	for _, h := range f.helpers {
 		for i := h.spec.From; i < h.spec.To; i++ {
 			if i%len(f.insts) == inst {
@@ -239,11 +242,11 @@ func (f *fleet) countOn(inst int) int {
 	return n
 }
 
-// rehome moves the nodes of a lost instance to the survivors, as a load
+// Rehome moves the nodes of a lost instance to the survivors, as a load
 // balancer in front of the instances would on their next reconnect: each
 // leaves its old address and reconnects after a jittered 0.5–1 s (the
 // SDK's first backoff) to survivor i mod len(survivors).
-func (f *fleet) rehome(ctx context.Context, from int, survivors []int) error {
+func (f *Nodes) Rehome(ctx context.Context, from int, survivors []int) error {
 	f.mu.Lock()
 	var moving []*simNode
 	for _, n := range f.nodes {
@@ -268,8 +271,8 @@ func (f *fleet) rehome(ctx context.Context, from int, survivors []int) error {
 	return errors.Join(errs...)
 }
 
-// nodeIndex returns the node with id, or -1.
-func (f *fleet) nodeIndex(id string) int {
+// NodeIndex returns the node with id, or -1.
+func (f *Nodes) NodeIndex(id string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if i, ok := f.ids[id]; ok {
@@ -278,8 +281,8 @@ func (f *fleet) nodeIndex(id string) int {
 	return -1
 }
 
-// stop disconnects every node and waits for them, and the helpers.
-func (f *fleet) stop() {
+// Stop disconnects every node and waits for them, and the helpers.
+func (f *Nodes) Stop() {
 	f.mu.Lock()
 	for _, n := range f.nodes {
 		n.cancel()
@@ -290,3 +293,9 @@ func (f *fleet) stop() {
 	stopHelpers(hs)
 	f.wg.Wait()
 }
+
+// Plain is the task type of the plain requests the nodes serve.
+func (f *Nodes) Plain() string { return f.plain }
+
+// Stream is the task type of the streams the nodes serve.
+func (f *Nodes) Stream() string { return f.stream }

@@ -1,4 +1,4 @@
-package main
+package fleet
 
 import (
 	"bufio"
@@ -21,8 +21,9 @@ import (
 	"github.com/switchyard-dev/switchyard/sdk/handlers"
 )
 
-// fleetHelperArg is the first argument that runs the binary as a helper.
-const fleetHelperArg = "fleet-helper"
+// HelperArg is the first argument that runs the binary as a helper
+// (RunHelper).
+const HelperArg = "fleet-helper"
 
 // helperSpec is what a helper process is told (as JSON, its second
 // argument): nodes From..To-1 of the fleet, node i connected to URLs[i mod
@@ -59,7 +60,7 @@ func startHelpers(spec helperSpec, nodes, per int) ([]*helperProc, error) {
 		h := &helperProc{spec: s, done: make(chan struct{})}
 		var out io.ReadCloser
 		var err error
-		h.cmd, h.stdin, out, err = cluster.StartChild(fleetHelperArg, string(arg))
+		h.cmd, h.stdin, out, err = cluster.StartChild(HelperArg, string(arg))
 		if err != nil {
 			stopHelpers(hs)
 			return nil, fmt.Errorf("fleet helper for nodes %d-%d: %w", s.From, s.To-1, err)
@@ -96,10 +97,10 @@ func stopHelpers(hs []*helperProc) {
 	}
 }
 
-// runFleetHelper is the helper process: it connects its nodes, prints how
+// RunHelper is the helper process: it connects its nodes, prints how
 // many have registered (at most ten times a second, when it changes), and
 // stops them all once its stdin closes.
-func runFleetHelper(arg string, stdin io.Reader, stdout io.Writer) error {
+func RunHelper(arg string, stdin io.Reader, stdout io.Writer) error {
 	var s helperSpec
 	if err := json.Unmarshal([]byte(arg), &s); err != nil {
 		return fmt.Errorf("fleet-helper: bad spec: %w", err)
