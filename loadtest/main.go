@@ -17,6 +17,7 @@ import (
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/fleet"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/report"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/sweep"
 )
 
 func main() {
@@ -45,8 +46,8 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		}
 		return exitPass
 	}
-	if len(args) == 1 && args[0] == floorServerArg { // the sweep's floor mode (sweepfloor.go)
-		if err := runFloorServer(os.Stdin, stdout); err != nil {
+	if len(args) == 1 && args[0] == sweep.FloorServerArg { // the sweep's floor mode (sweepfloor.go)
+		if err := sweep.RunFloorServer(os.Stdin, stdout); err != nil {
 			fmt.Fprintln(stderr, "loadtest:", err)
 			return exitError
 		}

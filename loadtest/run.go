@@ -15,6 +15,7 @@ import (
 	"github.com/switchyard-dev/switchyard/loadtest/internal/fleet"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/report"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/sweep"
 )
 
 // Run runs every configuration of cfg (one per entry of Instances, in
@@ -84,7 +85,7 @@ func Run(ctx context.Context, cfg config.Config, progress io.Writer) (*report.Re
 	}
 
 	if cfg.Sweep {
-		rep.Sweep, err = runSweep(ctx, cfg, bin, logDir, progress)
+		rep.Sweep, err = sweep.Run(ctx, cfg, bin, logDir, progress)
 		rep.Finished = time.Now()
 		if err != nil {
 			return rep, err

@@ -1,8 +1,7 @@
-package main
+package sweep
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -15,77 +14,31 @@ import (
 	"github.com/switchyard-dev/switchyard/loadtest/internal/live"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/report"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/stats"
-	"github.com/switchyard-dev/switchyard/sdk"
 )
 
-// sweepTarget is what a sweep step sends its requests to: the embedded
-// NATS baseline or a switchyard instance.
-type sweepTarget interface {
-	// do sends one request whose content is body and returns what came
-	// back (an echo, for the step to compare with body), or why nothing
-	// did: a *sweepError or an *sdk.APIError for an explicit answer that
-	// is not an echo, else a transport error or ctx's.
-	do(ctx context.Context, body string) (string, error)
-}
-
-// sweepError is an explicit answer that is not an echo: a failed task, no
-// responders, an echo of something else.
-type sweepError struct {
-	Status  int // HTTP status, 0 when there is none
-	Code    string
-	Message string
-}
-
-func (e *sweepError) Error() string { return e.Code + ": " + e.Message }
-
-// classifySweep turns what do returned into an outcome and, for a non-ok
-// one, the key it is counted under ("503 nodes_busy", "timeout"…).
-// aborted: the load test was interrupted; expired: the request's own
-// deadline (the task timeout plus the grace period) passed.
-func classifySweep(err error, aborted, expired bool) (outcome, key string) {
-	var api *sdk.APIError
-	var se *sweepError
-	switch {
-	case err == nil:
-		return ledger.OutcomeOK, ""
-	case errors.As(err, &api):
-		return ledger.OutcomeError, fmt.Sprintf("%d %s", api.Status, api.Code)
-	case errors.As(err, &se) && se.Status != 0:
-		return ledger.OutcomeError, fmt.Sprintf("%d %s", se.Status, se.Code)
-	case errors.As(err, &se):
-		return ledger.OutcomeError, se.Code
-	case aborted:
-		return ledger.OutcomeAborted, ledger.OutcomeAborted
-	case expired:
-		return ledger.OutcomeLost, "timeout"
-	default:
-		return ledger.OutcomeError, ledger.CodeTransport
-	}
-}
-
-// sweepSlot is one request of a step. Only the request's own goroutine
+// slot is one request of a step. Only the request's own goroutine
 // writes it; the step reads it once it has waited for them all.
-type sweepSlot struct {
+type slot struct {
 	sent     bool
 	lag      time.Duration // from its due time until it went out
 	latency  time.Duration // from its due time until its outcome
 	outcome  string
-	key      string // a non-ok outcome's, see classifySweep
+	key      string // a non-ok outcome's, see classify
 	msg      string // a non-ok outcome's error, shortened
 	outcomes int    // outcomes written: exactly one once the step has ended
 }
 
-// sweepStep is one rate of one mode: an open-loop generator, where
+// step is one rate of one mode: an open-loop generator, where
 // request i is due at start + i/rate whatever happened to the others.
-type sweepStep struct {
+type step struct {
 	mode   string
 	rate   float64
 	warmup int           // the first warmup requests are not counted
 	total  int           // requests due, the warm-up's included
 	limit  time.Duration // each request's deadline from when it goes out
-	target sweepTarget
+	target target
 	start  time.Time
-	slots  []sweepSlot
+	slots  []slot
 
 	wg                    sync.WaitGroup
 	inFlight, maxInFlight atomic.Int64
@@ -93,17 +46,17 @@ type sweepStep struct {
 	lateN                 atomic.Int64
 }
 
-// newSweepStep prepares a step that starts now: warmup at rate, not
+// newStep prepares a step that starts now: warmup at rate, not
 // counted, then counted at rate.
-func newSweepStep(mode string, rate float64, warmup, counted, limit time.Duration, target sweepTarget) *sweepStep {
+func newStep(mode string, rate float64, warmup, counted, limit time.Duration, target target) *step {
 	warm := int(math.Round(rate * warmup.Seconds()))
 	total := warm + int(math.Round(rate*counted.Seconds()))
-	return &sweepStep{mode: mode, rate: rate, warmup: warm, total: total, limit: limit, target: target,
-		start: time.Now(), slots: make([]sweepSlot, total)}
+	return &step{mode: mode, rate: rate, warmup: warm, total: total, limit: limit, target: target,
+		start: time.Now(), slots: make([]slot, total)}
 }
 
 // due is when request i is to go out.
-func (s *sweepStep) due(i int) time.Time {
+func (s *step) due(i int) time.Time {
 	return s.start.Add(time.Duration(float64(i) * float64(time.Second) / s.rate))
 }
 
@@ -114,7 +67,7 @@ func (s *sweepStep) due(i int) time.Time {
 // ones go out at once, and no request ever waits for another's answer.
 // Their latencies count from the due time, so a generator that fell
 // behind shows as latency and as late sends, never as a lighter load.
-func (s *sweepStep) run(ctx context.Context) {
+func (s *step) run(ctx context.Context) {
 	for i := 0; i < s.total; {
 		if !live.SleepUntil(ctx, s.due(i)) {
 			break
@@ -129,32 +82,32 @@ func (s *sweepStep) run(ctx context.Context) {
 }
 
 // send runs request i to its outcome.
-func (s *sweepStep) send(ctx context.Context, i int) {
-	slot := &s.slots[i]
+func (s *step) send(ctx context.Context, i int) {
+	sl := &s.slots[i]
 	due := s.due(i)
 	rctx, cancel := context.WithTimeout(ctx, s.limit)
 	defer cancel()
 	body := ledger.Content(int64(i))
 	storeMax(&s.maxInFlight, s.inFlight.Add(1))
 	sent := time.Now()
-	slot.sent, slot.lag = true, sent.Sub(due)
+	sl.sent, sl.lag = true, sent.Sub(due)
 	s.sentN.Add(1)
-	if slot.lag > config.SweepLate {
+	if sl.lag > config.SweepLate {
 		s.lateN.Add(1)
 	}
 	echo, err := s.target.do(rctx, body)
 	done := time.Now()
 	s.inFlight.Add(-1)
 	if err == nil && echo != body {
-		err = &sweepError{Code: "wrong_echo", Message: fmt.Sprintf("sent %q, got %.40q", body, echo)}
+		err = &answerError{Code: "wrong_echo", Message: fmt.Sprintf("sent %q, got %.40q", body, echo)}
 	}
-	slot.outcome, slot.key = classifySweep(err, ctx.Err() != nil, rctx.Err() != nil)
+	sl.outcome, sl.key = classify(err, ctx.Err() != nil, rctx.Err() != nil)
 	if err != nil {
-		slot.msg = shorten(err.Error(), 160)
+		sl.msg = shorten(err.Error(), 160)
 	}
-	slot.latency = done.Sub(due)
-	slot.outcomes++
-	if slot.outcome == ledger.OutcomeOK {
+	sl.latency = done.Sub(due)
+	sl.outcomes++
+	if sl.outcome == ledger.OutcomeOK {
 		s.okN.Add(1)
 	} else {
 		s.notOKN.Add(1)
@@ -180,7 +133,7 @@ func storeMax(m *atomic.Int64, v int64) {
 
 // row computes the step's figures over its counted requests; call it
 // once run has returned.
-func (s *sweepStep) row() report.SweepRow {
+func (s *step) row() report.SweepRow {
 	r := report.SweepRow{Mode: s.mode, Rate: s.rate, Expected: s.total - s.warmup, NonOK: map[string]int{},
 		Examples: map[string]string{}, MaxInFlight: int(s.maxInFlight.Load())}
 	var lat, lags []float64
@@ -230,7 +183,7 @@ func (s *sweepStep) row() report.SweepRow {
 }
 
 // progress prints the step's line once a second until ctx ends.
-func (s *sweepStep) progress(ctx context.Context, lines *live.Printer) {
+func (s *step) progress(ctx context.Context, lines *live.Printer) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	prevSent, prevDone := int64(0), int64(0)
@@ -255,9 +208,9 @@ func (s *sweepStep) progress(ctx context.Context, lines *live.Printer) {
 	}
 }
 
-// runSweepStep runs one step with its progress line and returns its row.
-func runSweepStep(ctx context.Context, cfg config.Config, mode string, rate float64, target sweepTarget, progress io.Writer) report.SweepRow {
-	s := newSweepStep(mode, rate, config.SweepWarmup, cfg.Duration, cfg.TaskTimeout+cfg.Grace, target)
+// runStep runs one step with its progress line and returns its row.
+func runStep(ctx context.Context, cfg config.Config, mode string, rate float64, target target, progress io.Writer) report.SweepRow {
+	s := newStep(mode, rate, config.SweepWarmup, cfg.Duration, cfg.TaskTimeout+cfg.Grace, target)
 	lines := live.NewPrinter(progress)
 	pctx, stop := context.WithCancel(ctx)
 	var bg sync.WaitGroup

@@ -1,4 +1,4 @@
-package main
+package sweep
 
 import (
 	"context"
@@ -29,7 +29,7 @@ type natsBaseline struct {
 // natsClientNote says in the report how the baseline's client sends.
 const natsClientNote = "one shared client connection (nc.RequestWithContext from each request's goroutine); each worker on its own connection, answering its messages one at a time (a nats.go subscription runs its callback serially)"
 
-var _ sweepTarget = (*natsBaseline)(nil)
+var _ target = (*natsBaseline)(nil)
 
 // startNATS starts the server and the workers and connects the client.
 func startNATS(workers int) (_ *natsBaseline, err error) {
@@ -74,7 +74,7 @@ func (b *natsBaseline) do(ctx context.Context, body string) (string, error) {
 	m, err := b.client.RequestWithContext(ctx, b.subject, []byte(body))
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		return "", &sweepError{Code: "no_responders", Message: err.Error()}
+		return "", &answerError{Code: "no_responders", Message: err.Error()}
 	case err != nil:
 		return "", err
 	}

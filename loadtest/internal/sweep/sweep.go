@@ -1,11 +1,9 @@
-package main
+package sweep
 
 import (
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -17,24 +15,27 @@ import (
 	"github.com/switchyard-dev/switchyard/sdk"
 )
 
-// runSweep runs every mode of cfg in turn, every rate in each. A mode
-// that could not be set up ends the sweep with an error and the rows so
-// far.
-func runSweep(ctx context.Context, cfg config.Config, bin, logDir string, progress io.Writer) (*report.SweepReport, error) {
+// Run runs every mode of cfg in turn, every rate in each, with progress
+// lines on progress; bin is the switchyard binary the local and cross
+// modes start, logDir where their logs go. A mode that could not be set
+// up ends the sweep with an error and the rows so far. cfg must be valid,
+// its defaults filled.
+func Run(ctx context.Context, cfg config.Config, bin, logDir string, progress io.Writer) (*report.SweepReport, error) {
 	s := &report.SweepReport{Modes: cfg.Modes, Rates: cfg.Rates, WarmupS: config.SweepWarmup.Seconds(), CountedS: cfg.Duration.Seconds(),
 		Nodes: cfg.Nodes, NodeConcurrency: cfg.NodeConcurrency, LateMs: stats.Ms(config.SweepLate), KneeMs: config.SweepKneeMs,
 		Members: map[string][]*cluster.Instance{}, Counters: map[string]map[string]map[string]float64{}}
 	defer s.Finish()
+	r := &runner{cfg: cfg, rep: s, progress: progress}
 	for _, mode := range cfg.Modes {
 		fmt.Fprintf(progress, "== sweep: %s ==\n", mode)
 		var err error
 		switch mode {
 		case config.ModeNATS:
-			err = runNATS(ctx, s, cfg, progress)
+			err = r.nats(ctx)
 		case config.ModeFloor:
-			err = runFloor(ctx, s, cfg, progress)
+			err = r.floor(ctx)
 		default:
-			err = runSwitchyard(ctx, s, cfg, mode, bin, logDir, progress)
+			err = r.switchyard(ctx, mode, bin, logDir)
 		}
 		if err != nil {
 			return s, fmt.Errorf("the sweep's %s mode: %w", mode, err)
@@ -46,35 +47,46 @@ func runSweep(ctx context.Context, cfg config.Config, bin, logDir string, progre
 	return s, nil
 }
 
-// steps runs every rate against target, stopping early if ctx ends.
-func steps(ctx context.Context, s *report.SweepReport, cfg config.Config, mode string, target sweepTarget, dials *atomic.Int64, progress io.Writer) {
-	for _, rate := range cfg.Rates {
+// runner is one sweep under way: its report, filled a mode at a time.
+type runner struct {
+	cfg      config.Config
+	rep      *report.SweepReport
+	progress io.Writer
+}
+
+// steps runs every rate against t, stopping early if ctx ends; dials
+// counts the connections the mode's client opens.
+func (r *runner) steps(ctx context.Context, mode string, t target, dials *atomic.Int64) {
+	for _, rate := range r.cfg.Rates {
 		before := dials.Load()
-		row := runSweepStep(ctx, cfg, mode, rate, target, progress)
+		row := runStep(ctx, r.cfg, mode, rate, t, r.progress)
 		row.ConnsOpened = int(dials.Load() - before)
-		s.Rows = append(s.Rows, row)
+		r.rep.Rows = append(r.rep.Rows, row)
 		if ctx.Err() != nil {
 			return
 		}
 	}
 }
 
-func runNATS(ctx context.Context, s *report.SweepReport, cfg config.Config, progress io.Writer) error {
+// nats runs the nats mode: the embedded NATS baseline.
+func (r *runner) nats(ctx context.Context) error {
+	cfg := r.cfg
 	b, err := startNATS(cfg.Nodes)
 	if err != nil {
 		return err
 	}
 	defer b.close()
-	s.NATSClient = natsClientNote
-	fmt.Fprintf(progress, "[sweep nats] embedded nats-server at %s, %d echo workers in one queue group\n", b.srv.ClientURL(), cfg.Nodes)
-	steps(ctx, s, cfg, config.ModeNATS, b, new(atomic.Int64), progress)
+	r.rep.NATSClient = natsClientNote
+	fmt.Fprintf(r.progress, "[sweep nats] embedded nats-server at %s, %d echo workers in one queue group\n", b.srv.ClientURL(), cfg.Nodes)
+	r.steps(ctx, config.ModeNATS, b, new(atomic.Int64))
 	return nil
 }
 
-// runSwitchyard runs the local mode (one instance) or the cross mode (two
+// switchyard runs the local mode (one instance) or the cross mode (two
 // sharing Redis and PostgreSQL: every node on the first, every request to
 // the second).
-func runSwitchyard(ctx context.Context, s *report.SweepReport, cfg config.Config, mode, bin, logDir string, progress io.Writer) error {
+func (r *runner) switchyard(ctx context.Context, mode, bin, logDir string) error {
+	cfg, s := r.cfg, r.rep
 	n := 1
 	if mode == config.ModeCross {
 		n = 2
@@ -105,7 +117,7 @@ func runSwitchyard(ctx context.Context, s *report.SweepReport, cfg config.Config
 	if err != nil {
 		return fmt.Errorf("%w after 30s", err)
 	}
-	fmt.Fprintf(progress, "[sweep %s] %d echo nodes on %s registered and listed by %s in %.1f s; requests go to %s\n",
+	fmt.Fprintf(r.progress, "[sweep %s] %d echo nodes on %s registered and listed by %s in %.1f s; requests go to %s\n",
 		mode, cfg.Nodes, home.Name, via.Name, time.Since(start).Seconds(), via.Name)
 
 	before := map[string]map[string]float64{}
@@ -118,7 +130,7 @@ func runSwitchyard(ctx context.Context, s *report.SweepReport, cfg config.Config
 	for _, k := range c.ClientKeys() {
 		target.clients = append(target.clients, sdk.NewClient(via.URL, k, sdk.WithHTTPClient(hc)))
 	}
-	steps(ctx, s, cfg, mode, target, dials, progress)
+	r.steps(ctx, mode, target, dials)
 
 	s.Counters[mode] = map[string]map[string]float64{}
 	for _, in := range c.Instances() {
@@ -140,44 +152,4 @@ func runSwitchyard(ctx context.Context, s *report.SweepReport, cfg config.Config
 		}
 	}
 	return nil
-}
-
-// sweepHTTPClient is the switchyard modes' client: keep-alive with room
-// for every connection a step may open to stay idle for the next request,
-// so that the client never dials on the hot path once warm, and a count
-// of the connections it dialled, for the report to show that.
-func sweepHTTPClient() (*http.Client, *atomic.Int64) {
-	dials := new(atomic.Int64)
-	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
-	return &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			dials.Add(1)
-			return d.DialContext(ctx, network, addr)
-		},
-		MaxIdleConns: 0, MaxIdleConnsPerHost: 16384, IdleConnTimeout: 90 * time.Second,
-		DisableCompression: true,
-	}}, dials
-}
-
-// switchyardTarget sends the sweep's requests to one instance, as plain
-// requests (POST /api/v1/request, the sdk client's), round robin over the
-// client accounts.
-type switchyardTarget struct {
-	clients  []*sdk.Client
-	taskType string
-	rr       atomic.Uint64
-}
-
-var _ sweepTarget = (*switchyardTarget)(nil)
-
-func (t *switchyardTarget) do(ctx context.Context, body string) (string, error) {
-	cl := t.clients[t.rr.Add(1)%uint64(len(t.clients))]
-	res, err := cl.Request(ctx, sdk.Request{TaskType: t.taskType, Content: body})
-	if err != nil {
-		return "", err
-	}
-	if res.Status != "completed" {
-		return "", &sweepError{Code: "task " + res.Status, Message: res.Result}
-	}
-	return res.Result, nil
 }

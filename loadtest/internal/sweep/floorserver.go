@@ -1,7 +1,6 @@
-package main
+package sweep
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
 	"strings"
 	"sync"
 	"time"
@@ -17,16 +15,13 @@ import (
 	"github.com/coder/websocket"
 	"github.com/google/uuid"
 
-	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
-	"github.com/switchyard-dev/switchyard/loadtest/internal/fleet"
-	"github.com/switchyard-dev/switchyard/loadtest/internal/report"
 	"github.com/switchyard-dev/switchyard/sdk"
 )
 
-// floorServerArg is the first argument that runs the binary as the sweep's
-// floor server (the floor mode's other process).
-const floorServerArg = "floor-server"
+// FloorServerArg is the first argument that runs the binary as the
+// sweep's floor server (the floor mode's other process; RunFloorServer).
+const FloorServerArg = "floor-server"
 
 // The floor mode measures the least any coordinator of this protocol
 // costs on the machine: the same sdk.Client and the same SDK echo nodes as
@@ -57,9 +52,9 @@ type floorNode struct {
 	gone chan struct{}
 }
 
-// runFloorServer serves until stdin closes (the parent ended), after
+// RunFloorServer serves until stdin closes (the parent ended), after
 // printing "listening ADDR" on stdout.
-func runFloorServer(stdin io.Reader, stdout io.Writer) error {
+func RunFloorServer(stdin io.Reader, stdout io.Writer) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("floor server: %w", err)
@@ -81,7 +76,8 @@ type floorRequest struct {
 	Content  string `json:"content"`
 }
 
-// floorResult is the answer, in the shape of switchyard's (and GemmaNet's).
+// floorResult is the answer, in the shape of switchyard's (POST
+// /api/v1/request in docs/PROTOCOL.md).
 type floorResult struct {
 	TaskID           string     `json:"task_id"`
 	Status           string     `json:"status"`
@@ -215,70 +211,4 @@ func (f *floorServer) node(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-}
-
-// floorProc is the floor server's process, as the sweep sees it.
-type floorProc struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	url   string
-}
-
-// startFloor starts the floor server as a process of this binary and waits
-// for its address.
-func startFloor() (*floorProc, error) {
-	p := &floorProc{}
-	var out io.ReadCloser
-	var err error
-	if p.cmd, p.stdin, out, err = cluster.StartChild(floorServerArg); err != nil {
-		return nil, fmt.Errorf("floor server: %w", err)
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	addr, found := strings.CutPrefix(strings.TrimSpace(line), "listening ")
-	if err != nil || !found {
-		p.stop()
-		return nil, fmt.Errorf("floor server: no address (read %q: %v)", line, err)
-	}
-	p.url = "http://" + addr
-	return p, nil
-}
-
-// stop closes its stdin (it ends then) and waits for it.
-func (p *floorProc) stop() {
-	_ = p.stdin.Close()
-	done := make(chan struct{})
-	go func() { _ = p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-done
-	}
-}
-
-// runFloor runs the floor mode's steps.
-func runFloor(ctx context.Context, s *report.SweepReport, cfg config.Config, progress io.Writer) error {
-	p, err := startFloor()
-	if err != nil {
-		return err
-	}
-	defer p.stop()
-	capability := "loadtest." + cluster.RandHex(4) + ".echo"
-	nodes, err := fleet.StartEcho(ctx, cfg.Nodes, cfg.NodeConcurrency, "ws"+strings.TrimPrefix(p.url, "http")+"/ws/node", []string{"floor"}, capability)
-	if err != nil {
-		return err
-	}
-	defer nodes.Stop()
-	if err := nodes.AwaitRegistered(ctx, 30*time.Second); err != nil {
-		return err
-	}
-	fmt.Fprintf(progress, "[sweep floor] a bare forwarder (HTTP + one WebSocket hop, nothing else) at %s, %d echo nodes on it\n", p.url, cfg.Nodes)
-	hc, dials := sweepHTTPClient()
-	defer hc.CloseIdleConnections()
-	target := &switchyardTarget{taskType: capability}
-	for i := range max(cfg.ClientAccounts, 1) {
-		target.clients = append(target.clients, sdk.NewClient(p.url, fmt.Sprintf("floor-key-%d", i), sdk.WithHTTPClient(hc)))
-	}
-	steps(ctx, s, cfg, config.ModeFloor, target, dials, progress)
-	return nil
 }

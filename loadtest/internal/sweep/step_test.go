@@ -1,4 +1,4 @@
-package main
+package sweep
 
 import (
 	"context"
@@ -21,15 +21,15 @@ func TestClassifySweep(t *testing.T) {
 		{nil, false, false, ledger.OutcomeOK, ""},
 		{fmt.Errorf("sdk: %w", &sdk.APIError{Status: 503, Code: "nodes_busy"}), false, false, ledger.OutcomeError, "503 nodes_busy"},
 		{&sdk.APIError{Status: 504, Code: "timeout"}, false, true, ledger.OutcomeError, "504 timeout"}, // the server's answer, not ours
-		{&sweepError{Code: "no_responders"}, false, false, ledger.OutcomeError, "no_responders"},
-		{&sweepError{Status: 200, Code: "wrong_echo"}, false, false, ledger.OutcomeError, "200 wrong_echo"},
+		{&answerError{Code: "no_responders"}, false, false, ledger.OutcomeError, "no_responders"},
+		{&answerError{Status: 200, Code: "wrong_echo"}, false, false, ledger.OutcomeError, "200 wrong_echo"},
 		{context.DeadlineExceeded, false, true, ledger.OutcomeLost, "timeout"},
 		{context.Canceled, true, true, ledger.OutcomeAborted, ledger.OutcomeAborted},
 		{errors.New("connection reset"), false, false, ledger.OutcomeError, ledger.CodeTransport},
 	} {
-		outcome, key := classifySweep(tc.err, tc.aborted, tc.expired)
+		outcome, key := classify(tc.err, tc.aborted, tc.expired)
 		if outcome != tc.outcome || key != tc.key {
-			t.Errorf("classifySweep(%v, %v, %v) = %s %q, want %s %q", tc.err, tc.aborted, tc.expired, outcome, key, tc.outcome, tc.key)
+			t.Errorf("classify(%v, %v, %v) = %s %q, want %s %q", tc.err, tc.aborted, tc.expired, outcome, key, tc.outcome, tc.key)
 		}
 	}
 }
@@ -74,7 +74,7 @@ func TestSweepStep(t *testing.T) {
 	}}
 	// 200/s: 20 in a 100 ms warm-up, then 100 counted; each takes 50 ms,
 	// so about ten are in flight at once if nothing waits.
-	s := newSweepStep("test", 200, 100*time.Millisecond, 500*time.Millisecond, 200*time.Millisecond, target)
+	s := newStep("test", 200, 100*time.Millisecond, 500*time.Millisecond, 200*time.Millisecond, target)
 	s.run(context.Background())
 	r := s.row()
 	if r.Expected != 100 || r.Sent != 100 || r.OK+r.Errors+r.Timeouts != r.Sent || r.NoOutcome != 0 || r.Doubles != 0 {
@@ -97,7 +97,7 @@ func TestSweepStep(t *testing.T) {
 	// A step that starts a second behind schedule sends everything at
 	// once: every request is late, and its latency counts the wait.
 	target.failAt = func(string) error { return nil }
-	s = newSweepStep("test", 200, 100*time.Millisecond, 500*time.Millisecond, 5*time.Second, target)
+	s = newStep("test", 200, 100*time.Millisecond, 500*time.Millisecond, 5*time.Second, target)
 	s.start = s.start.Add(-time.Second)
 	s.run(context.Background())
 	r = s.row()
@@ -111,7 +111,7 @@ func TestSweepStep(t *testing.T) {
 	// Interrupted: what was not sent is not counted, what was sent has
 	// its outcome.
 	ctx, cancel := context.WithCancel(context.Background())
-	s = newSweepStep("test", 200, 100*time.Millisecond, 500*time.Millisecond, 5*time.Second, target)
+	s = newStep("test", 200, 100*time.Millisecond, 500*time.Millisecond, 5*time.Second, target)
 	time.AfterFunc(300*time.Millisecond, cancel)
 	s.run(ctx)
 	r = s.row()

@@ -1,4 +1,4 @@
-package main
+package sweep
 
 import (
 	"context"
@@ -34,7 +34,7 @@ func TestNATSBaseline(t *testing.T) {
 		defer b.close()
 		start := time.Now()
 		_, err = b.do(ctx, "request 0")
-		var se *sweepError
+		var se *answerError
 		if !errors.As(err, &se) || se.Code != "no_responders" || time.Since(start) > time.Second {
 			t.Errorf("with no workers: %v after %v", err, time.Since(start))
 		}

@@ -1,4 +1,4 @@
-package main
+package sweep
 
 import (
 	"bufio"
@@ -22,7 +22,7 @@ func TestFloorServer(t *testing.T) {
 	stdinR, stdinW := io.Pipe()
 	stdoutR, stdoutW := io.Pipe()
 	done := make(chan error, 1)
-	go func() { done <- runFloorServer(stdinR, stdoutW) }()
+	go func() { done <- RunFloorServer(stdinR, stdoutW) }()
 	line, err := bufio.NewReader(stdoutR).ReadString('\n')
 	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
 	if err != nil || !ok {
