@@ -18,7 +18,7 @@ func TestProfilesAndOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The seed profile is seed 002 §4.1 exactly.
+	// The seed profile is the scaling profile, exactly.
 	if !slices.Equal(cfg.Instances, []int{1, 2, 3}) || cfg.Nodes != 200 || cfg.HandlerMin != 50*time.Millisecond ||
 		cfg.HandlerMax != 500*time.Millisecond || cfg.RampTo != 200 || cfg.Rate != 100 || cfg.Duration != 10*time.Minute ||
 		cfg.Streams != 50 || cfg.StreamLength != 5*time.Second || cfg.Fault != config.FaultKill {
@@ -65,7 +65,7 @@ func TestUsageErrors(t *testing.T) {
 	if _, _, err := parseArgs([]string{"--help"}, &stderr); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("--help: %v", err)
 	}
-	for _, s := range []string{"Criteria (DESIGN §8", "--fault-at", "--target", "exit status 0 only if",
+	for _, s := range []string{"Criteria (our bars", "--fault-at", "--target", "exit status 0 only if",
 		"--redis-cluster", "--connect-rate", "--idle", "fleet", "idle CPU per instance", "idle Redis commands/s"} {
 		if !strings.Contains(stderr.String(), s) {
 			t.Errorf("--help does not explain %q", s)

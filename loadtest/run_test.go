@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/load"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/report"
 )
 
@@ -60,7 +61,7 @@ func loadConfig(t *testing.T) config.Config {
 		Instances: []int{1, 2}, Nodes: 20, HandlerMin: 50 * time.Millisecond, HandlerMax: 500 * time.Millisecond,
 		RampTo: 20, Ramp: 2 * time.Second, Rate: 100, Duration: 10 * time.Second, // the CPU bar's rate: not extrapolated
 		Streams: 6, StreamLength: 2 * time.Second, Fault: config.FaultKill, FaultAt: 5 * time.Second,
-		// DESIGN §8's bars for what must hold on every run (nothing lost,
+		// Our bars for what must hold on every run (nothing lost,
 		// the kill's 502s within 1.5 s, others unaffected), alarms for a
 		// regression where a 10-second run on a shared 2-core machine is
 		// too small a sample to judge the bar itself; the seed profile and
@@ -149,7 +150,7 @@ func TestSmokeRunPasses(t *testing.T) {
 				failed = append(failed, fmt.Sprintf("%d instances, %s: %s %s", c.Instances, c.Name, c.Figure, c.Detail))
 			}
 		}
-		t.Fatalf("the smoke run missed DESIGN §8:\n  %s\n\n%s", strings.Join(failed, "\n  "), text.String())
+		t.Fatalf("the smoke run missed our bars:\n  %s\n\n%s", strings.Join(failed, "\n  "), text.String())
 	}
 	t.Logf("\n%s", text.String())
 
@@ -182,7 +183,7 @@ func TestLoadTestCanFail(t *testing.T) {
 	cfg.ServeArgs = []string{"--unsafe-no-watcher"}
 	cfg.TaskTimeout = 4 * time.Second // the stranded tasks end with 504 after 4 s instead of 60
 	cfg.Duration, cfg.FaultAt = 8*time.Second, 3*time.Second
-	rep, err := Run(context.Background(), cfg, nil)
+	rep, err := load.Run(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package load
 
 import (
 	"cmp"
@@ -200,7 +200,7 @@ func runOne(ctx context.Context, cfg config.Config, n int, bin, logDir string, p
 	recs := l.Records()
 	acc := l.Accounting()
 	// The node id in a result must be the node that ran the request
-	// (DESIGN §5, invariant 2: only the assigned connection answers).
+	// (only the assigned connection answers).
 	var mismatched []int64
 	for _, rec := range recs {
 		if rec.NodeID == "" {
