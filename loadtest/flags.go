@@ -114,7 +114,7 @@ func parseArgs(args []string, stderr io.Writer) (config.Config, outputs, error) 
 		return config.Config{}, out, errors.New("--redis-cluster starts its own Redis Cluster: leave out --redis-url")
 	}
 	if len(cfg.Targets) > 0 {
-		if !instancesSet {
+		if !instancesSet && !cfg.Sweep { // the sweep refuses --target (Validate)
 			// Against running instances: the first one alone (nodes and
 			// clients on it: the baseline), then all of them.
 			cfg.Instances = []int{1}

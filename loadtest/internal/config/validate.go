@@ -96,10 +96,10 @@ func (c Config) runProblems() []error {
 	}
 	for _, n := range c.Instances {
 		if n < 1 {
-			bad("--instances: %d is not a positive instance count", n)
+			bad("--instances: %d is not a positive instance count: list counts of 1 or more, such as 1,2,3", n)
 		}
 		if len(c.Targets) > 0 && n > len(c.Targets) {
-			bad("--instances: %d instances asked for, but only %d --target given", n, len(c.Targets))
+			bad("--instances: %d instances asked for, but only %d --target given: give more --target or a smaller count", n, len(c.Targets))
 		}
 	}
 	for _, t := range c.Targets {
