@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 )
 
 func TestProfilesAndOverrides(t *testing.T) {
@@ -16,10 +18,10 @@ func TestProfilesAndOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The seed profile is seed 002 §4.1 exactly.
+	// The seed profile is the scaling profile, exactly.
 	if !slices.Equal(cfg.Instances, []int{1, 2, 3}) || cfg.Nodes != 200 || cfg.HandlerMin != 50*time.Millisecond ||
 		cfg.HandlerMax != 500*time.Millisecond || cfg.RampTo != 200 || cfg.Rate != 100 || cfg.Duration != 10*time.Minute ||
-		cfg.Streams != 50 || cfg.StreamLength != 5*time.Second || cfg.Fault != FaultKill {
+		cfg.Streams != 50 || cfg.StreamLength != 5*time.Second || cfg.Fault != config.FaultKill {
 		t.Errorf("seed profile: %+v", cfg)
 	}
 	cfg, out, err := parseArgs([]string{"--profile", "smoke", "--instances", "1,3", "--rate", "20", "--fault=sigterm",
@@ -28,10 +30,10 @@ func TestProfilesAndOverrides(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Profile != "smoke" || cfg.Nodes != 40 || !slices.Equal(cfg.Instances, []int{1, 3}) || cfg.Rate != 20 ||
-		cfg.Fault != FaultSIGTERM || cfg.StreamLength != 1500*time.Millisecond || out.json != "r.json" || cfg.Bars.HopP99 != 7*time.Millisecond {
+		cfg.Fault != config.FaultSIGTERM || cfg.StreamLength != 1500*time.Millisecond || out.json != "r.json" || cfg.Bars.HopP99 != 7*time.Millisecond {
 		t.Errorf("smoke with overrides: %+v %+v", cfg, out)
 	}
-	if _, err := cfg.withDefaults(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		t.Errorf("valid config refused: %v", err)
 	}
 }
@@ -42,18 +44,18 @@ func TestTargetModeDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(cfg.Instances, []int{1, 2}) || cfg.Fault != FaultNone {
+	if !slices.Equal(cfg.Instances, []int{1, 2}) || cfg.Fault != config.FaultNone {
 		t.Errorf("target mode should compare the first target alone with both, without a fault: %v %s", cfg.Instances, cfg.Fault)
 	}
-	if _, err := cfg.withDefaults(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		t.Error(err)
 	}
-	cfg.Fault = FaultKill
-	if _, err := cfg.withDefaults(); err == nil || !strings.Contains(err.Error(), "--fault") {
+	cfg.Fault = config.FaultKill
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--fault") {
 		t.Errorf("a kill of a process that is not ours must be refused: %v", err)
 	}
-	cfg.Fault, cfg.APIKeys = FaultNone, nil
-	if _, err := cfg.withDefaults(); err == nil || !strings.Contains(err.Error(), "--api-key") {
+	cfg.Fault, cfg.APIKeys = config.FaultNone, nil
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--api-key") {
 		t.Errorf("targets without keys must be refused: %v", err)
 	}
 }
@@ -63,7 +65,7 @@ func TestUsageErrors(t *testing.T) {
 	if _, _, err := parseArgs([]string{"--help"}, &stderr); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("--help: %v", err)
 	}
-	for _, s := range []string{"Criteria (DESIGN §8", "--fault-at", "--target", "exit status 0 only if",
+	for _, s := range []string{"Criteria (our bars", "--fault-at", "--target", "exit status 0 only if",
 		"--redis-cluster", "--connect-rate", "--idle", "fleet", "idle CPU per instance", "idle Redis commands/s"} {
 		if !strings.Contains(stderr.String(), s) {
 			t.Errorf("--help does not explain %q", s)
@@ -76,7 +78,7 @@ func TestUsageErrors(t *testing.T) {
 		t.Errorf("bad list: exit %d", code)
 	}
 	cfg, _, _ := parseArgs([]string{"--fault-at", "20m"}, &stderr)
-	if _, err := cfg.withDefaults(); err == nil {
+	if err := cfg.Validate(); err == nil {
 		t.Error("a fault after the steady phase must be refused")
 	}
 }
@@ -88,11 +90,11 @@ func TestFleetProfileFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !cfg.Fleet || cfg.Nodes != 10000 || !slices.Equal(cfg.Instances, []int{1, 2, 3}) || cfg.Idle != time.Minute ||
-		cfg.Rate != 100 || cfg.Duration != time.Minute || cfg.Fault != FaultNone || cfg.RampTo != 0 || cfg.Streams != 0 ||
+		cfg.Rate != 100 || cfg.Duration != time.Minute || cfg.Fault != config.FaultNone || cfg.RampTo != 0 || cfg.Streams != 0 ||
 		cfg.ConnectRate != 500 || cfg.Bars.IdleCPUPercent != 5 || cfg.Bars.IdleRedisOps != 3000 {
 		t.Errorf("fleet profile: %+v", cfg)
 	}
-	if _, err := cfg.withDefaults(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		t.Errorf("the fleet profile refused: %v", err)
 	}
 	cfg, _, err = parseArgs([]string{"--profile=fleet", "--nodes", "300", "--idle", "10s", "--redis-cluster",
@@ -112,7 +114,7 @@ func TestFleetProfileFlags(t *testing.T) {
 	} {
 		cfg, _, err := parseArgs(args, &stderr)
 		if err == nil {
-			_, err = cfg.withDefaults()
+			err = cfg.Validate()
 		}
 		if err == nil {
 			t.Errorf("%v accepted", args)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"go.uber.org/goleak"
 )
 
@@ -23,9 +24,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	testBinary, err = buildSwitchyard(context.Background(), dir)
+	testBinary, err = cluster.BuildSwitchyard(context.Background(), dir)
 	if err == nil {
-		loadtestBinary, err = buildLoadtest(context.Background(), dir)
+		loadtestBinary, err = cluster.BuildLoadtest(context.Background(), dir)
 	}
 	if err != nil {
 		_ = os.RemoveAll(dir)

@@ -9,63 +9,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/report"
 )
-
-func TestParseRates(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want []float64
-		err  string // a part of the error; "" for none
-	}{
-		{"1000,2500,5000,10000", []float64{1000, 2500, 5000, 10000}, ""},
-		{" 50 , 100 ", []float64{50, 100}, ""},
-		{"0.5,1.5", []float64{0.5, 1.5}, ""},
-		{"", nil, "not a list"},
-		{"1000,x", nil, "not a list"},
-		{"0,10", nil, "not a positive rate"},
-		{"-5", nil, "not a positive rate"},
-		{"NaN", nil, "not a positive rate"},
-		{"+Inf", nil, "not a positive rate"},
-		{"100,50", nil, "must rise"},
-		{"100,100", nil, "must rise"},
-	} {
-		got, err := parseRates(tc.in)
-		switch {
-		case tc.err == "" && err != nil:
-			t.Errorf("parseRates(%q): %v", tc.in, err)
-		case tc.err == "" && !slices.Equal(got, tc.want):
-			t.Errorf("parseRates(%q) = %v, want %v", tc.in, got, tc.want)
-		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
-			t.Errorf("parseRates(%q): error %v, want one saying %q", tc.in, err, tc.err)
-		}
-	}
-}
-
-func TestParseModes(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want []string
-		err  string
-	}{
-		{"nats,local,cross", []string{"nats", "local", "cross"}, ""},
-		{"floor,local", []string{"floor", "local"}, ""},
-		{"cross, nats", []string{"cross", "nats"}, ""},
-		{"local", []string{"local"}, ""},
-		{"", nil, "not a mode"},
-		{"nats,redis", nil, `"redis" is not a mode`},
-		{"local,local", nil, "twice"},
-	} {
-		got, err := parseModes(tc.in)
-		switch {
-		case tc.err == "" && err != nil:
-			t.Errorf("parseModes(%q): %v", tc.in, err)
-		case tc.err == "" && !slices.Equal(got, tc.want):
-			t.Errorf("parseModes(%q) = %v, want %v", tc.in, got, tc.want)
-		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
-			t.Errorf("parseModes(%q): error %v, want one saying %q", tc.in, err, tc.err)
-		}
-	}
-}
 
 func TestSweepProfileFlags(t *testing.T) {
 	var stderr bytes.Buffer
@@ -75,11 +22,11 @@ func TestSweepProfileFlags(t *testing.T) {
 	}
 	if !cfg.Sweep || !slices.Equal(cfg.Modes, []string{"nats", "floor", "local", "cross"}) ||
 		!slices.Equal(cfg.Rates, []float64{1000, 2500, 5000, 10000}) || cfg.Nodes != 20 || cfg.NodeConcurrency != 4 ||
-		cfg.Duration != 10*time.Second || cfg.TaskTimeout != 10*time.Second || cfg.Fault != FaultNone ||
+		cfg.Duration != 10*time.Second || cfg.TaskTimeout != 10*time.Second || cfg.Fault != config.FaultNone ||
 		cfg.Bars.SweepLocal != 2 || cfg.Bars.SweepCross != 3 {
 		t.Errorf("sweep profile: %+v", cfg)
 	}
-	if _, err := cfg.withDefaults(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		t.Errorf("the sweep profile refused: %v", err)
 	}
 	cfg, _, err = parseArgs([]string{"--profile=sweep", "--modes", "cross,nats", "--rates", "10,20", "--duration", "2s",
@@ -92,8 +39,8 @@ func TestSweepProfileFlags(t *testing.T) {
 		t.Errorf("sweep with overrides: %+v", cfg)
 	}
 	// The profile's defaults are not shared with the next parse.
-	if !slices.Equal(Profiles["sweep"].Rates, []float64{1000, 2500, 5000, 10000}) {
-		t.Errorf("parsing changed the profile: %v", Profiles["sweep"].Rates)
+	if again, _ := config.ForProfile("sweep"); !slices.Equal(again.Rates, []float64{1000, 2500, 5000, 10000}) {
+		t.Errorf("parsing changed the profile: %v", again.Rates)
 	}
 	// The other profiles keep their own task timeout.
 	if cfg, _, _ := parseArgs(nil, &stderr); cfg.TaskTimeout != 60*time.Second {
@@ -112,7 +59,7 @@ func TestSweepProfileFlags(t *testing.T) {
 	} {
 		cfg, _, err := parseArgs(args, &stderr)
 		if err == nil {
-			_, err = cfg.withDefaults()
+			err = cfg.Validate()
 		}
 		if err == nil {
 			t.Errorf("%v accepted", args)
@@ -127,214 +74,6 @@ func TestSweepProfileFlags(t *testing.T) {
 		if !strings.Contains(stderr.String(), s) {
 			t.Errorf("--help does not explain %q", s)
 		}
-	}
-}
-
-// sweepRow is a step's row with every request sent and answered ok, and
-// the given p99.
-func sweepRow(mode string, rate, p99 float64) SweepRow {
-	n := int(rate * 10)
-	return SweepRow{Mode: mode, Rate: rate, Expected: n, Sent: n, OK: n, NonOK: map[string]int{}, MaxInFlight: 10,
-		Latency: Dist{N: n, P50: p99 / 4, P95: p99 / 2, P99: p99, Max: 2 * p99}}
-}
-
-// failing marks bad of r's requests as not ok (timeouts).
-func failing(r SweepRow, bad int) SweepRow {
-	r.OK, r.Timeouts, r.Latency.N = r.OK-bad, bad, r.Latency.N-bad
-	r.NonOK = map[string]int{"timeout": bad}
-	return r
-}
-
-func TestSweepKnee(t *testing.T) {
-	rows := []SweepRow{
-		sweepRow(ModeNATS, 1000, 0.4), sweepRow(ModeNATS, 5000, 0.9),
-		sweepRow(ModeLocal, 1000, 2), sweepRow(ModeLocal, 2500, 10), sweepRow(ModeLocal, 5000, 10.01), sweepRow(ModeLocal, 10000, 50),
-		sweepRow(ModeCross, 1000, 3), failing(sweepRow(ModeCross, 2500, 4), 251), sweepRow(ModeCross, 5000, 4),
-		sweepRow("other", 1000, 1), failing(sweepRow("other", 2500, 1), 250), // 250 of 25,000: exactly 1 %
-	}
-	for mode, want := range map[string]float64{
-		ModeNATS:  0,    // never past 10 ms
-		ModeLocal: 5000, // 10 ms is not past 10 ms; 10.01 is
-		ModeCross: 2500, // more than 1 % failed: its p99 is a failure
-		"other":   0,    // 1 % failed: the p99 is still an answer
-		"absent":  0,
-	} {
-		if got := sweepKnee(rows, mode, 10); got != want {
-			t.Errorf("knee of %s: %g, want %g", mode, got, want)
-		}
-	}
-	// A step with no answers at all has no p99.
-	if got := sweepKnee([]SweepRow{failing(sweepRow(ModeLocal, 100, 1), 1000)}, ModeLocal, 10); got != 100 {
-		t.Errorf("knee of a step with no answers: %g", got)
-	}
-}
-
-// sweepReport is a sweep that clears every bar of issue 13.
-func sweepReport() *SweepReport {
-	s := &SweepReport{Modes: []string{ModeNATS, ModeLocal, ModeCross}, Rates: []float64{1000, 2500, 5000, 10000},
-		WarmupS: 1, CountedS: 10, Nodes: 20, NodeConcurrency: 4, LateMs: 10, KneeMs: 10, NATSClient: natsClientNote,
-		Members: map[string][]*Instance{ModeLocal: {{Name: "l-1", PID: 1}}, ModeCross: {{Name: "c-1", PID: 2}, {Index: 1, Name: "c-2", PID: 3}}}}
-	for i, r := range s.Rates {
-		s.Rows = append(s.Rows, sweepRow(ModeNATS, r, 0.5+float64(i)))
-	}
-	for i, r := range s.Rates {
-		s.Rows = append(s.Rows, sweepRow(ModeLocal, r, 0.9+2*float64(i)))
-	}
-	for i, r := range s.Rates {
-		s.Rows = append(s.Rows, sweepRow(ModeCross, r, []float64{1, 4, 10.5, 14}[i]))
-	}
-	s.finish()
-	return s
-}
-
-func TestEvaluateSweep(t *testing.T) {
-	find := func(cs []Criterion, name string) Criterion {
-		t.Helper()
-		for _, c := range cs {
-			if c.Name == name {
-				return c
-			}
-		}
-		t.Fatalf("no criterion %q in %+v", name, cs)
-		return Criterion{}
-	}
-	s := sweepReport()
-	cs := EvaluateSweep(s, DefaultBars)
-	if !Passed(cs) {
-		t.Fatalf("a sweep under every bar failed: %+v", cs)
-	}
-	// local 5000: p99 4.9 vs NATS 2.5 → 1.96×; cross 2500: 4 vs 1.5 → 2.67×.
-	if c := find(cs, CritSweepLocal); c.Status != Pass || !strings.Contains(c.Figure, "1.96×") || c.Scope != "5000/s" {
-		t.Errorf("local: %+v", c)
-	}
-	for _, name := range []string{CritSweepOutcomes, CritSweepSchedule, CritInstances} {
-		if c := find(cs, name); c.Status != Pass {
-			t.Errorf("%s: %+v", name, c)
-		}
-	}
-	if c := find(cs, CritSweepCross); c.Status != Pass || !strings.Contains(c.Figure, "2.67×") || c.Scope != "2500/s" {
-		t.Errorf("cross: %+v", c)
-	}
-
-	for _, tc := range []struct {
-		name  string
-		edit  func(s *SweepReport)
-		crit  string
-		want  string
-		words string // in the figure or detail
-	}{
-		{"local over 2×", func(s *SweepReport) { s.row(ModeLocal, 5000).Latency.P99 = 5.01 }, CritSweepLocal, Fail, "over the bar"},
-		{"local at 2× exactly", func(s *SweepReport) { s.row(ModeLocal, 5000).Latency.P99 = 5 }, CritSweepLocal, Pass, "2.00×"},
-		{"cross over 3×", func(s *SweepReport) { s.row(ModeCross, 2500).Latency.P99 = 4.6 }, CritSweepCross, Fail, "over the bar"},
-		{"cross under 3× with a few failures", func(s *SweepReport) { *s.row(ModeCross, 2500) = failing(*s.row(ModeCross, 2500), 3) },
-			CritSweepCross, Pass, "3 requests not ok, left out"},
-		{"cross with over 1 % failures", func(s *SweepReport) { *s.row(ModeCross, 2500) = failing(*s.row(ModeCross, 2500), 300) },
-			CritSweepCross, Fail, "p99 of the requests sent is a failure"},
-		{"a NATS baseline that failed", func(s *SweepReport) { *s.row(ModeNATS, 5000) = failing(*s.row(ModeNATS, 5000), 1) },
-			CritSweepLocal, Fail, "baseline itself"},
-		{"no NATS step", func(s *SweepReport) {
-			s.Rows = slices.DeleteFunc(s.Rows, func(r SweepRow) bool { return r.Mode == ModeNATS })
-		},
-			CritSweepLocal, Skip, "add nats to --modes"},
-		{"no local step at 5000", func(s *SweepReport) {
-			s.Rows = slices.DeleteFunc(s.Rows, func(r SweepRow) bool { return r.Mode == ModeLocal && r.Rate == 5000 })
-		}, CritSweepLocal, Skip, "did not run"},
-		{"one late request", func(s *SweepReport) { s.row(ModeCross, 5000).Late, s.row(ModeCross, 5000).MaxLagMs = 1, 12.5 },
-			CritSweepSchedule, Fail, "1 late (worst lag 12.5 ms)"},
-		{"one error", func(s *SweepReport) {
-			r := s.row(ModeCross, 5000)
-			r.OK, r.Errors, r.NonOK = r.OK-1, 1, map[string]int{"503 nodes_busy": 1}
-		}, CritSweepSchedule, Fail, "503 nodes_busy ×1"},
-		{"one timeout", func(s *SweepReport) { *s.row(ModeCross, 5000) = failing(*s.row(ModeCross, 5000), 1) },
-			CritSweepSchedule, Fail, "timeout ×1"},
-		{"fewer sent than due", func(s *SweepReport) { r := s.row(ModeCross, 5000); r.Sent, r.OK = r.Sent-1, r.OK-1 },
-			CritSweepSchedule, Fail, "49999 of 50000 due sent"},
-		{"no cross step at 5000", func(s *SweepReport) {
-			s.Rates = s.Rates[:2]
-			s.Rows = slices.DeleteFunc(s.Rows, func(r SweepRow) bool { return r.Rate > 2500 })
-		},
-			CritSweepSchedule, Skip, "did not run"},
-		{"the floor under the local bar", func(s *SweepReport) {
-			s.Rows = append(s.Rows, sweepRow(ModeFloor, 5000, 3))
-			s.row(ModeLocal, 5000).Latency.P99 = 6
-		}, CritSweepLocal, Fail, "the floor (a bare forwarder, same client and nodes): p99 3.00 ms, 1.20× NATS"},
-		{"the floor itself over the local bar", func(s *SweepReport) {
-			s.Rows = append(s.Rows, sweepRow(ModeFloor, 5000, 6))
-			s.row(ModeLocal, 5000).Latency.P99 = 7
-		}, CritSweepLocal, Fail, "p99 6.00 ms, 2.40× NATS, itself over the bar"},
-		{"local collapsed beside the floor", func(s *SweepReport) {
-			s.Rows = append(s.Rows, sweepRow(ModeFloor, 5000, 6))
-			*s.row(ModeLocal, 5000) = failing(*s.row(ModeLocal, 5000), 5000)
-		}, CritSweepLocal, Fail, "itself over the bar"},
-		{"an outcome missing", func(s *SweepReport) { s.row(ModeLocal, 1000).NoOutcome = 1 }, CritSweepOutcomes, Fail, "1 without an outcome"},
-		{"the counts disagree", func(s *SweepReport) { s.row(ModeNATS, 1000).OK-- }, CritSweepOutcomes, Fail, "nats at 1000/s"},
-		{"an instance died", func(s *SweepReport) { s.Exited = []string{"c-2 exited"} }, CritInstances, Fail, "c-2 exited"},
-		{"nats only", func(s *SweepReport) { s.Members = nil }, CritInstances, Skip, "no switchyard mode"},
-	} {
-		s := sweepReport()
-		tc.edit(s)
-		c := find(EvaluateSweep(s, DefaultBars), tc.crit)
-		if c.Status != tc.want || !strings.Contains(c.Figure+" "+c.Detail, tc.words) {
-			t.Errorf("%s: %s %q, want %s with %q", tc.name, c.Status, c.Figure+" / "+c.Detail, tc.want, tc.words)
-		}
-	}
-
-	// The floor is one instance's path: the cross bar does not cite it.
-	s = sweepReport()
-	s.Rows = append(s.Rows, sweepRow(ModeFloor, 2500, 20))
-	s.row(ModeCross, 2500).Latency.P99 = 30
-	if c := find(EvaluateSweep(s, DefaultBars), CritSweepCross); c.Status != Fail || strings.Contains(c.Detail, "floor") {
-		t.Errorf("cross over the bar beside a floor row: %s %q", c.Status, c.Detail)
-	}
-}
-
-func TestSweepReportTextAndJSON(t *testing.T) {
-	s := sweepReport()
-	r := s.row(ModeLocal, 10000)
-	r.MaxInFlight, r.OK, r.Errors, r.NonOK = 80, r.OK-7, 7, map[string]int{"503 nodes_busy": 7}
-	r.Examples = map[string]string{"503 nodes_busy": "every node that can run this task type is busy"}
-	r.Latency.P99 = 25
-	s.finish()
-	cfg, _, err := parseArgs([]string{"--profile", "sweep"}, &bytes.Buffer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep := &Report{Tool: "switchyard loadtest", Profile: "sweep", Mode: "spawn", Shape: cfg.summary(), Sweep: s}
-	rep.Criteria = EvaluateSweep(s, DefaultBars)
-	rep.Pass = Passed(rep.Criteria)
-	rep.Notes = s.notes()
-	var buf bytes.Buffer
-	rep.WriteText(&buf)
-	out := buf.String()
-	for _, want := range []string{
-		"timeouts", "max lag ms", "max in flight", "new conns",
-		"p99/NATS", "1.96×", // local at 5000
-		"p99 passes 10 ms at: nats none; local 10000/s; cross 5000/s",
-		"local at 10000/s, not ok: 503 nodes_busy ×7",
-		"e.g. 503 nodes_busy: every node that can run this task type is busy",
-		"may be the limit of: local at 10000/s (up to 80 in flight)",
-		"PASS  5000/s  local p99 vs NATS", "criteria (issue 13's bars)", "the latency is the overhead",
-		"nats: one shared client connection", "result: PASS",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("the text report lacks %q:\n%s", want, out)
-		}
-	}
-	buf.Reset()
-	if err := rep.WriteJSON(&buf); err != nil {
-		t.Fatal(err)
-	}
-	got, err := ReadReport(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Sweep == nil || len(got.Sweep.Rows) != 12 || got.Sweep.Knees[ModeLocal] != 10000 ||
-		got.Sweep.row(ModeLocal, 5000).P99VsNATS != 1.96 || got.Sweep.row(ModeLocal, 10000).NonOK["503 nodes_busy"] != 7 {
-		t.Errorf("the JSON lost the sweep: %+v", got.Sweep)
-	}
-	buf.Reset()
-	if err := rep.WriteHTML(&buf); err != nil || !strings.Contains(buf.String(), "local p99 vs NATS") {
-		t.Errorf("HTML: %v", err)
 	}
 }
 
@@ -366,7 +105,7 @@ func TestSweepRun(t *testing.T) {
 		if r.OK == 0 {
 			t.Errorf("%s at %g/s: not one echo came back: %v", r.Mode, r.Rate, r.NonOK)
 		}
-		if r.Mode != ModeNATS && r.P99VsNATS <= 0 {
+		if r.Mode != config.ModeNATS && r.P99VsNATS <= 0 {
 			t.Errorf("%s at %g/s: no ratio to NATS", r.Mode, r.Rate)
 		}
 	}
@@ -374,15 +113,15 @@ func TestSweepRun(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("rows %v, want %v", got, want)
 	}
-	if len(s.Knees) != 4 || len(s.Members[ModeLocal]) != 1 || len(s.Members[ModeCross]) != 2 {
+	if len(s.Knees) != 4 || len(s.Members[config.ModeLocal]) != 1 || len(s.Members[config.ModeCross]) != 2 {
 		t.Errorf("knees %v, members %v", s.Knees, s.Members)
 	}
 	status := map[string]string{}
 	for _, c := range rep.Criteria {
 		status[c.Name] = c.Status
 	}
-	for name, want := range map[string]string{CritSweepOutcomes: Pass, CritInstances: Pass,
-		CritSweepLocal: Skip, CritSweepCross: Skip, CritSweepSchedule: Skip} {
+	for name, want := range map[string]string{report.CritSweepOutcomes: report.Pass, report.CritInstances: report.Pass,
+		report.CritSweepLocal: report.Skip, report.CritSweepCross: report.Skip, report.CritSweepSchedule: report.Skip} {
 		if status[name] != want {
 			t.Errorf("criterion %q: %q, want %q", name, status[name], want)
 		}
