@@ -11,7 +11,7 @@ import (
 // holds the file's write lock, so a claim's select and update are never
 // interleaved with another's.
 
-func scanSQLiteDelivery(row rowScanner) (Delivery, error) {
+func scanSQLiteDelivery(row row) (Delivery, error) {
 	var d Delivery
 	var next, created int64
 	var first sql.NullInt64
