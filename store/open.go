@@ -79,7 +79,7 @@ func Open(ctx context.Context, opts Options) (Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		return NewGuard(&pgStore{&sqlStore{db: c, d: postgresDialect}, c.pool}, opts.Guard), nil
+		return NewGuard(&sqlStore{db: c, d: postgresDialect}, opts.Guard), nil
 	}
 	c, err := openSQLite(ctx, opts)
 	if err != nil {
@@ -88,7 +88,7 @@ func Open(ctx context.Context, opts Options) (Store, error) {
 	if opts.Guard.Timeout <= 0 {
 		opts.Guard.Timeout = 5 * time.Second
 	}
-	return NewGuard(&sqliteStore{&sqlStore{db: c, d: sqliteDialect}, c.db}, opts.Guard), nil
+	return NewGuard(&sqlStore{db: c, d: sqliteDialect}, opts.Guard), nil
 }
 
 // sqlitePath creates the data directory when needed and returns the file path.

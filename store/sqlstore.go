@@ -11,6 +11,8 @@ type sqlStore struct {
 	d  *dialect
 }
 
+var _ Store = (*sqlStore)(nil)
+
 // conn is what the store needs of a database driver: pgConn (PostgreSQL,
 // pgx's pool) and sqliteConn (SQLite, database/sql).
 type conn interface {
