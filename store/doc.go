@@ -8,8 +8,8 @@
 //     directory, no configuration) and PostgreSQL for a cluster, held to one
 //     behavioural suite (storetest) and to shared rules (rules.go);
 //   - WebhookStore (webhooks.go), the outbox of webhook deliveries and the
-//     accounts' signing secrets, kept apart from Store and reached with
-//     Webhooks(st) under the same Guard;
+//     accounts' signing secrets, kept apart from Store's own calls and
+//     reached with st.Webhooks(), under the same Guard;
 //   - Open, which picks the implementation from Options, and Migrate: the
 //     embedded migrations (package migrations) applied with goose, under a
 //     PostgreSQL session lock so that instances booting together do not race;

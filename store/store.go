@@ -189,6 +189,9 @@ type Store interface {
 
 	// AsyncQueue is the durable queue of async tasks (async.go).
 	AsyncQueue
+	// Webhooks returns the webhook outbox and the accounts' signing
+	// secrets (webhooks.go), kept in the same database.
+	Webhooks() WebhookStore
 
 	// Ping checks the database is reachable (readiness).
 	Ping(ctx context.Context) error

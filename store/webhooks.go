@@ -35,8 +35,8 @@ type Delivery struct {
 }
 
 // WebhookStore is the durable outbox of webhook deliveries and the accounts'
-// signing secrets (package webhooks). It is not part of Store: Webhooks
-// returns it from an opened store. Every time is the caller's clock (the
+// signing secrets (package webhooks). Its calls are kept apart from
+// Store's, which returns it from Store.Webhooks. Every time is the caller's clock (the
 // dispatcher's, injectable in tests); a delivery is claimed by one caller
 // at a time, under a lease fenced by a generation.
 type WebhookStore interface {
@@ -76,20 +76,12 @@ var (
 	_ WebhookStore = guardedWebhooks{}
 )
 
-// Webhooks returns the webhook outbox of a store opened by Open, its calls
-// under the same Guard (deadlines, breaker) as the store's own. It is an
-// error for a store that has none (a test double).
-func Webhooks(s Store) (WebhookStore, error) {
-	g, ok := s.(*Guard)
-	if !ok {
-		return nil, fmt.Errorf("store: %T is not a store opened by Open: %w", s, ErrInvalid)
-	}
-	ws, ok := g.st.(WebhookStore)
-	if !ok {
-		return nil, fmt.Errorf("store: %T keeps no webhooks: %w", g.st, ErrInvalid)
-	}
-	return guardedWebhooks{g: g, ws: ws}, nil
-}
+// Webhooks returns the store's own outbox: one database keeps both.
+func (s *sqlStore) Webhooks() WebhookStore { return s }
+
+// Webhooks returns the wrapped store's outbox, its calls under this Guard
+// (deadlines, breaker) like the store's own.
+func (g *Guard) Webhooks() WebhookStore { return guardedWebhooks{g: g, ws: g.st.Webhooks()} }
 
 func checkDelivery(d Delivery) error {
 	if d.EventID == "" || d.AccountID == "" || d.URL == "" {
