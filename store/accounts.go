@@ -10,10 +10,8 @@ import (
 
 const accountCols = `id, name, email, trust, created_at`
 
-func scanAccount(r row) (Account, error) {
-	var a Account
-	err := r.Scan(&a.ID, &a.Name, &a.Email, &a.Trust, (*timeCol)(&a.CreatedAt))
-	return a, err
+func scanAccount(r row, a *Account) error {
+	return r.Scan(&a.ID, &a.Name, &a.Email, &a.Trust, (*timeCol)(&a.CreatedAt))
 }
 
 func (s *sqlStore) CreateAccount(ctx context.Context, name, email, trust string) (Account, string, error) {
@@ -42,14 +40,12 @@ func (s *sqlStore) CreateAccount(ctx context.Context, name, email, trust string)
 }
 
 func (s *sqlStore) Account(ctx context.Context, id string) (Account, error) {
-	a, err := scanAccount(s.db.queryRow(ctx,
-		`SELECT `+accountCols+` FROM accounts WHERE id = $1 AND deleted_at IS NULL`, id))
+	a, err := queryOne(ctx, s.db, scanAccount, `SELECT `+accountCols+` FROM accounts WHERE id = $1 AND deleted_at IS NULL`, id)
 	return a, notFound(err, "account %s", id)
 }
 
 func (s *sqlStore) AccountByName(ctx context.Context, name string) (Account, error) {
-	a, err := scanAccount(s.db.queryRow(ctx,
-		`SELECT `+accountCols+` FROM accounts WHERE name = $1 AND deleted_at IS NULL`, name))
+	a, err := queryOne(ctx, s.db, scanAccount, `SELECT `+accountCols+` FROM accounts WHERE name = $1 AND deleted_at IS NULL`, name)
 	return a, notFound(err, "account named %q", name)
 }
 
@@ -120,10 +116,8 @@ func (s *sqlStore) ListKeys(ctx context.Context, accountID string) ([]APIKey, er
 		q += ` AND k.account_id = $1`
 		args = append(args, accountID)
 	}
-	keys, err := collect(ctx, s.db, func(r row) (APIKey, error) {
-		var k APIKey
-		err := r.Scan(&k.ID, &k.AccountID, &k.Prefix, (*timeCol)(&k.CreatedAt), optTimeCol{&k.RevokedAt})
-		return k, err
+	keys, err := collect(ctx, s.db, func(r row, k *APIKey) error {
+		return r.Scan(&k.ID, &k.AccountID, &k.Prefix, (*timeCol)(&k.CreatedAt), optTimeCol{&k.RevokedAt})
 	}, q+` ORDER BY k.created_at, k.id`, args...)
 	if err != nil {
 		return nil, wrapErr("list keys", err)
@@ -139,10 +133,7 @@ func (s *sqlStore) RevokeKey(ctx context.Context, idOrPrefix string) error {
 		return fmt.Errorf("store: revoke key: no key id or prefix given: %w", ErrInvalid)
 	}
 	err := s.db.inTx(ctx, func(tx querier) error {
-		ids, err := collect(ctx, tx, func(r row) (string, error) {
-			var id string
-			return id, r.Scan(&id)
-		}, `SELECT id FROM api_keys WHERE id = $1 OR prefix = $1 OR hash = $2`+s.d.forUpdate, idOrPrefix, revokeHash(idOrPrefix))
+		ids, err := collect(ctx, tx, func(r row, id *string) error { return r.Scan(id) }, `SELECT id FROM api_keys WHERE id = $1 OR prefix = $1 OR hash = $2`+s.d.forUpdate, idOrPrefix, revokeHash(idOrPrefix))
 		if err != nil {
 			return err
 		}
@@ -159,8 +150,8 @@ func (s *sqlStore) Authenticate(ctx context.Context, key string) (Account, error
 	if !looksLikeKey(key) {
 		return Account{}, fmt.Errorf("store: unknown API key: %w", ErrNotFound)
 	}
-	a, err := scanAccount(s.db.queryRow(ctx, `SELECT a.id, a.name, a.email, a.trust, a.created_at
+	a, err := queryOne(ctx, s.db, scanAccount, `SELECT a.id, a.name, a.email, a.trust, a.created_at
 		FROM api_keys k JOIN accounts a ON a.id = k.account_id
-		WHERE k.hash = $1 AND k.revoked_at IS NULL AND a.deleted_at IS NULL`, hashKey(key)))
+		WHERE k.hash = $1 AND k.revoked_at IS NULL AND a.deleted_at IS NULL`, hashKey(key))
 	return a, notFound(err, "API key")
 }

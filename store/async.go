@@ -174,8 +174,7 @@ func fencedOut(id string, gen int64) error {
 // file's write lock, so a claim's read and update are never interleaved
 // with another's.
 
-func scanAsync(r row) (AsyncTask, error) {
-	var t AsyncTask
+func scanAsync(r row, t *AsyncTask) error {
 	var content, params, result []byte
 	var ttlMs int64
 	var prompt, completion *int64
@@ -185,7 +184,7 @@ func scanAsync(r row) (AsyncTask, error) {
 		&t.ProcessingMs, &prompt, &completion, (*timeCol)(&t.CreatedAt),
 		optTimeCol{&t.StartedAt}, optTimeCol{&t.FinishedAt}, optTimeCol{&t.ExpiresAt})
 	if err != nil {
-		return AsyncTask{}, err
+		return err
 	}
 	t.Content, t.Result, t.TTL = string(content), string(result), time.Duration(ttlMs)*time.Millisecond
 	if params != nil {
@@ -200,7 +199,7 @@ func scanAsync(r row) (AsyncTask, error) {
 			t.Usage.CompletionTokens = *completion
 		}
 	}
-	return t, nil
+	return nil
 }
 
 func (s *sqlStore) SubmitAsync(ctx context.Context, t AsyncTask) error {
@@ -228,8 +227,8 @@ func (s *sqlStore) SubmitAsync(ctx context.Context, t AsyncTask) error {
 }
 
 func (s *sqlStore) AsyncTask(ctx context.Context, id string) (AsyncTask, error) {
-	t, err := scanAsync(s.db.queryRow(ctx, `SELECT `+asyncColumns+` FROM async_tasks
-		WHERE id = $1 AND (expires_at IS NULL OR expires_at > `+s.d.now+`)`, s.d.withNow([]any{id})...))
+	t, err := queryOne(ctx, s.db, scanAsync, `SELECT `+asyncColumns+` FROM async_tasks
+		WHERE id = $1 AND (expires_at IS NULL OR expires_at > `+s.d.now+`)`, s.d.withNow([]any{id})...)
 	return t, notFound(err, "async task %s", id)
 }
 
@@ -238,13 +237,13 @@ func (s *sqlStore) ClaimAsync(ctx context.Context, owner string, taskTypes []str
 		return AsyncTask{}, fmt.Errorf("store: no queued async task for no task type: %w", ErrNotFound)
 	}
 	ofTypes, types := s.d.in("task_type", 4, taskTypes)
-	t, err := scanAsync(s.db.queryRow(ctx, `UPDATE async_tasks SET status = 'running', owner = $1, gen = gen + 1,
+	t, err := queryOne(ctx, s.db, scanAsync, `UPDATE async_tasks SET status = 'running', owner = $1, gen = gen + 1,
 			attempts = attempts + 1, lease_until = `+s.d.addMicros(s.d.now, "$2")+`, started_at = `+s.d.now+`
 		WHERE id = (SELECT id FROM async_tasks
 			WHERE status = 'queued' AND `+ofTypes+` AND ($3 OR trust <> 'official')
 			ORDER BY priority DESC, turn, created_at
 			LIMIT 1`+s.d.skipLocked+`)
-		RETURNING `+asyncColumns, s.d.withNow(append([]any{owner, lease.Microseconds(), official}, types...))...))
+		RETURNING `+asyncColumns, s.d.withNow(append([]any{owner, lease.Microseconds(), official}, types...))...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return AsyncTask{}, fmt.Errorf("store: no queued async task for %v: %w", taskTypes, ErrNotFound)
 	}
@@ -259,10 +258,7 @@ func (s *sqlStore) RenewAsync(ctx context.Context, owner string, lease time.Dura
 		id     string
 		cancel bool
 	}
-	rs, err := collect(ctx, s.db, func(r row) (renewed, error) {
-		var v renewed
-		return v, r.Scan(&v.id, &v.cancel)
-	}, `UPDATE async_tasks SET lease_until = `+s.d.addMicros(s.d.now, "$2")+`
+	rs, err := collect(ctx, s.db, func(r row, v *renewed) error { return r.Scan(&v.id, &v.cancel) }, `UPDATE async_tasks SET lease_until = `+s.d.addMicros(s.d.now, "$2")+`
 		WHERE owner = $1 AND status = 'running' RETURNING id, cancel_requested`,
 		s.d.withNow([]any{owner, lease.Microseconds()})...)
 	if err != nil {
@@ -297,13 +293,13 @@ func (s *sqlStore) EndAsync(ctx context.Context, id string, gen int64, end Async
 	if end.Usage != nil {
 		prompt, completion = &end.Usage.PromptTokens, &end.Usage.CompletionTokens
 	}
-	t, err := scanAsync(s.db.queryRow(ctx, `UPDATE async_tasks SET status = $3, node_id = $4, result = $5,
+	t, err := queryOne(ctx, s.db, scanAsync, `UPDATE async_tasks SET status = $3, node_id = $4, result = $5,
 			error_code = $6, error_message = $7, processing_ms = $8, prompt_tokens = $9, completion_tokens = $10,
 			finished_at = `+s.d.now+`, expires_at = `+s.d.addMicros(s.d.now, "ttl_ms * 1000")+`, lease_until = NULL,
 			webhook_pending = (webhook_url <> '')
 		WHERE id = $1 AND gen = $2 AND status = 'running'
 		RETURNING `+asyncColumns, s.d.withNow([]any{id, gen, end.Status, end.NodeID, []byte(end.Result), cleanText(end.ErrorCode),
-		cleanText(end.ErrorMessage), end.ProcessingMs, prompt, completion})...))
+		cleanText(end.ErrorMessage), end.ProcessingMs, prompt, completion})...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return AsyncTask{}, fencedOut(id, gen)
 	}
@@ -318,7 +314,7 @@ func (s *sqlStore) CancelAsync(ctx context.Context, id, accountID string) (Async
 	// final one is left alone. SET expressions read the row as it was, and
 	// RETURNING shows it as it now is.
 	now := s.d.now
-	t, err := scanAsync(s.db.queryRow(ctx, `UPDATE async_tasks SET
+	t, err := queryOne(ctx, s.db, scanAsync, `UPDATE async_tasks SET
 			status = CASE WHEN status = 'queued' THEN 'cancelled' ELSE status END,
 			cancel_requested = cancel_requested OR status = 'running',
 			finished_at = CASE WHEN status = 'queued' THEN `+now+` ELSE finished_at END,
@@ -326,7 +322,7 @@ func (s *sqlStore) CancelAsync(ctx context.Context, id, accountID string) (Async
 			error_code = CASE WHEN status = 'queued' THEN 'cancelled' ELSE error_code END,
 			webhook_pending = CASE WHEN status = 'queued' THEN webhook_url <> '' ELSE webhook_pending END
 		WHERE id = $1 AND account_id = $2 AND (expires_at IS NULL OR expires_at > `+now+`)
-		RETURNING `+asyncColumns, s.d.withNow([]any{id, accountID})...))
+		RETURNING `+asyncColumns, s.d.withNow([]any{id, accountID})...)
 	return t, notFound(err, "async task %s", id)
 }
 

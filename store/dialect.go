@@ -151,5 +151,6 @@ func optTime(t time.Time) *time.Time {
 	if t.IsZero() {
 		return nil
 	}
-	return &t
+	p := t // only a time that is set goes to the heap
+	return &p
 }

@@ -70,11 +70,9 @@ func (s *sqlStore) ApplyOutcomes(ctx context.Context, outs []Outcome) error {
 const nodeCols = `node_id, account_id, name, total_tasks, successful_tasks, total_ms,
 	last_task_at, rating_sum, rating_count, suspended_until`
 
-func scanNode(r row) (NodeStats, error) {
-	var n NodeStats
-	err := r.Scan(&n.NodeID, &n.AccountID, &n.Name, &n.TotalTasks, &n.SuccessfulTasks, &n.TotalMs,
+func scanNode(r row, n *NodeStats) error {
+	return r.Scan(&n.NodeID, &n.AccountID, &n.Name, &n.TotalTasks, &n.SuccessfulTasks, &n.TotalMs,
 		optTimeCol{&n.LastTaskAt}, &n.RatingSum, &n.RatingCount, optTimeCol{&n.SuspendedUntil})
-	return n, err
 }
 
 func (s *sqlStore) NodeStats(ctx context.Context, nodeIDs []string) (map[string]NodeStats, error) {

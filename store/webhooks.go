@@ -160,11 +160,9 @@ func (w guardedWebhooks) SetWebhookSecret(ctx context.Context, accountID, secret
 // statement holds the file's write lock, so a claim's select and update are
 // never interleaved with another's.
 
-func scanDelivery(r row) (Delivery, error) {
-	var d Delivery
-	err := r.Scan(&d.EventID, &d.AccountID, &d.URL, &d.Body, &d.Status, &d.Attempts, &d.Gen, (*timeCol)(&d.NextAt),
+func scanDelivery(r row, d *Delivery) error {
+	return r.Scan(&d.EventID, &d.AccountID, &d.URL, &d.Body, &d.Status, &d.Attempts, &d.Gen, (*timeCol)(&d.NextAt),
 		(*timeCol)(&d.FirstAttemptAt), &d.LastError, (*timeCol)(&d.CreatedAt))
-	return d, err
 }
 
 func (s *sqlStore) EnqueueDelivery(ctx context.Context, d Delivery, now time.Time) error {
@@ -234,7 +232,7 @@ func (s *sqlStore) FinishDelivery(ctx context.Context, eventID string, gen int64
 }
 
 func (s *sqlStore) Delivery(ctx context.Context, eventID string) (Delivery, error) {
-	d, err := scanDelivery(s.db.queryRow(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries WHERE event_id = $1`, eventID))
+	d, err := queryOne(ctx, s.db, scanDelivery, `SELECT `+deliveryColumns+` FROM webhook_deliveries WHERE event_id = $1`, eventID)
 	return d, notFound(err, "webhook delivery %s", eventID)
 }
 
