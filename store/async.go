@@ -258,7 +258,8 @@ func (s *sqlStore) RenewAsync(ctx context.Context, owner string, lease time.Dura
 		id     string
 		cancel bool
 	}
-	rs, err := collect(ctx, s.db, func(r row, v *renewed) error { return r.Scan(&v.id, &v.cancel) }, `UPDATE async_tasks SET lease_until = `+s.d.addMicros(s.d.now, "$2")+`
+	scan := func(r row, v *renewed) error { return r.Scan(&v.id, &v.cancel) }
+	rs, err := collect(ctx, s.db, scan, `UPDATE async_tasks SET lease_until = `+s.d.addMicros(s.d.now, "$2")+`
 		WHERE owner = $1 AND status = 'running' RETURNING id, cancel_requested`,
 		s.d.withNow([]any{owner, lease.Microseconds()})...)
 	if err != nil {
@@ -358,7 +359,7 @@ func (s *sqlStore) ReleaseAsync(ctx context.Context, lost []string, maxAttempts 
 
 func (s *sqlStore) PendingWebhooks(ctx context.Context, endedBefore time.Time, limit int) ([]AsyncTask, error) {
 	out, err := collect(ctx, s.db, scanAsync, `SELECT `+asyncColumns+` FROM async_tasks
-		WHERE webhook_pending = `+s.d.true+` AND finished_at < $1 ORDER BY finished_at LIMIT $2`, dbTime(endedBefore), limit)
+		WHERE webhook_pending = `+s.d.trueLit+` AND finished_at < $1 ORDER BY finished_at LIMIT $2`, dbTime(endedBefore), limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: pending webhooks: %w", err)
 	}

@@ -44,9 +44,9 @@ type dialect struct {
 	// expressions).
 	addMicros func(t, us string) string
 
-	// true is the literal that matches a partial index's boolean predicate
+	// trueLit is the literal that matches a partial index's boolean predicate
 	// (SQLite's planner matches "= 1", not "= true").
-	true string
+	trueLit string
 	// nodeIDs reads tasks.node_ids as a JSON array of strings: PostgreSQL
 	// keeps a text[], SQLite the JSON itself.
 	nodeIDs string
@@ -68,7 +68,7 @@ var postgresDialect = &dialect{
 	now:        `now()`,
 	withNow:    func(args []any) []any { return args },
 	addMicros:  func(t, us string) string { return t + ` + (` + us + `) * interval '1 microsecond'` },
-	true:       `true`,
+	trueLit:    `true`,
 	nodeIDs:    `array_to_json(node_ids)::text`,
 	// One array parameter: the statement's text, and so its prepared
 	// plan, is the same whatever the number of values.
@@ -87,7 +87,7 @@ var sqliteDialect = &dialect{
 		return append(args, sql.Named("now", dbTime(time.Now())))
 	},
 	addMicros: func(t, us string) string { return t + ` + (` + us + `)` },
-	true:      `1`,
+	trueLit:   `1`,
 	nodeIDs:   `node_ids`,
 	// SQLite takes an empty list ("IN ()") and matches nothing.
 	in: func(col string, n int, vals []string) (string, []any) {

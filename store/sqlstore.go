@@ -2,8 +2,8 @@ package store
 
 import "context"
 
-// sqlStore is the one implementation of Store, WebhookStore and AsyncQueue,
-// over either database: conn runs its statements (pgx's pool for
+// sqlStore is the one implementation of Store (its AsyncQueue included) and
+// WebhookStore, over either database: conn runs its statements (pgx's pool for
 // PostgreSQL, database/sql for SQLite) and d holds what the two spell
 // differently (dialect.go).
 type sqlStore struct {

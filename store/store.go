@@ -107,9 +107,9 @@ type NodeStats struct {
 	SuspendedUntil  *time.Time `json:"suspended_until,omitempty"`
 }
 
-// Store is the persistence of switchyard. SQLite (the embedded default) and
-// PostgreSQL implement it, and one behavioural suite (storetest) runs
-// against both. Every method is safe for concurrent use.
+// Store is the persistence of switchyard. One implementation keeps it in
+// SQLite (the embedded default) or PostgreSQL, and one behavioural suite
+// (storetest) runs against both. Every method is safe for concurrent use.
 //
 // Times come back in UTC to the microsecond (PostgreSQL's precision), in
 // both dialects alike.
