@@ -177,9 +177,7 @@ func (a *App) openStore(ctx context.Context) error {
 	a.rep = store.NewReputation(st, a.writer, store.ReputationConfig{Logger: a.log})
 	a.rlm = ratelimit.NewMetrics(a.registry)
 	a.auth = newAuthCache(st)
-	if a.hooks, err = store.Webhooks(st); err != nil {
-		return err
-	}
+	a.hooks = st.Webhooks()
 	a.webhooks, err = webhooks.New(webhooks.Config{
 		Instance: a.instanceID, AllowPrivate: a.cfg.WebhookAllowPrivate, Logger: a.log, Registerer: a.registry,
 	}, webhooks.Deps{Store: a.hooks})

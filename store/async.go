@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -162,4 +164,219 @@ func checkEnd(end AsyncEnd) error {
 
 func fencedOut(id string, gen int64) error {
 	return fmt.Errorf("store: async task %s: lease generation %d no longer holds it: %w", id, gen, ErrConflict)
+}
+
+// The queue in either dialect. On PostgreSQL every time is the database's
+// (dialect.now), so the leases of instances whose clocks differ compare
+// alike, and a claim takes the next row with FOR UPDATE SKIP LOCKED, so
+// concurrent claimers never wait on, or get, the same task. On SQLite (one
+// process) times are the process's, and every writing statement holds the
+// file's write lock, so a claim's read and update are never interleaved
+// with another's.
+
+func scanAsync(r row, t *AsyncTask) error {
+	var content, params, result []byte
+	var ttlMs int64
+	var prompt, completion *int64
+	err := r.Scan(&t.ID, &t.AccountID, &t.TaskType, &content, &params, &t.Stream, &t.Trust, &t.Priority,
+		&t.WebhookURL, &ttlMs, &t.Status, &t.Attempts, &t.Owner, &t.Gen, (*timeCol)(&t.LeaseUntil), &t.Streamed,
+		&t.CancelRequested, &t.WebhookPending, &t.NodeID, &result, &t.ErrorCode, &t.ErrorMessage,
+		&t.ProcessingMs, &prompt, &completion, (*timeCol)(&t.CreatedAt),
+		optTimeCol{&t.StartedAt}, optTimeCol{&t.FinishedAt}, optTimeCol{&t.ExpiresAt})
+	if err != nil {
+		return err
+	}
+	t.Content, t.Result, t.TTL = string(content), string(result), time.Duration(ttlMs)*time.Millisecond
+	if params != nil {
+		t.Params = params
+	}
+	if prompt != nil || completion != nil {
+		t.Usage = &Usage{}
+		if prompt != nil {
+			t.Usage.PromptTokens = *prompt
+		}
+		if completion != nil {
+			t.Usage.CompletionTokens = *completion
+		}
+	}
+	return nil
+}
+
+func (s *sqlStore) SubmitAsync(ctx context.Context, t AsyncTask) error {
+	if err := checkSubmit(t); err != nil {
+		return err
+	}
+	var params []byte
+	if len(t.Params) > 0 {
+		params = t.Params
+	}
+	_, err := s.db.exec(ctx, `INSERT INTO async_tasks (id, account_id, task_type, content, params, stream, trust,
+		priority, turn, webhook_url, ttl_ms, status, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
+			(SELECT count(*) FROM async_tasks WHERE account_id = $2 AND task_type = $3 AND status = 'queued'),
+			$9, $10, 'queued', `+s.d.now+`)`,
+		s.d.withNow([]any{t.ID, t.AccountID, cleanText(t.TaskType), []byte(t.Content), params, t.Stream, t.Trust, t.Priority,
+			cleanText(t.WebhookURL), t.TTL.Milliseconds()})...)
+	if s.d.isUnique(err) {
+		return fmt.Errorf("store: async task %s exists: %w", t.ID, ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("store: submit async task: %w", err)
+	}
+	return nil
+}
+
+func (s *sqlStore) AsyncTask(ctx context.Context, id string) (AsyncTask, error) {
+	t, err := queryOne(ctx, s.db, scanAsync, `SELECT `+asyncColumns+` FROM async_tasks
+		WHERE id = $1 AND (expires_at IS NULL OR expires_at > `+s.d.now+`)`, s.d.withNow([]any{id})...)
+	return t, notFound(err, "async task %s", id)
+}
+
+func (s *sqlStore) ClaimAsync(ctx context.Context, owner string, taskTypes []string, official bool, lease time.Duration) (AsyncTask, error) {
+	if len(taskTypes) == 0 {
+		return AsyncTask{}, fmt.Errorf("store: no queued async task for no task type: %w", ErrNotFound)
+	}
+	ofTypes, types := s.d.in("task_type", 4, taskTypes)
+	t, err := queryOne(ctx, s.db, scanAsync, `UPDATE async_tasks SET status = 'running', owner = $1, gen = gen + 1,
+			attempts = attempts + 1, lease_until = `+s.d.addMicros(s.d.now, "$2")+`, started_at = `+s.d.now+`
+		WHERE id = (SELECT id FROM async_tasks
+			WHERE status = 'queued' AND `+ofTypes+` AND ($3 OR trust <> 'official')
+			ORDER BY priority DESC, turn, created_at
+			LIMIT 1`+s.d.skipLocked+`)
+		RETURNING `+asyncColumns, s.d.withNow(append([]any{owner, lease.Microseconds(), official}, types...))...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return AsyncTask{}, fmt.Errorf("store: no queued async task for %v: %w", taskTypes, ErrNotFound)
+	}
+	if err != nil {
+		return AsyncTask{}, fmt.Errorf("store: claim an async task: %w", err)
+	}
+	return t, nil
+}
+
+func (s *sqlStore) RenewAsync(ctx context.Context, owner string, lease time.Duration) ([]string, error) {
+	type renewed struct {
+		id     string
+		cancel bool
+	}
+	scan := func(r row, v *renewed) error { return r.Scan(&v.id, &v.cancel) }
+	rs, err := collect(ctx, s.db, scan, `UPDATE async_tasks SET lease_until = `+s.d.addMicros(s.d.now, "$2")+`
+		WHERE owner = $1 AND status = 'running' RETURNING id, cancel_requested`,
+		s.d.withNow([]any{owner, lease.Microseconds()})...)
+	if err != nil {
+		return nil, fmt.Errorf("store: renew async leases: %w", err)
+	}
+	var cancel []string
+	for _, r := range rs {
+		if r.cancel {
+			cancel = append(cancel, r.id)
+		}
+	}
+	return cancel, nil
+}
+
+func (s *sqlStore) MarkStreamed(ctx context.Context, id string, gen int64) error {
+	n, err := s.db.exec(ctx, `UPDATE async_tasks SET streamed = true
+		WHERE id = $1 AND gen = $2 AND status = 'running'`, id, gen)
+	if err != nil {
+		return fmt.Errorf("store: mark async task streamed: %w", err)
+	}
+	if n == 0 {
+		return fencedOut(id, gen)
+	}
+	return nil
+}
+
+func (s *sqlStore) EndAsync(ctx context.Context, id string, gen int64, end AsyncEnd) (AsyncTask, error) {
+	if err := checkEnd(end); err != nil {
+		return AsyncTask{}, err
+	}
+	var prompt, completion *int64
+	if end.Usage != nil {
+		prompt, completion = &end.Usage.PromptTokens, &end.Usage.CompletionTokens
+	}
+	t, err := queryOne(ctx, s.db, scanAsync, `UPDATE async_tasks SET status = $3, node_id = $4, result = $5,
+			error_code = $6, error_message = $7, processing_ms = $8, prompt_tokens = $9, completion_tokens = $10,
+			finished_at = `+s.d.now+`, expires_at = `+s.d.addMicros(s.d.now, "ttl_ms * 1000")+`, lease_until = NULL,
+			webhook_pending = (webhook_url <> '')
+		WHERE id = $1 AND gen = $2 AND status = 'running'
+		RETURNING `+asyncColumns, s.d.withNow([]any{id, gen, end.Status, end.NodeID, []byte(end.Result), cleanText(end.ErrorCode),
+		cleanText(end.ErrorMessage), end.ProcessingMs, prompt, completion})...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return AsyncTask{}, fencedOut(id, gen)
+	}
+	if err != nil {
+		return AsyncTask{}, fmt.Errorf("store: end async task: %w", err)
+	}
+	return t, nil
+}
+
+func (s *sqlStore) CancelAsync(ctx context.Context, id, accountID string) (AsyncTask, error) {
+	// One statement: a queued task ends, a running one is asked to, a
+	// final one is left alone. SET expressions read the row as it was, and
+	// RETURNING shows it as it now is.
+	now := s.d.now
+	t, err := queryOne(ctx, s.db, scanAsync, `UPDATE async_tasks SET
+			status = CASE WHEN status = 'queued' THEN 'cancelled' ELSE status END,
+			cancel_requested = cancel_requested OR status = 'running',
+			finished_at = CASE WHEN status = 'queued' THEN `+now+` ELSE finished_at END,
+			expires_at = CASE WHEN status = 'queued' THEN `+s.d.addMicros(now, "ttl_ms * 1000")+` ELSE expires_at END,
+			error_code = CASE WHEN status = 'queued' THEN 'cancelled' ELSE error_code END,
+			webhook_pending = CASE WHEN status = 'queued' THEN webhook_url <> '' ELSE webhook_pending END
+		WHERE id = $1 AND account_id = $2 AND (expires_at IS NULL OR expires_at > `+now+`)
+		RETURNING `+asyncColumns, s.d.withNow([]any{id, accountID})...)
+	return t, notFound(err, "async task %s", id)
+}
+
+func (s *sqlStore) ReleaseAsync(ctx context.Context, lost []string, maxAttempts int) ([]AsyncTask, error) {
+	// A task whose cancellation was asked for ends cancelled; one that may
+	// run again is queued; the rest fail. Only the ended ones come back.
+	const retry = `(attempts < $1 AND NOT streamed)`
+	const ends = `(cancel_requested OR NOT ` + retry + `)`
+	now := s.d.now
+	ofLost, owners := s.d.in("owner", 2, lost)
+	all, err := collect(ctx, s.db, scanAsync, `UPDATE async_tasks SET
+			status = CASE WHEN cancel_requested THEN 'cancelled' WHEN `+retry+` THEN 'queued' ELSE 'failed' END,
+			error_code = CASE WHEN cancel_requested THEN 'cancelled' WHEN `+retry+` THEN error_code ELSE 'instance_lost' END,
+			error_message = CASE WHEN NOT cancel_requested AND NOT `+retry+`
+				THEN 'the instance running the task was lost' ELSE error_message END,
+			finished_at = CASE WHEN `+ends+` THEN `+now+` END,
+			expires_at = CASE WHEN `+ends+` THEN `+s.d.addMicros(now, "ttl_ms * 1000")+` END,
+			webhook_pending = `+ends+` AND webhook_url <> '',
+			owner = '', lease_until = NULL
+		WHERE status = 'running' AND (lease_until < `+now+` OR `+ofLost+`)
+		RETURNING `+asyncColumns, s.d.withNow(append([]any{maxAttempts}, owners...))...)
+	if err != nil {
+		return nil, fmt.Errorf("store: release async tasks: %w", err)
+	}
+	var out []AsyncTask
+	for _, t := range all {
+		if t.Status != AsyncQueued {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+func (s *sqlStore) PendingWebhooks(ctx context.Context, endedBefore time.Time, limit int) ([]AsyncTask, error) {
+	out, err := collect(ctx, s.db, scanAsync, `SELECT `+asyncColumns+` FROM async_tasks
+		WHERE webhook_pending = `+s.d.trueLit+` AND finished_at < $1 ORDER BY finished_at LIMIT $2`, dbTime(endedBefore), limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: pending webhooks: %w", err)
+	}
+	return out, nil
+}
+
+func (s *sqlStore) ClearWebhook(ctx context.Context, id string) error {
+	if _, err := s.db.exec(ctx, `UPDATE async_tasks SET webhook_pending = false WHERE id = $1`, id); err != nil {
+		return fmt.Errorf("store: clear webhook: %w", err)
+	}
+	return nil
+}
+
+func (s *sqlStore) PurgeAsync(ctx context.Context, now time.Time) (int64, error) {
+	n, err := s.db.exec(ctx, `DELETE FROM async_tasks WHERE expires_at < $1`, dbTime(now))
+	if err != nil {
+		return 0, fmt.Errorf("store: purge async tasks: %w", err)
+	}
+	return n, nil
 }

@@ -3,14 +3,17 @@
 // It owns:
 //   - the Store interface — accounts and their API keys, records of finished
 //     tasks, ratings, the per-node counters reputation is computed from,
-//     suspensions, the nodes seen and their benchmark profiles — and its two
-//     implementations: the embedded SQLite default (a file in the data
-//     directory, no configuration) and PostgreSQL for a cluster, held to one
+//     suspensions, the nodes seen and their benchmark profiles — and its one
+//     implementation (sqlstore.go: accounts.go, tasks.go, nodes.go, async.go,
+//     webhooks.go), written once for the embedded SQLite default (a file in
+//     the data directory, no configuration) and PostgreSQL for a cluster:
+//     what the two spell differently is in dialect.go, how each is reached in
+//     sqlite.go (database/sql) and postgres.go (pgx's pool); held to one
 //     behavioural suite (storetest) and to shared rules (rules.go);
 //   - WebhookStore (webhooks.go), the outbox of webhook deliveries and the
-//     accounts' signing secrets, kept apart from Store and reached with
-//     Webhooks(st) under the same Guard;
-//   - Open, which picks the implementation from Options, and Migrate: the
+//     accounts' signing secrets, kept apart from Store's own calls and
+//     reached with st.Webhooks(), under the same Guard;
+//   - Open, which picks the database from Options, and Migrate: the
 //     embedded migrations (package migrations) applied with goose, under a
 //     PostgreSQL session lock so that instances booting together do not race;
 //   - the two components the request path uses without waiting on a

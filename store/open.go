@@ -75,20 +75,20 @@ func Open(ctx context.Context, opts Options) (Store, error) {
 		return nil, err
 	}
 	if pg {
-		st, err := openPostgres(ctx, opts)
+		c, err := openPostgres(ctx, opts)
 		if err != nil {
 			return nil, err
 		}
-		return NewGuard(st, opts.Guard), nil
+		return NewGuard(&sqlStore{db: c, d: postgresDialect}, opts.Guard), nil
 	}
-	st, err := openSQLite(ctx, opts)
+	c, err := openSQLite(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	if opts.Guard.Timeout <= 0 {
 		opts.Guard.Timeout = 5 * time.Second
 	}
-	return NewGuard(st, opts.Guard), nil
+	return NewGuard(&sqlStore{db: c, d: sqliteDialect}, opts.Guard), nil
 }
 
 // sqlitePath creates the data directory when needed and returns the file path.

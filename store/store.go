@@ -107,9 +107,9 @@ type NodeStats struct {
 	SuspendedUntil  *time.Time `json:"suspended_until,omitempty"`
 }
 
-// Store is the persistence of switchyard. SQLite (the embedded default) and
-// PostgreSQL implement it, and one behavioural suite (storetest) runs
-// against both. Every method is safe for concurrent use.
+// Store is the persistence of switchyard. One implementation keeps it in
+// SQLite (the embedded default) or PostgreSQL, and one behavioural suite
+// (storetest) runs against both. Every method is safe for concurrent use.
 //
 // Times come back in UTC to the microsecond (PostgreSQL's precision), in
 // both dialects alike.
@@ -189,6 +189,9 @@ type Store interface {
 
 	// AsyncQueue is the durable queue of async tasks (async.go).
 	AsyncQueue
+	// Webhooks returns the webhook outbox and the accounts' signing
+	// secrets (webhooks.go), kept in the same database.
+	Webhooks() WebhookStore
 
 	// Ping checks the database is reachable (readiness).
 	Ping(ctx context.Context) error

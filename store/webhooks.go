@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -36,8 +35,8 @@ type Delivery struct {
 }
 
 // WebhookStore is the durable outbox of webhook deliveries and the accounts'
-// signing secrets (package webhooks). It is not part of Store: Webhooks
-// returns it from an opened store. Every time is the caller's clock (the
+// signing secrets (package webhooks). Its calls are kept apart from
+// Store's, which returns it from Store.Webhooks. Every time is the caller's clock (the
 // dispatcher's, injectable in tests); a delivery is claimed by one caller
 // at a time, under a lease fenced by a generation.
 type WebhookStore interface {
@@ -73,25 +72,16 @@ type WebhookStore interface {
 }
 
 var (
-	_ WebhookStore = (*pgStore)(nil)
-	_ WebhookStore = (*sqliteStore)(nil)
+	_ WebhookStore = (*sqlStore)(nil)
 	_ WebhookStore = guardedWebhooks{}
 )
 
-// Webhooks returns the webhook outbox of a store opened by Open, its calls
-// under the same Guard (deadlines, breaker) as the store's own. It is an
-// error for a store that has none (a test double).
-func Webhooks(s Store) (WebhookStore, error) {
-	g, ok := s.(*Guard)
-	if !ok {
-		return nil, fmt.Errorf("store: %T is not a store opened by Open: %w", s, ErrInvalid)
-	}
-	ws, ok := g.st.(WebhookStore)
-	if !ok {
-		return nil, fmt.Errorf("store: %T keeps no webhooks: %w", g.st, ErrInvalid)
-	}
-	return guardedWebhooks{g: g, ws: ws}, nil
-}
+// Webhooks returns the store's own outbox: one database keeps both.
+func (s *sqlStore) Webhooks() WebhookStore { return s }
+
+// Webhooks returns the wrapped store's outbox, its calls under this Guard
+// (deadlines, breaker) like the store's own.
+func (g *Guard) Webhooks() WebhookStore { return guardedWebhooks{g: g, ws: g.st.Webhooks()} }
 
 func checkDelivery(d Delivery) error {
 	if d.EventID == "" || d.AccountID == "" || d.URL == "" {
@@ -164,11 +154,121 @@ func (w guardedWebhooks) SetWebhookSecret(ctx context.Context, accountID, secret
 	})
 }
 
-// prefixed qualifies each of a comma-separated list of columns with p.
-func prefixed(p, columns string) string {
-	parts := strings.Split(columns, ",")
-	for i, c := range parts {
-		parts[i] = p + strings.TrimSpace(c)
+// The outbox in either dialect. On PostgreSQL claims take due rows with
+// FOR UPDATE SKIP LOCKED, so dispatchers on several instances never wait
+// on, or get, the same delivery; on SQLite (one process) every writing
+// statement holds the file's write lock, so a claim's select and update are
+// never interleaved with another's.
+
+func scanDelivery(r row, d *Delivery) error {
+	return r.Scan(&d.EventID, &d.AccountID, &d.URL, &d.Body, &d.Status, &d.Attempts, &d.Gen, (*timeCol)(&d.NextAt),
+		(*timeCol)(&d.FirstAttemptAt), &d.LastError, (*timeCol)(&d.CreatedAt))
+}
+
+func (s *sqlStore) EnqueueDelivery(ctx context.Context, d Delivery, now time.Time) error {
+	if err := checkDelivery(d); err != nil {
+		return err
 	}
-	return strings.Join(parts, ", ")
+	if d.Body == nil {
+		d.Body = []byte{} // NOT NULL: nil would be bound as NULL
+	}
+	_, err := s.db.exec(ctx, `INSERT INTO webhook_deliveries (event_id, account_id, url, body, status, next_at, created_at)
+		VALUES ($1, $2, $3, $4, 'pending', $5, $6) ON CONFLICT (event_id) DO NOTHING`,
+		d.EventID, d.AccountID, d.URL, d.Body, dbTime(d.NextAt), dbTime(now))
+	if err != nil {
+		return fmt.Errorf("store: enqueue webhook delivery: %w", err)
+	}
+	return nil
+}
+
+func (s *sqlStore) ClaimDeliveries(ctx context.Context, owner string, limit int, lease time.Duration, now time.Time) ([]Delivery, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	now = dbTime(now)
+	// The due rows are picked in a WITH of their own, which PostgreSQL runs
+	// once, locking (and skipping) rows as it goes, whatever plan it picks
+	// for the UPDATE around it.
+	out, err := collect(ctx, s.db, scanDelivery, `WITH due AS (
+			SELECT event_id AS due_id FROM webhook_deliveries
+			WHERE status = 'pending' AND next_at <= $1 AND (lease_until IS NULL OR lease_until < $1)
+			ORDER BY next_at LIMIT $2`+s.d.skipLocked+`)
+		UPDATE webhook_deliveries SET owner = $3, gen = gen + 1, attempts = attempts + 1,
+			lease_until = $4, first_attempt_at = COALESCE(first_attempt_at, $1)
+		FROM due WHERE event_id = due_id
+		RETURNING `+deliveryColumns, now, limit, owner, now.Add(lease))
+	if err != nil {
+		return nil, fmt.Errorf("store: claim webhook deliveries: %w", err)
+	}
+	return out, nil
+}
+
+func (s *sqlStore) RetryDelivery(ctx context.Context, eventID string, gen int64, nextAt time.Time, lastError string) error {
+	n, err := s.db.exec(ctx, `UPDATE webhook_deliveries SET next_at = $3, last_error = $4, owner = '', lease_until = NULL
+		WHERE event_id = $1 AND gen = $2 AND status = 'pending' AND lease_until IS NOT NULL`, eventID, gen, dbTime(nextAt), lastError)
+	if err != nil {
+		return fmt.Errorf("store: retry webhook delivery: %w", err)
+	}
+	if n == 0 {
+		return deliveryFenced(eventID, gen)
+	}
+	return nil
+}
+
+func (s *sqlStore) FinishDelivery(ctx context.Context, eventID string, gen int64, status, lastError string, now time.Time) error {
+	if err := checkFinish(status); err != nil {
+		return err
+	}
+	n, err := s.db.exec(ctx, `UPDATE webhook_deliveries SET status = $3, last_error = $4, finished_at = $5,
+			owner = '', lease_until = NULL
+		WHERE event_id = $1 AND gen = $2 AND status = 'pending' AND lease_until IS NOT NULL`, eventID, gen, status, lastError, dbTime(now))
+	if err != nil {
+		return fmt.Errorf("store: finish webhook delivery: %w", err)
+	}
+	if n == 0 {
+		return deliveryFenced(eventID, gen)
+	}
+	return nil
+}
+
+func (s *sqlStore) Delivery(ctx context.Context, eventID string) (Delivery, error) {
+	d, err := queryOne(ctx, s.db, scanDelivery, `SELECT `+deliveryColumns+` FROM webhook_deliveries WHERE event_id = $1`, eventID)
+	return d, notFound(err, "webhook delivery %s", eventID)
+}
+
+func (s *sqlStore) PendingDeliveries(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db.queryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE status = 'pending'`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("store: count pending webhook deliveries: %w", err)
+	}
+	return n, nil
+}
+
+func (s *sqlStore) WebhookSecret(ctx context.Context, accountID, candidate string) (string, error) {
+	if accountID == "" || candidate == "" {
+		return "", fmt.Errorf("store: a webhook secret needs an account and a candidate: %w", ErrInvalid)
+	}
+	// DO UPDATE (to itself), not DO NOTHING: the row is returned either way,
+	// so concurrent first sends of one account agree on one secret.
+	var secret string
+	err := s.db.queryRow(ctx, `INSERT INTO webhook_secrets (account_id, secret, created_at) VALUES ($1, $2, `+s.d.now+`)
+		ON CONFLICT (account_id) DO UPDATE SET secret = webhook_secrets.secret RETURNING secret`,
+		s.d.withNow([]any{accountID, candidate})...).Scan(&secret)
+	if err != nil {
+		return "", fmt.Errorf("store: webhook secret: %w", err)
+	}
+	return secret, nil
+}
+
+func (s *sqlStore) SetWebhookSecret(ctx context.Context, accountID, secret string, now time.Time) error {
+	if accountID == "" || secret == "" {
+		return fmt.Errorf("store: a webhook secret needs an account and a value: %w", ErrInvalid)
+	}
+	_, err := s.db.exec(ctx, `INSERT INTO webhook_secrets (account_id, secret, created_at) VALUES ($1, $2, $3)
+		ON CONFLICT (account_id) DO UPDATE SET secret = excluded.secret, created_at = excluded.created_at`,
+		accountID, secret, dbTime(now))
+	if err != nil {
+		return fmt.Errorf("store: set webhook secret: %w", err)
+	}
+	return nil
 }

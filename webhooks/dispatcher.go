@@ -91,7 +91,7 @@ func (c Config) withDefaults() Config {
 
 // Deps are what a Dispatcher uses.
 type Deps struct {
-	Store store.WebhookStore // the outbox and the secrets (store.Webhooks)
+	Store store.WebhookStore // the outbox and the secrets (store.Store's Webhooks)
 }
 
 // maxResponseBytes is how much of an answer is read (and discarded) so the

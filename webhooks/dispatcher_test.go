@@ -53,11 +53,7 @@ func openPG(t *testing.T, url string) store.Store {
 
 func outbox(t *testing.T, st store.Store) store.WebhookStore {
 	t.Helper()
-	ws, err := store.Webhooks(st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ws
+	return st.Webhooks()
 }
 
 // fast is a dispatcher's test configuration: loopback allowed (the

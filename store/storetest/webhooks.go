@@ -11,7 +11,7 @@ import (
 )
 
 // RunWebhooks is the behavioural suite of store.WebhookStore (the webhook
-// outbox and secrets), run on a store from open through store.Webhooks.
+// outbox and secrets), run on the Webhooks of a store from open.
 func RunWebhooks(t *testing.T, open func(t *testing.T) store.Store) {
 	for _, tc := range []struct {
 		name string
@@ -28,9 +28,7 @@ func RunWebhooks(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentFirstSecret", testWebhookSecretConcurrent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ws, err := store.Webhooks(open(t))
-			noErr(t, err, "store.Webhooks")
-			tc.fn(t, ws)
+			tc.fn(t, open(t).Webhooks())
 		})
 	}
 }

@@ -1,0 +1,157 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Accounts and their API keys, in either dialect.
+
+const accountCols = `id, name, email, trust, created_at`
+
+func scanAccount(r row, a *Account) error {
+	return r.Scan(&a.ID, &a.Name, &a.Email, &a.Trust, (*timeCol)(&a.CreatedAt))
+}
+
+func (s *sqlStore) CreateAccount(ctx context.Context, name, email, trust string) (Account, string, error) {
+	trust, err := checkAccount(name, email, trust)
+	if err != nil {
+		return Account{}, "", err
+	}
+	a := Account{ID: newAccountID(), Name: name, Email: email, Trust: trust, CreatedAt: dbTime(time.Now())}
+	var key string
+	err = s.db.inTx(ctx, func(tx querier) error {
+		_, err := tx.exec(ctx, `INSERT INTO accounts (id, name, email, trust, created_at) VALUES ($1, $2, $3, $4, $5)`,
+			a.ID, a.Name, a.Email, a.Trust, a.CreatedAt)
+		if s.d.isUnique(err) {
+			return fmt.Errorf("store: account name %q is taken: %w", name, ErrConflict)
+		}
+		if err != nil {
+			return err
+		}
+		_, key, err = insertKey(ctx, tx, a.ID)
+		return err
+	})
+	if err != nil {
+		return Account{}, "", wrapErr("create account", err)
+	}
+	return a, key, nil
+}
+
+func (s *sqlStore) Account(ctx context.Context, id string) (Account, error) {
+	a, err := queryOne(ctx, s.db, scanAccount, `SELECT `+accountCols+` FROM accounts WHERE id = $1 AND deleted_at IS NULL`, id)
+	return a, notFound(err, "account %s", id)
+}
+
+func (s *sqlStore) AccountByName(ctx context.Context, name string) (Account, error) {
+	a, err := queryOne(ctx, s.db, scanAccount, `SELECT `+accountCols+` FROM accounts WHERE name = $1 AND deleted_at IS NULL`, name)
+	return a, notFound(err, "account named %q", name)
+}
+
+func (s *sqlStore) DeleteAccount(ctx context.Context, id string) error {
+	now := dbTime(time.Now())
+	err := s.db.inTx(ctx, func(tx querier) error {
+		n, err := tx.exec(ctx, `UPDATE accounts SET deleted_at = $1 WHERE id = $2 AND deleted_at IS NULL`, now, id)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("store: account %s: %w", id, ErrNotFound)
+		}
+		_, err = tx.exec(ctx, `UPDATE api_keys SET revoked_at = $1 WHERE account_id = $2 AND revoked_at IS NULL`, now, id)
+		return err
+	})
+	return wrapErr("delete account", err)
+}
+
+// insertKey adds a key for an account the caller has checked exists.
+func insertKey(ctx context.Context, tx querier, accountID string) (APIKey, string, error) {
+	key, hash, prefix, err := newKey()
+	if err != nil {
+		return APIKey{}, "", err
+	}
+	id, err := newKeyID()
+	if err != nil {
+		return APIKey{}, "", err
+	}
+	k := APIKey{ID: id, AccountID: accountID, Prefix: prefix, CreatedAt: dbTime(time.Now())}
+	_, err = tx.exec(ctx, `INSERT INTO api_keys (id, account_id, hash, prefix, created_at) VALUES ($1, $2, $3, $4, $5)`,
+		k.ID, k.AccountID, hash, k.Prefix, k.CreatedAt)
+	if err != nil {
+		return APIKey{}, "", err
+	}
+	return k, key, nil
+}
+
+func (s *sqlStore) CreateKey(ctx context.Context, accountID string) (APIKey, string, error) {
+	var k APIKey
+	var key string
+	err := s.db.inTx(ctx, func(tx querier) error {
+		// The lock holds off a concurrent DeleteAccount, which would
+		// otherwise miss the new key when it revokes the account's keys.
+		var one int
+		err := tx.queryRow(ctx, `SELECT 1 FROM accounts WHERE id = $1 AND deleted_at IS NULL`+s.d.forShare, accountID).Scan(&one)
+		if err := notFound(err, "account %s", accountID); err != nil {
+			return err
+		}
+		k, key, err = insertKey(ctx, tx, accountID)
+		return err
+	})
+	if err != nil {
+		return APIKey{}, "", wrapErr("create key", err)
+	}
+	return k, key, nil
+}
+
+func (s *sqlStore) ListKeys(ctx context.Context, accountID string) ([]APIKey, error) {
+	q := `SELECT k.id, k.account_id, k.prefix, k.created_at, k.revoked_at
+		FROM api_keys k JOIN accounts a ON a.id = k.account_id
+		WHERE a.deleted_at IS NULL`
+	var args []any
+	if accountID != "" {
+		if _, err := s.Account(ctx, accountID); err != nil {
+			return nil, err
+		}
+		q += ` AND k.account_id = $1`
+		args = append(args, accountID)
+	}
+	keys, err := collect(ctx, s.db, func(r row, k *APIKey) error {
+		return r.Scan(&k.ID, &k.AccountID, &k.Prefix, (*timeCol)(&k.CreatedAt), optTimeCol{&k.RevokedAt})
+	}, q+` ORDER BY k.created_at, k.id`, args...)
+	if err != nil {
+		return nil, wrapErr("list keys", err)
+	}
+	if keys == nil {
+		keys = []APIKey{}
+	}
+	return keys, nil
+}
+
+func (s *sqlStore) RevokeKey(ctx context.Context, idOrPrefix string) error {
+	if idOrPrefix == "" {
+		return fmt.Errorf("store: revoke key: no key id or prefix given: %w", ErrInvalid)
+	}
+	err := s.db.inTx(ctx, func(tx querier) error {
+		ids, err := collect(ctx, tx, func(r row, id *string) error { return r.Scan(id) }, `SELECT id FROM api_keys WHERE id = $1 OR prefix = $1 OR hash = $2`+s.d.forUpdate, idOrPrefix, revokeHash(idOrPrefix))
+		if err != nil {
+			return err
+		}
+		if err := oneKey(idOrPrefix, ids); err != nil {
+			return err
+		}
+		_, err = tx.exec(ctx, `UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL`, dbTime(time.Now()), ids[0])
+		return err
+	})
+	return wrapErr("revoke key", err)
+}
+
+func (s *sqlStore) Authenticate(ctx context.Context, key string) (Account, error) {
+	if !looksLikeKey(key) {
+		return Account{}, fmt.Errorf("store: unknown API key: %w", ErrNotFound)
+	}
+	a, err := queryOne(ctx, s.db, scanAccount, `SELECT a.id, a.name, a.email, a.trust, a.created_at
+		FROM api_keys k JOIN accounts a ON a.id = k.account_id
+		WHERE k.hash = $1 AND k.revoked_at IS NULL AND a.deleted_at IS NULL`, hashKey(key))
+	return a, notFound(err, "API key")
+}
