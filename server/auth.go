@@ -19,10 +19,10 @@ import (
 )
 
 // Cache lifetimes and bounds. A revoked key or deleted account stops working
-// on every instance at once when the revocation is published on the auth
-// events channel (authevents.go), and otherwise at the next key check
-// (keyCheckInterval), at most authTTL later (while the store answers: see
-// authStaleMax).
+// on every instance at once when the revocation is broadcast on the auth
+// events topic (authevents.go), and otherwise at the key check that follows
+// the store's AuthSeq moving (within authPoll and one ListKeys), at most
+// authTTL later (while the store answers: see authStaleMax).
 const (
 	authTTL         = 30 * time.Second
 	authNegativeTTL = 5 * time.Second

@@ -11,15 +11,16 @@ import (
 	"github.com/switchyard-dev/switchyard/store"
 )
 
-// Revocations reach every instance at once (DESIGN §5, invariant 15): who
-// revokes a key or deletes an account (an instance serving DELETE
-// /api/v1/account, or the CLI writing to the store directly) broadcasts an
-// AuthEvent on the control channel's TopicAuth; every instance follows it,
-// closes the nodes that used the key (4001) or the account (4003), and
-// forgets the key in its cache. A slow backstop (checkKeys) catches what
-// was missed: an event broadcast while an instance was away from Redis, a
-// CLI run without --redis-url, or an instance with no Redis at all (then
-// it is the only way, and runs every keyCheckInterval).
+// Revocations reach every instance within a second (DESIGN §5, invariant
+// 15), from the database itself: RevokeKey and DeleteAccount raise the
+// store's AuthSeq in their transactions, and each instance reads it every
+// authPoll while it has nodes connected or keys cached; when it changed,
+// the instance checks the keys in use (checkKeysOnce) and closes the nodes
+// of those gone (4001, or 4003 for a deleted account) and forgets them in
+// its cache. So a revocation made anywhere — another instance, the CLI
+// with only --database-url — acts everywhere, with or without Redis.
+// Faster still, whoever revokes broadcasts an AuthEvent on the control
+// channel's TopicAuth, which every instance follows and acts on at once.
 
 // TopicAuth carries AuthEvents on the control channel.
 const TopicAuth bus.Topic = "auth"
@@ -52,12 +53,13 @@ func PublishAuthEvent(ctx context.Context, control bus.Control, ev AuthEvent) (i
 	return control.Broadcast(ctx, TopicAuth, b)
 }
 
-// Key check intervals: with Redis the events do the work and the check is
-// a backstop; without Redis it is the only way an instance learns of a
-// revocation made by the CLI. Each check is one store query (ListKeys),
-// made only while nodes are connected or keys are cached here.
+// How often the keys in use are checked. authPoll reads AuthSeq (one row);
+// a key check (ListKeys, every key) follows only when it changed, and
+// every keyCheckBackstop whatever it says (a key revoked by hand in SQL,
+// without AuthSeq). Neither runs while no node is connected and no key is
+// cached here: idle costs nothing (invariant 12).
 const (
-	keyCheckInterval = time.Second
+	authPoll         = 250 * time.Millisecond
 	keyCheckBackstop = 30 * time.Second
 )
 
@@ -85,7 +87,7 @@ func (a *App) publishAuth(ev AuthEvent) {
 	ctx, cancel := context.WithTimeout(a.root, 2*time.Second)
 	defer cancel()
 	if _, err := PublishAuthEvent(ctx, a.control, ev); err != nil {
-		a.log.Warn("cannot publish an auth event; other instances act on it at their next key check",
+		a.log.Warn("cannot publish an auth event; other instances act on it when they see the store's auth sequence move",
 			"kind", ev.Kind, "account_id", ev.AccountID, "err", err)
 	}
 }
@@ -114,39 +116,61 @@ func (a *App) checkKeysNow() {
 	}
 }
 
-// checkKeys is the backstop: it closes the nodes, and forgets the cached
-// entries, of keys no longer live, every keyCheckInterval without Redis or
-// keyCheckBackstop with it (and at once after a resubscription).
+// checkKeys checks the keys in use when the store's AuthSeq moves, when
+// asked (a resubscription to the auth events: one may have been missed),
+// and every keyCheckBackstop, until ctx ends.
 func (a *App) checkKeys(ctx context.Context) {
-	every := keyCheckInterval
-	if a.cluster != nil {
-		every = keyCheckBackstop
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
+	poll, backstop := time.NewTicker(authPoll), time.NewTicker(keyCheckBackstop)
+	defer poll.Stop()
+	defer backstop.Stop()
+	seen := int64(-1) // the AuthSeq of the last check that succeeded; -1: none yet
 	for {
+		seq := seen
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-backstop.C:
 		case <-a.keyCheck:
+		case <-poll.C:
+			if !a.keysInUse() {
+				continue
+			}
+			pctx, cancel := context.WithTimeout(ctx, authPoll*4)
+			n, err := a.store.AuthSeq(pctx)
+			cancel()
+			if err != nil {
+				a.log.Debug("cannot read the store's auth sequence; retrying", "err", err)
+				continue
+			}
+			if n == seen {
+				continue
+			}
+			seq = n // read before the keys: a revocation after it moves it again
 		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if err := a.checkKeysOnce(cctx); err != nil && ctx.Err() == nil {
+		err := a.checkKeysOnce(cctx)
+		cancel()
+		switch {
+		case err == nil:
+			seen = seq
+		case ctx.Err() == nil:
 			a.log.Debug("cannot check the keys in use; retrying later", "err", err)
 		}
-		cancel()
 	}
 }
+
+// keysInUse reports whether anything here depends on a key: a node
+// connected with one, or a key in the cache.
+func (a *App) keysInUse() bool { return a.hub.Len() > 0 || a.auth.len() > 0 }
 
 // checkKeysOnce reads the live keys (one query) and acts on the sessions
 // and cache entries whose key is not among them. Only those that existed
 // before the read are judged: a key created since is not in it.
 func (a *App) checkKeysOnce(ctx context.Context) error {
-	sessions := a.hub.Sessions()
-	if len(sessions) == 0 && a.auth.len() == 0 {
+	if !a.keysInUse() {
 		return nil // idle costs nothing (invariant 12)
 	}
+	sessions := a.hub.Sessions()
 	since := time.Now()
 	keys, err := a.store.ListKeys(ctx, "")
 	if err != nil {

@@ -59,8 +59,10 @@ func (s *sqlStore) DeleteAccount(ctx context.Context, id string) error {
 		if n == 0 {
 			return fmt.Errorf("store: account %s: %w", id, ErrNotFound)
 		}
-		_, err = tx.exec(ctx, `UPDATE api_keys SET revoked_at = $1 WHERE account_id = $2 AND revoked_at IS NULL`, now, id)
-		return err
+		if _, err = tx.exec(ctx, `UPDATE api_keys SET revoked_at = $1 WHERE account_id = $2 AND revoked_at IS NULL`, now, id); err != nil {
+			return err
+		}
+		return bumpAuthSeq(ctx, tx)
 	})
 	return wrapErr("delete account", err)
 }
@@ -140,10 +142,25 @@ func (s *sqlStore) RevokeKey(ctx context.Context, idOrPrefix string) error {
 		if err := oneKey(idOrPrefix, ids); err != nil {
 			return err
 		}
-		_, err = tx.exec(ctx, `UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL`, dbTime(time.Now()), ids[0])
-		return err
+		n, err := tx.exec(ctx, `UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL`, dbTime(time.Now()), ids[0])
+		if err != nil || n == 0 {
+			return err
+		}
+		return bumpAuthSeq(ctx, tx)
 	})
 	return wrapErr("revoke key", err)
+}
+
+// bumpAuthSeq raises AuthSeq in the transaction that made a key stop
+// working, so no instance can read the new number before the change.
+func bumpAuthSeq(ctx context.Context, tx querier) error {
+	_, err := tx.exec(ctx, `UPDATE auth_changes SET seq = seq + 1 WHERE id = 1`)
+	return err
+}
+
+func (s *sqlStore) AuthSeq(ctx context.Context) (int64, error) {
+	seq, err := queryOne(ctx, s.db, func(r row, seq *int64) error { return r.Scan(seq) }, `SELECT seq FROM auth_changes WHERE id = 1`)
+	return seq, wrapErr("auth seq", err)
 }
 
 func (s *sqlStore) Authenticate(ctx context.Context, key string) (Account, error) {

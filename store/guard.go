@@ -272,6 +272,10 @@ func (g *Guard) Authenticate(ctx context.Context, key string) (Account, error) {
 	return guarded(g, ctx, g.cfg.Timeout, func(c context.Context) (Account, error) { return g.st.Authenticate(c, key) })
 }
 
+func (g *Guard) AuthSeq(ctx context.Context) (int64, error) {
+	return guarded(g, ctx, g.cfg.Timeout, g.st.AuthSeq)
+}
+
 func (g *Guard) WriteTasks(ctx context.Context, recs []TaskRecord) error {
 	timeout := g.cfg.Timeout
 	if len(recs) > 1 {

@@ -143,6 +143,10 @@ type Store interface {
 	// Authenticate returns the account that owns a live key; ErrNotFound
 	// for an unknown or revoked key, or a deleted account.
 	Authenticate(ctx context.Context, key string) (Account, error)
+	// AuthSeq is a number that grows whenever a key stops working: RevokeKey
+	// and DeleteAccount raise it in their transactions. An instance that
+	// sees it change checks the keys in use there (one row: cheap to poll).
+	AuthSeq(ctx context.Context) (int64, error)
 
 	// WriteTasks stores finished tasks (in one transaction; a batch from the
 	// writer). Writing the same ID twice keeps the first. A record without an

@@ -153,7 +153,7 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 		if !found {
-			fmt.Fprintf(stdout, "key %s revoked (running instances act on it at their next key check)\n", fs.Arg(0))
+			fmt.Fprintf(stdout, "key %s revoked (running instances act on it within a second)\n", fs.Arg(0))
 			return nil
 		}
 		fmt.Fprintf(stdout, "key %s revoked; %s\n", fs.Arg(0),
@@ -168,7 +168,8 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // go, and its nodes are closed (4003) on every instance.
 func runAccountsDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, sf, lf := adminFlags("accounts delete", `Deletes an account and revokes its keys; its nodes are closed (4003) on every
-running instance (at once with --redis-url, else at their next key check).`, stderr)
+running instance (at once with --redis-url, else within a second: instances
+read the database's revocation counter).`, stderr)
 	ev := eventFlags(fs)
 	if err := fs.parse(args); err != nil {
 		return err
@@ -218,7 +219,7 @@ type authEventFlags struct {
 func eventFlags(fs *flagSet) authEventFlags {
 	d := server.DefaultConfig()
 	return authEventFlags{
-		redisURL:  fs.String("redis-url", d.RedisURL, "the instances' Redis: tell them at once (the auth events channel); empty: they act at their next key check"),
+		redisURL:  fs.String("redis-url", d.RedisURL, "the instances' Redis: tell them at once (the auth events channel); empty: they act within a second, from the database"),
 		namespace: fs.String("namespace", d.Namespace, "the instances' Redis namespace"),
 		cluster:   fs.Bool("redis-cluster", d.RedisCluster, "read --redis-url as a Redis Cluster URL"),
 	}
@@ -227,20 +228,20 @@ func eventFlags(fs *flagSet) authEventFlags {
 // publish tells running instances about ev, and says what happened.
 func (f authEventFlags) publish(ctx context.Context, ev server.AuthEvent, stderr io.Writer) string {
 	if *f.redisURL == "" {
-		return "running instances act on it at their next key check (within 1s without Redis, 30s with it; pass --redis-url to tell them at once)"
+		return "running instances act on it within a second (pass --redis-url to tell them at once)"
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	conn, err := bus.DialRedis(pctx, *f.redisURL, *f.cluster)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
-		return "running instances act on it at their next key check (Redis was unreachable)"
+		return "running instances act on it within a second (Redis was unreachable)"
 	}
 	defer conn.Close()
 	n, err := server.PublishAuthEvent(pctx, bus.NewRedisControl(conn.Client(), *f.namespace, *f.cluster), ev)
 	if err != nil {
 		fmt.Fprintf(stderr, "cannot publish to Redis: %v\n", err)
-		return "running instances act on it at their next key check (Redis was unreachable)"
+		return "running instances act on it within a second (Redis was unreachable)"
 	}
 	return fmt.Sprintf("%d running instance(s) told at once", n)
 }

@@ -276,6 +276,45 @@ func testRevokeKey(t *testing.T, st store.Store) {
 	isErr(t, st.RevokeKey(c, ""), store.ErrInvalid, "RevokeKey(\"\")")
 }
 
+// AuthSeq grows with each key that stops working (revoked, or its account
+// deleted), and with nothing else.
+func testAuthSeq(t *testing.T, st store.Store) {
+	c := ctx(t)
+	seq := func(what string) int64 {
+		t.Helper()
+		n, err := st.AuthSeq(c)
+		noErr(t, err, "AuthSeq after "+what)
+		return n
+	}
+	last := seq("opening")
+	same := func(what string) {
+		t.Helper()
+		if n := seq(what); n != last {
+			t.Errorf("AuthSeq moved from %d to %d after %s, which stops no key", last, n, what)
+		}
+	}
+	grew := func(what string) {
+		t.Helper()
+		n := seq(what)
+		if n <= last {
+			t.Errorf("AuthSeq is %d after %s, was %d: it must grow", n, what, last)
+		}
+		last = n
+	}
+	a, _ := newAccount(t, st, "kim")
+	k, _, err := st.CreateKey(c, a.ID)
+	noErr(t, err, "CreateKey")
+	same("creating an account and a key")
+	noErr(t, st.RevokeKey(c, k.ID), "RevokeKey")
+	grew("revoking a key")
+	noErr(t, st.RevokeKey(c, k.ID), "RevokeKey again")
+	same("revoking a revoked key")
+	isErr(t, st.RevokeKey(c, "key_000000000000"), store.ErrNotFound, "RevokeKey(unknown id)")
+	same("revoking an unknown key")
+	noErr(t, st.DeleteAccount(c, a.ID), "DeleteAccount")
+	grew("deleting an account")
+}
+
 func testAuthenticate(t *testing.T, st store.Store) {
 	c := ctx(t)
 	a, key := newAccount(t, st, "judy")

@@ -28,6 +28,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ListKeys", testListKeys},
 		{"RevokeKey", testRevokeKey},
 		{"Authenticate", testAuthenticate},
+		{"AuthSeq", testAuthSeq},
 		{"WriteTasksRoundTrip", testWriteTasksRoundTrip},
 		{"WriteTasksIdempotent", testWriteTasksIdempotent},
 		{"WriteTasksInvalid", testWriteTasksInvalid},
