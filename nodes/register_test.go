@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 func TestDecodeRegister(t *testing.T) {
@@ -75,7 +77,7 @@ func TestDecodeRegister(t *testing.T) {
 			switch {
 			case c.wantErr == "" && err != nil:
 				t.Fatalf("unexpected error: %v", err)
-			case c.wantErr != "" && (err == nil || !errors.Is(err, ErrInvalidMessage) || !strings.Contains(err.Error(), c.wantErr)):
+			case c.wantErr != "" && (err == nil || !errors.Is(err, wire.ErrInvalidMessage) || !strings.Contains(err.Error(), c.wantErr)):
 				t.Fatalf("got %v; want an error containing %q", err, c.wantErr)
 			}
 		})
@@ -110,5 +112,16 @@ func TestDecodeRegisterFeatures(t *testing.T) {
 		if err != nil || r.TaskCancel != want {
 			t.Errorf("%s: TaskCancel %v, %v; want %v", in, r.TaskCancel, err, want)
 		}
+	}
+}
+
+func TestNodeIDMatchesGemmaNet(t *testing.T) {
+	// Computed with Python: uuid.uuid5(uuid.uuid5(uuid.NAMESPACE_URL,
+	// 'https://gemmanet.net/node'), 'acc-1/worker').
+	if got := NodeID("acc-1", "worker"); got != "0e307d8f-febf-5fe3-b074-8f27ece3cccf" {
+		t.Fatalf("NodeID = %s", got)
+	}
+	if NodeID("acc-1", "worker") == NodeID("acc-2", "worker") {
+		t.Fatal("two accounts share a node id")
 	}
 }

@@ -3,107 +3,12 @@ package nodes
 import (
 	"encoding/json"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
-
-func TestDecodeMessage(t *testing.T) {
-	cases := []struct {
-		in      string
-		wantErr string
-		typ     string
-		payload string
-	}{
-		{in: `{"msg_type":"heartbeat","payload":{"active_tasks":1}}`, typ: "heartbeat", payload: `{"active_tasks":1}`},
-		{in: `{"msg_type":"heartbeat"}`, typ: "heartbeat", payload: `{}`},
-		{in: `{"msg_type":"heartbeat","payload":null,"extra":[1,2]}`, typ: "heartbeat", payload: `{}`},
-		{in: `{"msg_id":"x","msg_type":"task_chunk","payload":{"task_id":"t"},"sender_id":"","timestamp":"2026-01-01T00:00:00Z"}`, typ: "task_chunk", payload: `{"task_id":"t"}`},
-		{in: `not json`, wantErr: "not a JSON envelope"},
-		{in: `[]`, wantErr: "not a JSON envelope"},
-		{in: `{"payload":{}}`, wantErr: "msg_type is missing"},
-		{in: `{"msg_type":"heartbeat","payload":[1]}`, wantErr: "payload must be an object"},
-		{in: `{"msg_type":"heartbeat","payload":"x"}`, wantErr: "payload must be an object"},
-		{in: `{"msg_type":7}`, wantErr: "msg_type must be a string"},
-	}
-	for _, c := range cases {
-		m, err := DecodeMessage([]byte(c.in))
-		if c.wantErr != "" {
-			if err == nil || !errors.Is(err, ErrInvalidMessage) || !strings.Contains(err.Error(), c.wantErr) {
-				t.Errorf("DecodeMessage(%s) = %v; want an error containing %q", c.in, err, c.wantErr)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("DecodeMessage(%s): %v", c.in, err)
-			continue
-		}
-		if m.MsgType != c.typ || string(m.Payload) != c.payload {
-			t.Errorf("DecodeMessage(%s) = %q %s; want %q %s", c.in, m.MsgType, m.Payload, c.typ, c.payload)
-		}
-	}
-}
-
-func TestDecodeResult(t *testing.T) {
-	r, err := DecodeResult(json.RawMessage(`{"task_id":"t","node_id":"n","status":"completed","result":"ok","processing_time_ms":12.7,"usage":{"prompt_tokens":3,"completion_tokens":"4"}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.TaskID != "t" || r.Status != "completed" || r.Result != "ok" || r.ProcessingMs != 12 || !r.HasUsage || r.PromptTokens != 3 || r.OutputTokens != 4 {
-		t.Fatalf("got %+v", r)
-	}
-	r, err = DecodeResult(json.RawMessage(`{"task_id":"t","status":"failed","result":null,"usage":null}`))
-	if err != nil || r.ProcessingMs != -1 || r.HasUsage || r.Result != "" {
-		t.Fatalf("missing optional fields: %+v, %v", r, err)
-	}
-	r, err = DecodeResult(json.RawMessage(`{"task_id":"t","status":"completed","result":{"not":"a string"}}`))
-	if err == nil || r.TaskID != "t" {
-		t.Fatalf("a non-string result must fail and still name its task: %+v, %v", r, err)
-	}
-	for _, bad := range []string{`{"status":"completed"}`, `{"task_id":5,"status":"completed"}`, `{"task_id":"t","status":3}`} {
-		if _, err := DecodeResult(json.RawMessage(bad)); !errors.Is(err, ErrInvalidMessage) {
-			t.Errorf("DecodeResult(%s) = %v; want ErrInvalidMessage", bad, err)
-		}
-	}
-}
-
-func TestDecodeHeartbeatClamps(t *testing.T) {
-	for in, want := range map[string]Heartbeat{
-		`{"active_tasks":2,"cpu_percent":55.5}`:   {ActiveTasks: 2, CPUPercent: 55.5},
-		`{"active_tasks":-3,"cpu_percent":250}`:   {ActiveTasks: 0, CPUPercent: 100},
-		`{"active_tasks":"x","cpu_percent":"12"}`: {ActiveTasks: 0, CPUPercent: 12},
-		`{"cpu_percent":[1]}`:                     {},
-		`{"cpu_percent":1e999}`:                   {},
-	} {
-		if got := DecodeHeartbeat(json.RawMessage(in)); got != want {
-			t.Errorf("DecodeHeartbeat(%s) = %+v; want %+v", in, got, want)
-		}
-	}
-}
-
-func TestEncodeIsAnEnvelope(t *testing.T) {
-	b := Encode(MsgTaskCancel, CancelPayload{TaskID: "t", Reason: "client gone"})
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	if m["msg_type"] != "task_cancel" || m["sender_id"] != "" || len(m["msg_id"].(string)) != 36 ||
-		!strings.HasSuffix(m["timestamp"].(string), "Z") || m["payload"].(map[string]any)["task_id"] != "t" {
-		t.Fatalf("envelope %s", b)
-	}
-}
-
-func TestNodeIDMatchesGemmaNet(t *testing.T) {
-	// Computed with Python: uuid.uuid5(uuid.uuid5(uuid.NAMESPACE_URL,
-	// 'https://gemmanet.net/node'), 'acc-1/worker').
-	if got := NodeID("acc-1", "worker"); got != "0e307d8f-febf-5fe3-b074-8f27ece3cccf" {
-		t.Fatalf("NodeID = %s", got)
-	}
-	if NodeID("acc-1", "worker") == NodeID("acc-2", "worker") {
-		t.Fatal("two accounts share a node id")
-	}
-}
 
 // FuzzDecodeNodeMessage feeds arbitrary frames through everything a node
 // message passes on its way in. Nothing may panic, and every error must be
@@ -122,10 +27,10 @@ func FuzzDecodeNodeMessage(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := DecodeMessage(b)
+		m, err := wire.DecodeEnvelope(b)
 		if err != nil {
-			if !errors.Is(err, ErrInvalidMessage) {
-				t.Fatalf("DecodeMessage error of the wrong kind: %v", err)
+			if !errors.Is(err, wire.ErrInvalidMessage) {
+				t.Fatalf("DecodeEnvelope error of the wrong kind: %v", err)
 			}
 			return
 		}
@@ -133,7 +38,7 @@ func FuzzDecodeNodeMessage(f *testing.F) {
 			t.Fatalf("accepted an envelope without type or object payload: %+v", m)
 		}
 		check := func(err error) {
-			if err != nil && !errors.Is(err, ErrInvalidMessage) {
+			if err != nil && !errors.Is(err, wire.ErrInvalidMessage) {
 				t.Fatalf("payload error of the wrong kind: %v", err)
 			}
 		}
@@ -147,14 +52,14 @@ func FuzzDecodeNodeMessage(f *testing.F) {
 				t.Fatalf("max_concurrency %d out of range", reg.MaxConcurrency)
 			}
 		}
-		_, err = DecodeChunk(m.Payload)
+		_, err = wire.DecodeTaskChunk(m.Payload)
 		check(err)
-		r, err := DecodeResult(m.Payload)
+		r, err := wire.DecodeTaskResult(m.Payload)
 		check(err)
-		if err == nil && (r.TaskID == "" || r.ProcessingMs < -1 || r.PromptTokens < 0 || r.OutputTokens < 0) {
+		if err == nil && (r.TaskID == "" || r.ProcessingTimeMs < -1 || (r.Usage != nil && (r.Usage.PromptTokens < 0 || r.Usage.CompletionTokens < 0))) {
 			t.Fatalf("accepted an invalid result: %+v", r)
 		}
-		hb := DecodeHeartbeat(m.Payload)
+		hb := wire.DecodeHeartbeat(m.Payload)
 		if hb.CPUPercent < 0 || hb.CPUPercent > 100 || hb.ActiveTasks < 0 {
 			t.Fatalf("heartbeat out of range: %+v", hb)
 		}
