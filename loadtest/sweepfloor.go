@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/switchyard-dev/switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 // floorServerArg is the first argument that runs the binary as the sweep's
@@ -42,7 +43,7 @@ type floorServer struct {
 	slots chan *floorNode
 
 	mu      sync.Mutex
-	pending map[string]chan sdk.TaskResultPayload
+	pending map[string]chan wire.TaskResultPayload
 }
 
 // floorNode is one node's socket; wmu makes writes whole.
@@ -64,7 +65,7 @@ func runFloorServer(stdin io.Reader, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("floor server: %w", err)
 	}
-	f := &floorServer{slots: make(chan *floorNode, floorMaxSlots), pending: map[string]chan sdk.TaskResultPayload{}}
+	f := &floorServer{slots: make(chan *floorNode, floorMaxSlots), pending: map[string]chan wire.TaskResultPayload{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/v1/request", f.request)
 	mux.HandleFunc("GET /ws/node", f.node)
@@ -124,7 +125,7 @@ func (f *floorServer) request(w http.ResponseWriter, r *http.Request) {
 	defer func() { f.slots <- n }()
 
 	id := uuid.NewString()
-	ch := make(chan sdk.TaskResultPayload, 1)
+	ch := make(chan wire.TaskResultPayload, 1)
 	f.mu.Lock()
 	f.pending[id] = ch
 	f.mu.Unlock()
@@ -133,7 +134,7 @@ func (f *floorServer) request(w http.ResponseWriter, r *http.Request) {
 		delete(f.pending, id)
 		f.mu.Unlock()
 	}()
-	msg, err := sdk.MarshalEnvelope(sdk.MsgTaskAssign, sdk.TaskAssignPayload{TaskID: id, TaskType: req.TaskType, Content: req.Content})
+	msg, err := wire.Encode(wire.MsgTaskAssign, wire.TaskAssignPayload{TaskID: id, TaskType: req.TaskType, Content: req.Content})
 	if err == nil {
 		n.wmu.Lock()
 		err = n.conn.Write(ctx, websocket.MessageText, msg)
@@ -146,7 +147,7 @@ func (f *floorServer) request(w http.ResponseWriter, r *http.Request) {
 	select {
 	case res := <-ch:
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(floorResult{TaskID: id, Status: res.Status, Result: res.Result,
+		_ = json.NewEncoder(w).Encode(floorResult{TaskID: id, Status: string(res.Status), Result: res.Result,
 			NodeID: n.id, ProcessingTimeMs: res.ProcessingTimeMs, Usage: res.Usage})
 	case <-n.gone:
 		http.Error(w, `{"detail":"node gone"}`, http.StatusBadGateway)
@@ -168,9 +169,9 @@ func (f *floorServer) node(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	var reg sdk.RegisterPayload
-	env, err := sdk.ParseEnvelope(data)
-	if err == nil && env.MsgType != sdk.MsgNodeRegister {
+	var reg wire.RegisterPayload
+	env, err := wire.ParseEnvelope(data)
+	if err == nil && env.MsgType != wire.MsgNodeRegister {
 		err = errors.New("the first message must be node_register")
 	}
 	if err == nil {
@@ -182,7 +183,7 @@ func (f *floorServer) node(w http.ResponseWriter, r *http.Request) {
 	}
 	n := &floorNode{conn: conn, id: "floor-" + reg.Name, gone: make(chan struct{})}
 	defer close(n.gone)
-	ok, err := sdk.MarshalEnvelope(sdk.MsgNodeRegistered, sdk.RegisteredPayload{NodeID: n.id})
+	ok, err := wire.Encode(wire.MsgNodeRegistered, wire.RegisteredPayload{NodeID: n.id})
 	if err == nil {
 		err = conn.Write(ctx, websocket.MessageText, ok)
 	}
@@ -197,11 +198,11 @@ func (f *floorServer) node(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return
 		}
-		env, err := sdk.ParseEnvelope(data)
-		if err != nil || env.MsgType != sdk.MsgTaskResult {
+		env, err := wire.ParseEnvelope(data)
+		if err != nil || env.MsgType != wire.MsgTaskResult {
 			continue // heartbeats, chunks: nothing the floor needs
 		}
-		var res sdk.TaskResultPayload
+		var res wire.TaskResultPayload
 		if env.DecodePayload(&res) != nil {
 			continue
 		}
