@@ -16,23 +16,23 @@ import (
 // error means the node cannot run it (a params value beyond what
 // encoding/json holds, say); assignTaskID may still name it.
 func readAssign(env wire.Envelope) (*Task, error) {
-	var p wire.TaskAssignPayload
+	var p struct {
+		wire.TaskAssignPayload
+		// Params shadows the payload's raw params (kept raw for the
+		// coordinator to pass through), so that they are decoded into the
+		// handler's map in the same pass as the rest.
+		Params map[string]any `json:"params"`
+	}
 	if err := env.DecodePayload(&p); err != nil {
 		return nil, err
 	}
 	if p.TaskID == "" {
 		return nil, errors.New("task_assign without a task_id")
 	}
-	params := map[string]any{}
-	if len(p.Params) > 0 {
-		if err := json.Unmarshal(p.Params, &params); err != nil {
-			return nil, fmt.Errorf("task_assign params: %w", err)
-		}
-		if params == nil { // "params": null
-			params = map[string]any{}
-		}
+	if p.Params == nil {
+		p.Params = map[string]any{}
 	}
-	return &Task{ID: p.TaskID, Type: p.TaskType, Content: p.Content, Params: params, Stream: p.Stream}, nil
+	return &Task{ID: p.TaskID, Type: p.TaskType, Content: p.Content, Params: p.Params, Stream: p.Stream}, nil
 }
 
 // startTask registers the task for task_cancel and runs it in its own
