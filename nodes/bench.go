@@ -6,6 +6,8 @@ import (
 	"errors"
 	"time"
 	"unicode/utf8"
+
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 // BenchmarkPrompts are the short probes a node answers after it registers
@@ -31,20 +33,12 @@ type Benchmarks interface {
 // The timing is the coordinator's own round-trip measurement, not what the
 // node reports, so a node cannot fake a fast profile.
 type BenchmarkProfile struct {
-	NodeID                string          `json:"node_id"`
-	AvgResponseMs         float64         `json:"avg_response_ms"`
-	EstimatedTokensPerSec float64         `json:"estimated_tokens_per_sec"`
-	BenchmarkPassed       bool            `json:"benchmark_passed"`
-	Results               []BenchmarkItem `json:"results"`
-	Timestamp             int64           `json:"timestamp"` // unix seconds
-}
-
-// BenchmarkItem is one prompt's answer, as the node reported it (trimmed).
-type BenchmarkItem struct {
-	Prompt   string `json:"prompt"`
-	Response string `json:"response"`
-	TimeMs   int64  `json:"time_ms"`
-	Success  bool   `json:"success"`
+	NodeID                string               `json:"node_id"`
+	AvgResponseMs         float64              `json:"avg_response_ms"`
+	EstimatedTokensPerSec float64              `json:"estimated_tokens_per_sec"`
+	BenchmarkPassed       bool                 `json:"benchmark_passed"`
+	Results               []wire.BenchmarkItem `json:"results"`   // as the node reported them, trimmed
+	Timestamp             int64                `json:"timestamp"` // unix seconds
 }
 
 // benchSummary is what routing needs of a profile.
@@ -56,24 +50,17 @@ type benchSummary struct {
 
 // NewBenchmarkProfile builds a profile from a node's benchmark_result
 // payload and the round trip the coordinator measured. The payload is read
-// leniently: what cannot be read counts as a failed answer.
+// leniently (wire.DecodeBenchmarkResult: what cannot be read counts as a
+// failed answer) and trimmed: one item per prompt at most, text clipped.
 func NewBenchmarkProfile(nodeID string, payload json.RawMessage, measured time.Duration, now time.Time) BenchmarkProfile {
-	var raw struct {
-		Results []map[string]any `json:"results"`
+	items := wire.DecodeBenchmarkResult(payload).Results
+	if len(items) > len(BenchmarkPrompts) {
+		items = items[:len(BenchmarkPrompts)]
 	}
-	_ = json.Unmarshal(payload, &raw)
-	var items []BenchmarkItem
-	for _, r := range raw.Results {
-		if len(items) == len(BenchmarkPrompts) {
-			break
-		}
-		prompt, _ := r["prompt"].(string)
-		response, _ := r["response"].(string)
-		success, _ := r["success"].(bool)
-		items = append(items, BenchmarkItem{
-			Prompt: clipRunes(prompt, 200), Response: clipRunes(response, 500),
-			TimeMs: int64(min(number(r["time_ms"]), 1e9)), Success: success,
-		})
+	for i, it := range items {
+		it.Prompt, it.Response = clipRunes(it.Prompt, 200), clipRunes(it.Response, 500)
+		it.TimeMs = min(it.TimeMs, 1e9)
+		items[i] = it
 	}
 	n := max(len(items), 1)
 	passed := len(items) > 0
@@ -83,7 +70,7 @@ func NewBenchmarkProfile(nodeID string, payload json.RawMessage, measured time.D
 		out += utf8.RuneCountInString(it.Response)
 	}
 	if items == nil {
-		items = []BenchmarkItem{}
+		items = []wire.BenchmarkItem{}
 	}
 	ms := float64(measured.Microseconds()) / 1000
 	return BenchmarkProfile{
@@ -144,7 +131,7 @@ func (h *Hub) maybeBenchmark(s *Session, now time.Time) {
 		return
 	}
 	if s.benchSentAt.CompareAndSwap(0, now.UnixNano()) {
-		s.Send(Encode(MsgBenchmark, map[string]any{"prompts": BenchmarkPrompts}))
+		s.Send(wire.MustEncode(wire.MsgBenchmark, wire.BenchmarkPayload{Prompts: BenchmarkPrompts}))
 	}
 }
 

@@ -1,8 +1,10 @@
 // Package nodes owns the node side of an instance (DESIGN §2):
 //   - one Session per node WebSocket: a reader loop and one writer goroutine
 //     behind a bounded send queue that drops a node too slow to keep up
-//     (invariant 13), the node wire protocol it speaks (wire.go, JSON; see
-//     docs/PROTOCOL.md) and the validation of node_register (register.go);
+//     (invariant 13), speaking the node protocol that sdk/wire defines for
+//     both its ends (docs/PROTOCOL.md: envelope, message types, payloads,
+//     codes and their decoding), and the validation of node_register, which
+//     is this coordinator's policy (register.go);
 //   - the Hub, the set of this instance's sessions: the handshake, the
 //     per-account node cap, the benchmark probe (bench.go), drain;
 //   - cluster ownership of node identities (Claims: MemoryClaims, and

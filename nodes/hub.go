@@ -11,6 +11,8 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 // ErrUnknownKey is what an Authenticator returns for a key that is not live.
@@ -144,7 +146,7 @@ func (c Config) withDefaults() Config {
 		c.SendQueueBytes = 16 << 20
 	}
 	if c.MaxMessageBytes == 0 {
-		c.MaxMessageBytes = 4 << 20
+		c.MaxMessageBytes = wire.MaxMessageBytes
 	}
 	if c.BenchmarkMaxAge == 0 {
 		c.BenchmarkMaxAge = 6 * time.Hour
@@ -251,7 +253,7 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string, he
 	h.mu.Lock()
 	if h.draining {
 		h.mu.Unlock()
-		_ = conn.Close(CloseDraining, "server draining")
+		_ = conn.Close(wire.CloseDraining, "server draining")
 		return ErrShuttingDown
 	}
 	h.serving++
@@ -275,7 +277,7 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string, he
 	select {
 	case h.registering <- struct{}{}:
 	default:
-		h.reject(conn, "busy", CodeUnavailable, "the coordinator is registering many nodes; retry shortly", CloseTryAgainLater)
+		h.reject(conn, "busy", wire.CodeUnavailable, "the coordinator is registering many nodes; retry shortly", wire.CloseTryAgainLater)
 		return nil
 	}
 	registering := true
@@ -292,12 +294,12 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string, he
 	claim, err := h.claims.Claim(ctx, h.cfg.Instance, nodeID, acct.ID, h.cfg.MaxNodesPerAccount)
 	switch {
 	case errors.Is(err, ErrTooManyNodes):
-		h.reject(conn, "too_many_nodes", CodeTooManyNodes,
-			fmt.Sprintf("this account already has %d nodes online", h.cfg.MaxNodesPerAccount), ClosePolicy)
+		h.reject(conn, "too_many_nodes", wire.CodeTooManyNodes,
+			fmt.Sprintf("this account already has %d nodes online", h.cfg.MaxNodesPerAccount), wire.ClosePolicy)
 		return nil
 	case err != nil:
 		log.Warn("cannot claim node identity", "err", err)
-		h.reject(conn, "unavailable", CodeUnavailable, "the coordinator cannot register nodes right now; retry later", CloseTryAgainLater)
+		h.reject(conn, "unavailable", wire.CodeUnavailable, "the coordinator cannot register nodes right now; retry later", wire.CloseTryAgainLater)
 		return nil
 	}
 
@@ -326,7 +328,7 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string, he
 	if prev != nil {
 		// Invariant 1: the newest connection wins. The old one's tasks fail
 		// now (from its writer), not when its close handshake finishes.
-		prev.Close(CloseReplaced, "replaced by a newer connection")
+		prev.Close(wire.CloseReplaced, "replaced by a newer connection")
 	}
 	h.cfg.Announce(ctx, s)
 	// Registered: what is left (the answer, the benchmark probe, the
@@ -339,15 +341,15 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string, he
 	// is always the node's first message, even if this connection is
 	// replaced a moment later; tasks queued meanwhile follow it).
 	wctx, cancel := context.WithTimeout(ctx, h.cfg.WriteTimeout)
-	err = conn.Write(wctx, websocket.MessageText, Encode(MsgNodeRegistered, map[string]string{"node_id": nodeID}))
+	err = conn.Write(wctx, websocket.MessageText, wire.MustEncode(wire.MsgNodeRegistered, wire.RegisteredPayload{NodeID: nodeID}))
 	cancel()
 	if err != nil {
-		s.Close(closeUnanswered, "write failed")
+		s.Close(wire.CloseUnanswered, "write failed")
 	}
 	if fenced {
 		// Another instance took the node while this claim was being made,
 		// and its replace arrived before this session was visible.
-		s.Close(CloseReplaced, "replaced by a newer connection")
+		s.Close(wire.CloseReplaced, "replaced by a newer connection")
 	}
 	go s.writeLoop(ctx)
 	h.startBenchmark(ctx, s)
@@ -384,7 +386,7 @@ func (h *Hub) handshake(ctx context.Context, conn *websocket.Conn, remote string
 	timer := time.AfterFunc(h.cfg.RegisterTimeout, func() {
 		defer close(timedOut)
 		h.metrics.rejected.WithLabelValues("timeout").Inc()
-		_ = conn.Close(ClosePolicy, "node_register expected within "+h.cfg.RegisterTimeout.String())
+		_ = conn.Close(wire.ClosePolicy, "node_register expected within "+h.cfg.RegisterTimeout.String())
 	})
 	typ, data, err := conn.Read(ctx)
 	if !timer.Stop() {
@@ -398,29 +400,29 @@ func (h *Hub) handshake(ctx context.Context, conn *websocket.Conn, remote string
 		return Registration{}, Account{}, false
 	}
 	if typ != websocket.MessageText {
-		h.reject(conn, "invalid", CodeInvalidRegistration, "binary frames are not part of the protocol", ClosePolicy)
+		h.reject(conn, "invalid", wire.CodeInvalidRegistration, "binary frames are not part of the protocol", wire.ClosePolicy)
 		return Registration{}, Account{}, false
 	}
-	msg, err := DecodeMessage(data)
-	if err == nil && msg.MsgType != MsgNodeRegister {
-		err = fmt.Errorf("the first message must be node_register, not %q", truncate(msg.MsgType, 64))
+	msg, err := wire.DecodeEnvelope(data)
+	if err == nil && msg.MsgType != wire.MsgNodeRegister {
+		err = fmt.Errorf("the first message must be node_register, not %q", truncate(string(msg.MsgType), 64))
 	}
 	var reg Registration
 	if err == nil {
 		reg, err = DecodeRegister(msg.Payload)
 	}
 	if err != nil {
-		h.reject(conn, "invalid", CodeInvalidRegistration, truncate(err.Error(), 500), ClosePolicy)
+		h.reject(conn, "invalid", wire.CodeInvalidRegistration, truncate(err.Error(), 500), wire.ClosePolicy)
 		return Registration{}, Account{}, false
 	}
 	acct, err := h.auth.AuthenticateNode(ctx, reg.APIKey)
 	switch {
 	case errors.Is(err, ErrUnknownKey):
-		h.reject(conn, "auth_failed", CodeAuthFailed, "Invalid API key", CloseAuthFailed)
+		h.reject(conn, "auth_failed", wire.CodeAuthFailed, "Invalid API key", wire.CloseAuthFailed)
 		return Registration{}, Account{}, false
 	case err != nil:
 		h.log.Warn("cannot authenticate node", "remote", remote, "err", err)
-		h.reject(conn, "unavailable", CodeUnavailable, "the coordinator cannot check API keys right now; retry later", CloseTryAgainLater)
+		h.reject(conn, "unavailable", wire.CodeUnavailable, "the coordinator cannot check API keys right now; retry later", wire.CloseTryAgainLater)
 		return Registration{}, Account{}, false
 	}
 	return reg, acct, true
@@ -431,11 +433,11 @@ func (h *Hub) handshake(ctx context.Context, conn *websocket.Conn, remote string
 // that is only for now (code unavailable) sends no error message: any
 // error during registration makes GemmaNet's SDK stop for good, while a
 // bare close makes it retry.
-func (h *Hub) reject(conn *websocket.Conn, label, code, message string, close websocket.StatusCode) {
+func (h *Hub) reject(conn *websocket.Conn, label string, code wire.ErrorCode, message string, close websocket.StatusCode) {
 	h.metrics.rejected.WithLabelValues(label).Inc()
-	if code != CodeUnavailable {
+	if code != wire.CodeUnavailable {
 		wctx, cancel := context.WithTimeout(context.Background(), h.cfg.WriteTimeout)
-		_ = conn.Write(wctx, websocket.MessageText, Encode(MsgError, ErrorPayload{Code: code, Message: message}))
+		_ = conn.Write(wctx, websocket.MessageText, wire.MustEncode(wire.MsgError, wire.ErrorPayload{Code: string(code), Message: message}))
 		cancel()
 	}
 	_ = conn.Close(close, truncate(message, 100))
@@ -590,7 +592,7 @@ func (h *Hub) CloseAccount(accountID string) int {
 	n := 0
 	for _, s := range h.Sessions() {
 		if s.Info.AccountID == accountID {
-			s.Close(CloseAccountDeleted, "account deleted")
+			s.Close(wire.CloseAccountDeleted, "account deleted")
 			n++
 		}
 	}
@@ -603,7 +605,7 @@ func (h *Hub) CloseKey(accountID, keyPrefix string) int {
 	n := 0
 	for _, s := range h.Sessions() {
 		if s.Info.AccountID == accountID && s.Info.KeyPrefix == keyPrefix && keyPrefix != "" {
-			s.Close(CloseAuthFailed, "API key revoked")
+			s.Close(wire.CloseAuthFailed, "API key revoked")
 			n++
 		}
 	}
@@ -633,7 +635,7 @@ func (h *Hub) CloseReplaced(nodeID string, gen uint64) bool {
 	if s == nil || s.Gen >= gen {
 		return false
 	}
-	s.Close(CloseReplaced, "replaced by a newer connection")
+	s.Close(wire.CloseReplaced, "replaced by a newer connection")
 	return true
 }
 
@@ -663,7 +665,7 @@ func (h *Hub) RefreshClaims(ctx context.Context) error {
 		if s := h.Session(l.NodeID); s != nil && s.Gen == l.Gen {
 			h.metrics.stolen.Inc()
 			s.log.Info("claim taken by a newer connection; closing this one")
-			s.Close(CloseReplaced, "replaced by a newer connection")
+			s.Close(wire.CloseReplaced, "replaced by a newer connection")
 		}
 	}
 	return nil
@@ -681,7 +683,7 @@ func (h *Hub) Shutdown(ctx context.Context) error {
 	}
 	h.mu.Unlock()
 	for _, s := range h.Sessions() {
-		s.Close(CloseDraining, "server draining; reconnect")
+		s.Close(wire.CloseDraining, "server draining; reconnect")
 	}
 	select {
 	case <-h.idle:

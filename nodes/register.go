@@ -9,9 +9,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
-// Limits of node_register (GEMMANET-WIRE §1).
+// Limits of node_register: the coordinator's rules (docs/PROTOCOL.md).
 const (
 	maxAPIKeyChars     = 128
 	maxNameChars       = 64
@@ -24,17 +26,6 @@ const (
 	MaxNodeConcurrency = 1024 // the largest max_concurrency a node may declare
 )
 
-// Features a node may declare in node_register's "features" (ours): the
-// extensions of the protocol it understands. GemmaNet's SDK declares none,
-// so it is sent nothing it cannot parse. Names this version does not know
-// are ignored, so a newer node can declare newer ones.
-const (
-	// FeatureTaskCancel: the node understands task_cancel. A node that does
-	// not declare it is never sent one; its slot stays taken by a cancelled
-	// task until it answers the task or the task's timeout passes.
-	FeatureTaskCancel = "task_cancel"
-)
-
 var capabilityRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
 // Registration is a validated node_register.
@@ -45,7 +36,7 @@ type Registration struct {
 	Languages      []string
 	ModelInfo      json.RawMessage // a JSON object
 	MaxConcurrency int             // 0 when the node did not say
-	TaskCancel     bool            // it declared FeatureTaskCancel
+	TaskCancel     bool            // it declared wire.FeatureTaskCancel
 }
 
 // DecodeRegister decodes and validates a node_register payload. Its error
@@ -62,47 +53,47 @@ func DecodeRegister(p json.RawMessage) (Registration, error) {
 	}
 	var r Registration
 	if err := json.Unmarshal(p, &raw); err != nil {
-		return r, fmt.Errorf("%w: %s", ErrInvalidMessage, jsonErr(err))
+		return r, fmt.Errorf("%w: %s", wire.ErrInvalidMessage, wire.DescribeJSONError(err))
 	}
 	switch {
 	case raw.APIKey == nil || *raw.APIKey == "":
-		return r, fmt.Errorf("%w: api_key is required", ErrInvalidMessage)
+		return r, fmt.Errorf("%w: api_key is required", wire.ErrInvalidMessage)
 	case utf8.RuneCountInString(*raw.APIKey) > maxAPIKeyChars:
-		return r, fmt.Errorf("%w: api_key is longer than %d characters", ErrInvalidMessage, maxAPIKeyChars)
+		return r, fmt.Errorf("%w: api_key is longer than %d characters", wire.ErrInvalidMessage, maxAPIKeyChars)
 	case raw.Name == nil || *raw.Name == "":
-		return r, fmt.Errorf("%w: name is required", ErrInvalidMessage)
+		return r, fmt.Errorf("%w: name is required", wire.ErrInvalidMessage)
 	case utf8.RuneCountInString(*raw.Name) > maxNameChars:
-		return r, fmt.Errorf("%w: name is longer than %d characters", ErrInvalidMessage, maxNameChars)
+		return r, fmt.Errorf("%w: name is longer than %d characters", wire.ErrInvalidMessage, maxNameChars)
 	case !displayable(*raw.Name):
-		return r, fmt.Errorf("%w: name must not contain control, format or bidirectional-override characters", ErrInvalidMessage)
+		return r, fmt.Errorf("%w: name must not contain control, format or bidirectional-override characters", wire.ErrInvalidMessage)
 	case len(raw.Capabilities) == 0:
-		return r, fmt.Errorf("%w: capabilities must list at least one capability", ErrInvalidMessage)
+		return r, fmt.Errorf("%w: capabilities must list at least one capability", wire.ErrInvalidMessage)
 	case len(raw.Capabilities) > maxCapabilities:
-		return r, fmt.Errorf("%w: capabilities has more than %d items", ErrInvalidMessage, maxCapabilities)
+		return r, fmt.Errorf("%w: capabilities has more than %d items", wire.ErrInvalidMessage, maxCapabilities)
 	case len(raw.Languages) > maxLanguages:
-		return r, fmt.Errorf("%w: languages has more than %d items", ErrInvalidMessage, maxLanguages)
+		return r, fmt.Errorf("%w: languages has more than %d items", wire.ErrInvalidMessage, maxLanguages)
 	case len(raw.Features) > maxFeatures:
-		return r, fmt.Errorf("%w: features has more than %d items", ErrInvalidMessage, maxFeatures)
+		return r, fmt.Errorf("%w: features has more than %d items", wire.ErrInvalidMessage, maxFeatures)
 	}
 	for _, f := range raw.Features {
 		if n := utf8.RuneCountInString(f); n == 0 || n > maxFeatureChars {
-			return r, fmt.Errorf("%w: each feature must be 1-%d characters", ErrInvalidMessage, maxFeatureChars)
+			return r, fmt.Errorf("%w: each feature must be 1-%d characters", wire.ErrInvalidMessage, maxFeatureChars)
 		}
-		if f == FeatureTaskCancel {
+		if f == wire.FeatureTaskCancel {
 			r.TaskCancel = true
 		}
 	}
 	for _, c := range raw.Capabilities {
 		if !capabilityRE.MatchString(c) {
-			return r, fmt.Errorf("%w: capability %q must match %s", ErrInvalidMessage, truncate(c, 80), capabilityRE)
+			return r, fmt.Errorf("%w: capability %q must match %s", wire.ErrInvalidMessage, truncate(c, 80), capabilityRE)
 		}
 	}
 	for _, l := range raw.Languages {
 		if n := utf8.RuneCountInString(l); n == 0 || n > maxLanguageChars {
-			return r, fmt.Errorf("%w: each language must be 1-%d characters", ErrInvalidMessage, maxLanguageChars)
+			return r, fmt.Errorf("%w: each language must be 1-%d characters", wire.ErrInvalidMessage, maxLanguageChars)
 		}
 		if !displayable(l) {
-			return r, fmt.Errorf("%w: languages must not contain control, format or bidirectional-override characters", ErrInvalidMessage)
+			return r, fmt.Errorf("%w: languages must not contain control, format or bidirectional-override characters", wire.ErrInvalidMessage)
 		}
 	}
 	info := raw.ModelInfo
@@ -110,22 +101,22 @@ func DecodeRegister(p json.RawMessage) (Registration, error) {
 		info = json.RawMessage("{}")
 	}
 	if info[0] != '{' {
-		return r, fmt.Errorf("%w: model_info must be an object", ErrInvalidMessage)
+		return r, fmt.Errorf("%w: model_info must be an object", wire.ErrInvalidMessage)
 	}
 	// Measured compactly, as GemmaNet measures its serialised form.
 	compact, err := compactJSON(info)
 	if err != nil {
-		return r, fmt.Errorf("%w: model_info: %s", ErrInvalidMessage, jsonErr(err))
+		return r, fmt.Errorf("%w: model_info: %s", wire.ErrInvalidMessage, wire.DescribeJSONError(err))
 	}
 	if utf8.RuneCount(compact) > maxModelInfoChars {
-		return r, fmt.Errorf("%w: model_info is longer than %d characters as JSON", ErrInvalidMessage, maxModelInfoChars)
+		return r, fmt.Errorf("%w: model_info is longer than %d characters as JSON", wire.ErrInvalidMessage, maxModelInfoChars)
 	}
 	if mc := raw.MaxConcurrency; len(mc) > 0 && string(mc) != "null" {
 		// Parsed from the raw JSON: a json.Number field would also take the
 		// string "8", which the rule (an integer) does not allow.
 		n, err := strconv.ParseInt(string(mc), 10, 64)
 		if err != nil || n < 1 || n > MaxNodeConcurrency {
-			return r, fmt.Errorf("%w: max_concurrency must be an integer from 1 to %d", ErrInvalidMessage, MaxNodeConcurrency)
+			return r, fmt.Errorf("%w: max_concurrency must be an integer from 1 to %d", wire.ErrInvalidMessage, MaxNodeConcurrency)
 		}
 		r.MaxConcurrency = int(n)
 	}

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 func TestDecodeRegister(t *testing.T) {
@@ -75,7 +78,7 @@ func TestDecodeRegister(t *testing.T) {
 			switch {
 			case c.wantErr == "" && err != nil:
 				t.Fatalf("unexpected error: %v", err)
-			case c.wantErr != "" && (err == nil || !errors.Is(err, ErrInvalidMessage) || !strings.Contains(err.Error(), c.wantErr)):
+			case c.wantErr != "" && (err == nil || !errors.Is(err, wire.ErrInvalidMessage) || !strings.Contains(err.Error(), c.wantErr)):
 				t.Fatalf("got %v; want an error containing %q", err, c.wantErr)
 			}
 		})
@@ -111,4 +114,54 @@ func TestDecodeRegisterFeatures(t *testing.T) {
 			t.Errorf("%s: TaskCancel %v, %v; want %v", in, r.TaskCancel, err, want)
 		}
 	}
+}
+
+func TestNodeIDMatchesGemmaNet(t *testing.T) {
+	// Computed with Python: uuid.uuid5(uuid.uuid5(uuid.NAMESPACE_URL,
+	// 'https://gemmanet.net/node'), 'acc-1/worker').
+	if got := NodeID("acc-1", "worker"); got != "0e307d8f-febf-5fe3-b074-8f27ece3cccf" {
+		t.Fatalf("NodeID = %s", got)
+	}
+	if NodeID("acc-1", "worker") == NodeID("acc-2", "worker") {
+		t.Fatal("two accounts share a node id")
+	}
+}
+
+// FuzzDecodeRegister feeds arbitrary frames through the handshake's
+// reading of the first message: the envelope (wire.DecodeEnvelope), then
+// node_register's rules. Nothing may panic, every error must be of the
+// documented kind, and a registration accepted must keep the rules.
+func FuzzDecodeRegister(f *testing.F) {
+	for _, s := range []string{
+		`{"msg_type":"node_register","payload":{"api_key":"gn_x","name":"n","capabilities":["echo"],"languages":["en"],"model_info":{"m":1},"max_concurrency":4}}`,
+		`{"msg_type":"node_register","payload":{"api_key":"k","name":"n","capabilities":["a","a"],"model_info":null,"features":["task_cancel","later"]}}`,
+		`{"msg_type":"node_register","payload":{"api_key":"k","name":"n\u202e","capabilities":["a"]}}`,
+		`{"msg_type":"node_register","payload":{"api_key":"k","name":"n","capabilities":["a"],"max_concurrency":"8"}}`,
+		`{"msg_type":"node_register","payload":{"api_key":"k","name":"n","capabilities":["a"],"model_info":[1]}}`,
+		`{"msg_type":"heartbeat","payload":{}}`, `{}`, `null`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := wire.DecodeEnvelope(b)
+		if err != nil {
+			return // wire.FuzzDecodeNodeMessage's business
+		}
+		reg, err := DecodeRegister(m.Payload)
+		if err != nil {
+			if !errors.Is(err, wire.ErrInvalidMessage) {
+				t.Fatalf("DecodeRegister error of the wrong kind: %v", err)
+			}
+			return
+		}
+		if reg.APIKey == "" || reg.Name == "" || len(reg.Capabilities) == 0 || reg.ModelInfo[0] != '{' {
+			t.Fatalf("accepted an invalid registration: %+v", reg)
+		}
+		if reg.MaxConcurrency < 0 || reg.MaxConcurrency > MaxNodeConcurrency {
+			t.Fatalf("max_concurrency %d out of range", reg.MaxConcurrency)
+		}
+		if !displayable(reg.Name) || utf8.RuneCountInString(reg.Name) > maxNameChars {
+			t.Fatalf("accepted the name %q", reg.Name)
+		}
+	})
 }

@@ -11,20 +11,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-)
 
-// Close codes of the node protocol (GEMMANET-WIRE §1, DESIGN §6).
-const (
-	CloseNormal         = websocket.StatusNormalClosure   // 1000
-	CloseDraining       = websocket.StatusGoingAway       // 1001: the instance is draining; reconnect elsewhere
-	CloseUnsupported    = websocket.StatusUnsupportedData // 1003: a binary frame
-	ClosePolicy         = websocket.StatusPolicyViolation // 1008: invalid registration, too many nodes
-	CloseTooBig         = websocket.StatusMessageTooBig   // 1009: a message over the read limit
-	CloseTryAgainLater  = websocket.StatusTryAgainLater   // 1013: send queue overflow, or the store is unavailable
-	CloseReplaced       = websocket.StatusCode(4000)      // a newer connection of the same identity took over
-	CloseAuthFailed     = websocket.StatusCode(4001)
-	CloseAccountDeleted = websocket.StatusCode(4003)
-	closeUnanswered     = websocket.StatusCode(1011) // ping unanswered: the socket is dead
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 // Info is what a node declared at registration; it never changes for the
@@ -48,8 +36,8 @@ type Info struct {
 // its reader goroutine, in order; Closed may come from another goroutine,
 // once, as soon as the session starts closing.
 type Events interface {
-	Chunk(s *Session, c ChunkPayload)
-	Result(s *Session, r ResultPayload)
+	Chunk(s *Session, c wire.TaskChunkPayload)
+	Result(s *Session, r wire.TaskResultPayload)
 	// BadResult is a task_result that names a task but cannot be read.
 	BadResult(s *Session, taskID string, err error)
 	// Closed is called once when the session stops taking work (replaced,
@@ -162,7 +150,7 @@ func (s *Session) Send(msg []byte) bool {
 		s.mu.Unlock()
 		s.hub.metrics.sendDrops.Inc()
 		s.log.Warn("node send queue full, dropping the node", "queued", queued, "queued_bytes", bytes)
-		s.Close(CloseTryAgainLater, "send queue overflow")
+		s.Close(wire.CloseTryAgainLater, "send queue overflow")
 		return false
 	}
 	s.queue = append(s.queue, msg)
@@ -202,7 +190,7 @@ func (s *Session) SendDirect(msg []byte) bool {
 	s.mu.Unlock()
 	if err != nil {
 		s.log.Debug("write to node failed", "err", err)
-		s.Close(closeUnanswered, "write failed")
+		s.Close(wire.CloseUnanswered, "write failed")
 		return true // as a queued message whose write fails: the session's close fails its tasks
 	}
 	if more { // queued behind this write: the writer's now
@@ -215,8 +203,8 @@ func (s *Session) SendDirect(msg []byte) bool {
 }
 
 // SendError sends an `error` message to the node.
-func (s *Session) SendError(code, message string) bool {
-	return s.Send(Encode(MsgError, ErrorPayload{Code: code, Message: message}))
+func (s *Session) SendError(code wire.ErrorCode, message string) bool {
+	return s.Send(wire.MustEncode(wire.MsgError, wire.ErrorPayload{Code: string(code), Message: message}))
 }
 
 // Close starts closing the session with a close code; it returns at once.
@@ -235,18 +223,28 @@ func (s *Session) Close(code websocket.StatusCode, reason string) {
 	}
 }
 
-// writeLoop is the session's only writer of messages. It also pings the
-// node when the hub's pinger finds it silent (one ticker for the whole
-// hub, not one per session: on a large idle fleet each timer firing is a
-// wakeup of the process), so a dead socket is noticed even when nothing
-// else is sent. A ping waits for its pong (up to PingTimeout for a
-// sluggish node), and assigns and cancels must not queue behind it, so
+// writeLoop writes the messages Send queued (and SendDirect, when it
+// could not write at once), in order. It is not the socket's only writer
+// of messages: SendDirect writes one itself on its caller's goroutine, and
+// Serve writes node_registered before the loop starts. The writing flag,
+// under mu, gives the socket to one writer at a time and keeps messages in
+// the order they were sent: a direct write happens only when nothing is
+// queued or being written, and while one is under way the writer leaves
+// the queue alone (what is queued meanwhile waits; the direct sender wakes
+// the writer when it is done). Pings and the close frame are control
+// frames, which coder/websocket writes safely beside a message write.
+//
+// The loop also pings the node when the hub's pinger finds it silent (one
+// ticker for the whole hub, not one per session: on a large idle fleet each
+// timer firing is a wakeup of the process), so a dead socket is noticed even
+// when nothing else is sent. A ping waits for its pong (up to PingTimeout
+// for a sluggish node), and assigns and cancels must not queue behind it, so
 // each ping runs on a goroutine of its own beside the writer:
-// coder/websocket allows Ping concurrently with Write (only Read and
-// Reader are single-caller), and the pong is read by the session's reader.
-// One ping at a time; the writer owns it, cancels it when the session
-// closes, and waits for it. The goroutine lives only while a ping is out,
-// so an idle node costs two goroutines and no timer.
+// coder/websocket allows Ping concurrently with Write (only Read and Reader
+// are single-caller), and the pong is read by the session's reader. One ping
+// at a time; the writer owns it, cancels it when the session closes, and
+// waits for it. The goroutine lives only while a ping is out, so an idle
+// node costs two goroutines and no timer.
 func (s *Session) writeLoop(ctx context.Context) {
 	defer close(s.writerDone)
 	var (
@@ -260,7 +258,7 @@ func (s *Session) writeLoop(ctx context.Context) {
 		select {
 		case <-s.wake:
 		case <-ctx.Done():
-			s.Close(CloseDraining, "server shutting down")
+			s.Close(wire.CloseDraining, "server shutting down")
 		}
 		s.mu.Lock()
 		closing := s.closing
@@ -293,7 +291,7 @@ func (s *Session) writeLoop(ctx context.Context) {
 			batch[i] = nil
 			if err != nil {
 				s.log.Debug("write to node failed", "err", err)
-				s.Close(closeUnanswered, "write failed")
+				s.Close(wire.CloseUnanswered, "write failed")
 				break
 			}
 		}
@@ -326,7 +324,7 @@ func (s *Session) ping(ctx context.Context) {
 	case err == nil:
 		s.heard.mark()
 	case !errors.Is(ctx.Err(), context.Canceled):
-		s.Close(closeUnanswered, "ping unanswered")
+		s.Close(wire.CloseUnanswered, "ping unanswered")
 	}
 }
 
@@ -356,19 +354,19 @@ func (s *Session) readLoop(ctx context.Context) {
 		if err != nil {
 			code := websocket.CloseStatus(err)
 			switch {
-			case code == CloseTooBig || errorsIsTooBig(err):
+			case code == wire.CloseTooBig || errorsIsTooBig(err):
 				// The library has already sent 1009.
-				s.Close(CloseTooBig, "message too big")
+				s.Close(wire.CloseTooBig, "message too big")
 			case code != -1:
 				s.Close(code, "closed by the node")
 			default:
-				s.Close(closeUnanswered, "connection lost")
+				s.Close(wire.CloseUnanswered, "connection lost")
 			}
 			return
 		}
 		if typ != websocket.MessageText {
 			s.hub.metrics.invalid.WithLabelValues("binary").Inc()
-			s.Close(CloseUnsupported, "binary frames are not part of the protocol")
+			s.Close(wire.CloseUnsupported, "binary frames are not part of the protocol")
 			return
 		}
 		s.handle(data)
@@ -376,15 +374,15 @@ func (s *Session) readLoop(ctx context.Context) {
 }
 
 func (s *Session) handle(data []byte) {
-	msg, err := DecodeMessage(data)
+	msg, err := wire.DecodeEnvelope(data)
 	if err != nil {
 		s.hub.metrics.invalid.WithLabelValues("envelope").Inc()
-		s.SendError(CodeInvalidMessage, err.Error())
+		s.SendError(wire.CodeInvalidMessage, err.Error())
 		return
 	}
 	switch msg.MsgType {
-	case MsgHeartbeat:
-		hb := DecodeHeartbeat(msg.Payload)
+	case wire.MsgHeartbeat:
+		hb := wire.DecodeHeartbeat(msg.Payload)
 		s.cpuBits.Store(math.Float64bits(hb.CPUPercent))
 		// The directory writes a CPU change of cpuStep points or more:
 		// smaller ones need not wake it (its 30 s scan catches the rest).
@@ -393,57 +391,57 @@ func (s *Session) handle(data []byte) {
 			s.hub.cfg.Changes.Mark(s.NodeID)
 		}
 		s.hub.maybeBenchmark(s, time.Now())
-	case MsgTaskChunk:
-		c, err := DecodeChunk(msg.Payload)
+	case wire.MsgTaskChunk:
+		c, err := wire.DecodeTaskChunk(msg.Payload)
 		if err != nil {
-			s.hub.metrics.invalid.WithLabelValues(MsgTaskChunk).Inc()
-			s.SendError(CodeInvalidMessage, err.Error())
+			s.hub.metrics.invalid.WithLabelValues(string(wire.MsgTaskChunk)).Inc()
+			s.SendError(wire.CodeInvalidMessage, err.Error())
 			return
 		}
 		s.hub.events.Chunk(s, c)
-	case MsgTaskResult:
-		r, err := DecodeResult(msg.Payload)
+	case wire.MsgTaskResult:
+		r, err := wire.DecodeTaskResult(msg.Payload)
 		if err != nil {
-			s.hub.metrics.invalid.WithLabelValues(MsgTaskResult).Inc()
-			s.SendError(CodeInvalidMessage, err.Error())
+			s.hub.metrics.invalid.WithLabelValues(string(wire.MsgTaskResult)).Inc()
+			s.SendError(wire.CodeInvalidMessage, err.Error())
 			if r.TaskID != "" {
 				s.hub.events.BadResult(s, r.TaskID, err)
 			}
 			return
 		}
 		s.hub.events.Result(s, r)
-	case MsgBenchmarkResult:
+	case wire.MsgBenchmarkResult:
 		s.hub.benchmarkResult(s, msg.Payload)
-	case MsgNodeRegister:
+	case wire.MsgNodeRegister:
 		s.hub.metrics.invalid.WithLabelValues("out_of_order").Inc()
-		s.SendError(CodeUnexpectedMessage, "this connection is already registered")
+		s.SendError(wire.CodeUnexpectedMessage, "this connection is already registered")
 	default:
 		s.hub.metrics.invalid.WithLabelValues("unknown_type").Inc()
-		s.SendError(CodeUnexpectedMessage, "unknown msg_type "+truncate(msg.MsgType, 64))
+		s.SendError(wire.CodeUnexpectedMessage, "unknown msg_type "+truncate(string(msg.MsgType), 64))
 	}
 }
 
 func closeLabel(code websocket.StatusCode) string {
 	switch code {
-	case CloseNormal:
+	case wire.CloseNormal:
 		return "1000"
-	case CloseDraining:
+	case wire.CloseDraining:
 		return "1001"
-	case CloseUnsupported:
+	case wire.CloseUnsupported:
 		return "1003"
-	case ClosePolicy:
+	case wire.ClosePolicy:
 		return "1008"
-	case CloseTooBig:
+	case wire.CloseTooBig:
 		return "1009"
-	case closeUnanswered:
+	case wire.CloseUnanswered:
 		return "1011"
-	case CloseTryAgainLater:
+	case wire.CloseTryAgainLater:
 		return "1013"
-	case CloseReplaced:
+	case wire.CloseReplaced:
 		return "4000"
-	case CloseAuthFailed:
+	case wire.CloseAuthFailed:
 		return "4001"
-	case CloseAccountDeleted:
+	case wire.CloseAccountDeleted:
 		return "4003"
 	}
 	return "other"

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 // A ping waits for its pong, and a node that is slow to answer must not
@@ -36,7 +38,7 @@ func TestPingDoesNotHoldUpWrites(t *testing.T) {
 	if s == nil {
 		t.Fatal("no session for the registered node")
 	}
-	assign := Encode(MsgTaskAssign, map[string]string{"task_id": "t1"})
+	assign := wire.MustEncode(wire.MsgTaskAssign, map[string]string{"task_id": "t1"})
 	if !s.Send(assign) {
 		t.Fatal("Send refused the assign")
 	}
@@ -76,8 +78,8 @@ func TestUnansweredPingClosesTheSocket(t *testing.T) {
 		if op != opClose || len(payload) < 2 {
 			t.Fatalf("got frame %#x %q, want a close frame", op, payload)
 		}
-		if code := websocket.StatusCode(binary.BigEndian.Uint16(payload)); code != closeUnanswered {
-			t.Fatalf("closed with %d %q, want %d", code, payload[2:], closeUnanswered)
+		if code := websocket.StatusCode(binary.BigEndian.Uint16(payload)); code != wire.CloseUnanswered {
+			t.Fatalf("closed with %d %q, want %d", code, payload[2:], wire.CloseUnanswered)
 		}
 		p.writeFrame(t, opClose, payload[:2])
 		return
@@ -126,11 +128,11 @@ func (oneAccount) AuthenticateNode(context.Context, string) (Account, error) {
 
 type noEvents struct{}
 
-func (noEvents) Chunk(*Session, ChunkPayload)      {}
-func (noEvents) Result(*Session, ResultPayload)    {}
-func (noEvents) BadResult(*Session, string, error) {}
-func (noEvents) Closed(*Session)                   {}
-func discardLogger() *slog.Logger                  { return slog.New(slog.DiscardHandler) }
+func (noEvents) Chunk(*Session, wire.TaskChunkPayload)   {}
+func (noEvents) Result(*Session, wire.TaskResultPayload) {}
+func (noEvents) BadResult(*Session, string, error)       {}
+func (noEvents) Closed(*Session)                         {}
+func discardLogger() *slog.Logger                        { return slog.New(slog.DiscardHandler) }
 
 // WebSocket opcodes (RFC 6455 §5.2).
 const (
@@ -175,11 +177,11 @@ func dialRaw(t *testing.T, url string) *rawPeer {
 // register sends node_register and reads up to node_registered.
 func (p *rawPeer) register(t *testing.T, name string) {
 	t.Helper()
-	reg, _ := json.Marshal(map[string]any{"msg_type": MsgNodeRegister, "payload": map[string]any{
+	reg, _ := json.Marshal(map[string]any{"msg_type": wire.MsgNodeRegister, "payload": map[string]any{
 		"api_key": "k", "name": name, "capabilities": []string{"echo"}}})
 	p.writeFrame(t, opText, reg)
 	op, payload := p.readFrame(t, 5*time.Second)
-	if op != opText || !strings.Contains(string(payload), MsgNodeRegistered) {
+	if op != opText || !strings.Contains(string(payload), string(wire.MsgNodeRegistered)) {
 		t.Fatalf("got frame %#x %q, want node_registered", op, payload)
 	}
 }
@@ -255,7 +257,7 @@ func TestSendQueueBoundedInBytes(t *testing.T) {
 	if s == nil {
 		t.Fatal("no session for the registered node")
 	}
-	msg := Encode(MsgTaskAssign, map[string]string{"task_id": "t", "content": strings.Repeat("x", 64<<10)})
+	msg := wire.MustEncode(wire.MsgTaskAssign, map[string]string{"task_id": "t", "content": strings.Repeat("x", 64<<10)})
 	accepted := 0
 	for accepted < 5000 && s.Send(msg) {
 		accepted++
@@ -307,7 +309,7 @@ func TestRegistrationsBeyondTheBoundAreShed(t *testing.T) {
 			}
 		}})
 	regFrame := func(name string) []byte {
-		b, _ := json.Marshal(map[string]any{"msg_type": MsgNodeRegister, "payload": map[string]any{
+		b, _ := json.Marshal(map[string]any{"msg_type": wire.MsgNodeRegister, "payload": map[string]any{
 			"api_key": "k", "name": name, "capabilities": []string{"echo"}}})
 		return b
 	}
@@ -319,7 +321,7 @@ func TestRegistrationsBeyondTheBoundAreShed(t *testing.T) {
 	shed := dialRaw(t, h.url)
 	shed.writeFrame(t, opText, regFrame("shed"))
 	op, payload := shed.readFrame(t, 5*time.Second)
-	if op != opClose || len(payload) < 2 || websocket.StatusCode(binary.BigEndian.Uint16(payload)) != CloseTryAgainLater {
+	if op != opClose || len(payload) < 2 || websocket.StatusCode(binary.BigEndian.Uint16(payload)) != wire.CloseTryAgainLater {
 		t.Fatalf("a registration beyond the bound got frame %#x %q, want close 1013", op, payload)
 	}
 	if d := time.Since(start); d > time.Second {
@@ -327,7 +329,7 @@ func TestRegistrationsBeyondTheBoundAreShed(t *testing.T) {
 	}
 
 	close(release)
-	if op, payload := slow.readFrame(t, 5*time.Second); op != opText || !strings.Contains(string(payload), MsgNodeRegistered) {
+	if op, payload := slow.readFrame(t, 5*time.Second); op != opText || !strings.Contains(string(payload), string(wire.MsgNodeRegistered)) {
 		t.Fatalf("the held registration got %#x %q, want node_registered", op, payload)
 	}
 	dialRaw(t, h.url).register(t, "after") // the slot is free again

@@ -3,6 +3,8 @@ package nodes
 import (
 	"errors"
 	"fmt"
+
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 // A node's state, set by an operator or by its own account (POST
@@ -80,6 +82,6 @@ func (h *Hub) Control(nodeID, action, reason string) (NodeView, error) {
 // closeIfDrained closes a draining node that holds no task.
 func (s *Session) closeIfDrained() {
 	if st := s.state.Load(); st != nil && st.state == StateDraining && s.InFlight() == 0 {
-		s.Close(CloseDraining, "drained by an operator")
+		s.Close(wire.CloseDraining, "drained by an operator")
 	}
 }

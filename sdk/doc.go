@@ -14,15 +14,18 @@
 //     Switchyard-Signature for a receiver;
 //   - StreamTask, which follows an async task's resumable stream and
 //     reconnects with Last-Event-ID and backoff across cuts (stream_task.go);
-//   - its own copy of the wire shapes (wire.go): GemmaNet's wire protocol plus
+//   - the node's side of the wire protocol, which package sdk/wire
+//     defines once for the SDK and the coordinator: GemmaNet's protocol plus
 //     switchyard's extensions (max_concurrency in node_register, and
 //     features: ["task_cancel"] there, which asks for task_cancel; status
-//     "rejected" for a task_assign it cannot decode),
-//     as docs/PROTOCOL.md documents them.
+//     "rejected" for a task_assign it cannot decode), as docs/PROTOCOL.md
+//     documents them. Of its names, the SDK's API shows Usage, ErrorPayload
+//     and MaxMessageBytes (protocol.go).
 //
-// It must not import any other switchyard package: it is what third parties
-// link against, and the CLI's `switchyard node` and the load test use it as
-// an outside client would, so the tests built on it exercise the public
-// protocol rather than the server's internals. Ready-made handlers live in sdk/handlers;
-// the examples show a node and a streaming request.
+// It must not import any other switchyard package but sdk/wire, which
+// imports only the standard library: the SDK is what third parties link
+// against, and the CLI's `switchyard node` and the load test use it as an
+// outside client would, so the tests built on it exercise the public
+// protocol rather than the server's internals. Ready-made handlers live in
+// sdk/handlers; the examples show a node and a streaming request.
 package sdk

@@ -14,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/coder/websocket"
+
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 // Handler serves one task. It returns the full result text (also when it
@@ -82,7 +84,7 @@ func (e *RegistrationError) Error() string {
 
 // Permanent reports whether retrying the same registration cannot succeed.
 func (e *RegistrationError) Permanent() bool {
-	return e.Code == "auth_failed" || e.Code == "invalid_registration"
+	return e.Code == string(wire.CodeAuthFailed) || e.Code == string(wire.CodeInvalidRegistration)
 }
 
 // NodeConfig configures a Node. Zero values mean the stated default.
@@ -290,13 +292,13 @@ func permanent(err error) error {
 	switch {
 	case errors.As(err, &re) && re.Permanent():
 		return re
-	case closeStatus(err) == CloseReplaced:
+	case closeStatus(err) == wire.CloseReplaced:
 		return ErrReplaced
-	case closeStatus(err) == CloseAccountDeleted:
+	case closeStatus(err) == wire.CloseAccountDeleted:
 		return ErrAccountDeleted
-	case closeStatus(err) == CloseAuthFailed:
+	case closeStatus(err) == wire.CloseAuthFailed:
 		// Closed with 4001 without the error message that normally comes first.
-		return &RegistrationError{Code: "auth_failed", Message: "closed with 4001"}
+		return &RegistrationError{Code: string(wire.CodeAuthFailed), Message: "closed with 4001"}
 	}
 	return nil
 }

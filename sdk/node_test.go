@@ -16,6 +16,7 @@ import (
 	"github.com/switchyard-dev/switchyard/sdk"
 	"github.com/switchyard-dev/switchyard/sdk/handlers"
 	"github.com/switchyard-dev/switchyard/sdk/internal/fakeserver"
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 // waitCtx bounds how long a test waits for an event that should come.
@@ -112,9 +113,9 @@ func (h *harness) registered(ctx context.Context, nodeID string) *fakeserver.Con
 	return c
 }
 
-func assign(t *testing.T, ctx context.Context, c *fakeserver.Conn, p sdk.TaskAssignPayload) {
+func assign(t *testing.T, ctx context.Context, c *fakeserver.Conn, p wire.TaskAssignPayload) {
 	t.Helper()
-	if err := c.Send(ctx, sdk.MsgTaskAssign, p); err != nil {
+	if err := c.Send(ctx, wire.MsgTaskAssign, p); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -136,7 +137,7 @@ func TestRegistration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if env.MsgType != sdk.MsgNodeRegister {
+	if env.MsgType != wire.MsgNodeRegister {
 		t.Fatalf("first message is %s, want node_register", env.MsgType)
 	}
 	if _, err := uuid.Parse(env.MsgID); err != nil {
@@ -163,7 +164,7 @@ func TestRegistration(t *testing.T) {
 			t.Errorf("node_register %s = %s, want %s", k, got, mustJSON(t, v))
 		}
 	}
-	if err := c.Send(ctx, sdk.MsgNodeRegistered, sdk.RegisteredPayload{NodeID: "node-abc"}); err != nil {
+	if err := c.Send(ctx, wire.MsgNodeRegistered, wire.RegisteredPayload{NodeID: "node-abc"}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -202,17 +203,17 @@ func TestHeartbeatReportsActiveTasks(t *testing.T) {
 		})
 	})
 	c := h.registered(ctx, "n1")
-	var hb sdk.HeartbeatPayload
-	if _, err := c.NextOf(ctx, sdk.MsgHeartbeat, &hb); err != nil {
+	var hb wire.HeartbeatPayload
+	if _, err := c.NextOf(ctx, wire.MsgHeartbeat, &hb); err != nil {
 		t.Fatal(err)
 	}
 	if hb.NodeID != "n1" || hb.ActiveTasks != 0 || hb.CPUPercent < 0 || hb.CPUPercent > 100 {
 		t.Errorf("idle heartbeat = %+v", hb)
 	}
-	assign(t, ctx, c, sdk.TaskAssignPayload{TaskID: "t1", TaskType: "echo"})
+	assign(t, ctx, c, wire.TaskAssignPayload{TaskID: "t1", TaskType: "echo"})
 	<-started
 	for hb.ActiveTasks != 1 {
-		if _, err := c.NextOf(ctx, sdk.MsgHeartbeat, &hb); err != nil {
+		if _, err := c.NextOf(ctx, wire.MsgHeartbeat, &hb); err != nil {
 			t.Fatalf("no heartbeat with active_tasks 1: %v", err)
 		}
 	}
@@ -231,17 +232,17 @@ func TestPlainTask(t *testing.T) {
 		})
 	})
 	c := h.registered(ctx, "n1")
-	assign(t, ctx, c, sdk.TaskAssignPayload{TaskID: "t1", TaskType: "chat", Content: "hi", Params: map[string]any{"temperature": 0.5}})
+	assign(t, ctx, c, wire.TaskAssignPayload{TaskID: "t1", TaskType: "chat", Content: "hi", Params: json.RawMessage(`{"temperature":0.5}`)})
 
-	env, err := c.NextOf(ctx, sdk.MsgTaskResult, nil)
+	env, err := c.NextOf(ctx, wire.MsgTaskResult, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res sdk.TaskResultPayload
+	var res wire.TaskResultPayload
 	if err := env.DecodePayload(&res); err != nil {
 		t.Fatal(err)
 	}
-	want := sdk.TaskResultPayload{TaskID: "t1", NodeID: "n1", Status: "completed", Result: "re: hi", Usage: &sdk.Usage{PromptTokens: 3, CompletionTokens: 5}}
+	want := wire.TaskResultPayload{TaskID: "t1", NodeID: "n1", Status: "completed", Result: "re: hi", Usage: &sdk.Usage{PromptTokens: 3, CompletionTokens: 5}}
 	res.ProcessingTimeMs = 0
 	if mustJSON(t, res) != mustJSON(t, want) {
 		t.Errorf("task_result = %s, want %s", env.Payload, mustJSON(t, want))
@@ -265,18 +266,18 @@ func TestStreamingTaskSendsChunksInOrderThenResult(t *testing.T) {
 		})
 	})
 	c := h.registered(ctx, "n1")
-	assign(t, ctx, c, sdk.TaskAssignPayload{TaskID: "t1", TaskType: "echo", Stream: true})
+	assign(t, ctx, c, wire.TaskAssignPayload{TaskID: "t1", TaskType: "echo", Stream: true})
 	for _, want := range []string{"a", "b", "c"} {
-		var ch sdk.TaskChunkPayload
-		if _, err := c.NextOf(ctx, sdk.MsgTaskChunk, &ch); err != nil {
+		var ch wire.TaskChunkPayload
+		if _, err := c.NextOf(ctx, wire.MsgTaskChunk, &ch); err != nil {
 			t.Fatal(err)
 		}
 		if ch.TaskID != "t1" || ch.Delta != want {
 			t.Errorf("chunk = %+v, want delta %q", ch, want)
 		}
 	}
-	var res sdk.TaskResultPayload
-	env, err := c.NextOf(ctx, sdk.MsgTaskResult, &res)
+	var res wire.TaskResultPayload
+	env, err := c.NextOf(ctx, wire.MsgTaskResult, &res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,9 +303,9 @@ func TestFailingHandler(t *testing.T) {
 			h := start(t, func(c *sdk.NodeConfig) { c.Handler = handler })
 			c := h.registered(ctx, "n1")
 			for _, id := range []string{"t1", "t2"} { // the node keeps serving
-				assign(t, ctx, c, sdk.TaskAssignPayload{TaskID: id, TaskType: "echo"})
-				var res sdk.TaskResultPayload
-				if _, err := c.NextOf(ctx, sdk.MsgTaskResult, &res); err != nil {
+				assign(t, ctx, c, wire.TaskAssignPayload{TaskID: id, TaskType: "echo"})
+				var res wire.TaskResultPayload
+				if _, err := c.NextOf(ctx, wire.MsgTaskResult, &res); err != nil {
 					t.Fatal(err)
 				}
 				if res.TaskID != id || res.Status != "failed" || !strings.Contains(res.Result, "model exploded") || res.Usage != nil {
@@ -319,9 +320,9 @@ func TestProcessingTimeIsTheHandlersTime(t *testing.T) {
 	ctx := waitCtx(t)
 	h := start(t, func(c *sdk.NodeConfig) { c.Handler = handlers.Sleep(30*time.Millisecond, 30*time.Millisecond, 0) })
 	c := h.registered(ctx, "n1")
-	assign(t, ctx, c, sdk.TaskAssignPayload{TaskID: "t1", TaskType: "echo"})
-	var res sdk.TaskResultPayload
-	if _, err := c.NextOf(ctx, sdk.MsgTaskResult, &res); err != nil {
+	assign(t, ctx, c, wire.TaskAssignPayload{TaskID: "t1", TaskType: "echo"})
+	var res wire.TaskResultPayload
+	if _, err := c.NextOf(ctx, wire.MsgTaskResult, &res); err != nil {
 		t.Fatal(err)
 	}
 	if res.ProcessingTimeMs < 30 || res.ProcessingTimeMs > 2000 {
@@ -352,11 +353,11 @@ func TestAtMostMaxConcurrencyHandlers(t *testing.T) {
 	c := h.registered(ctx, "n1")
 	const tasks = 6
 	for i := range tasks {
-		assign(t, ctx, c, sdk.TaskAssignPayload{TaskID: string(rune('a' + i)), TaskType: "echo"})
+		assign(t, ctx, c, wire.TaskAssignPayload{TaskID: string(rune('a' + i)), TaskType: "echo"})
 	}
 	for range tasks {
-		var res sdk.TaskResultPayload
-		if _, err := c.NextOf(ctx, sdk.MsgTaskResult, &res); err != nil {
+		var res wire.TaskResultPayload
+		if _, err := c.NextOf(ctx, wire.MsgTaskResult, &res); err != nil {
 			t.Fatal(err)
 		}
 		if res.Status != "completed" {
@@ -386,9 +387,9 @@ func TestTaskCancelCancelsTheHandlerAndSendsNoResult(t *testing.T) {
 	started, cancelled := make(chan string, 1), make(chan string, 1)
 	h := start(t, func(c *sdk.NodeConfig) { c.Handler = blocking(started, cancelled) })
 	c := h.registered(ctx, "n1")
-	assign(t, ctx, c, sdk.TaskAssignPayload{TaskID: "slow", TaskType: "echo", Stream: true})
+	assign(t, ctx, c, wire.TaskAssignPayload{TaskID: "slow", TaskType: "echo", Stream: true})
 	<-started
-	if err := c.Send(ctx, sdk.MsgTaskCancel, sdk.TaskCancelPayload{TaskID: "slow", Reason: "client_gone"}); err != nil {
+	if err := c.Send(ctx, wire.MsgTaskCancel, wire.TaskCancelPayload{TaskID: "slow", Reason: "client_gone"}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -399,9 +400,9 @@ func TestTaskCancelCancelsTheHandlerAndSendsNoResult(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("task_cancel did not cancel the handler's context")
 	}
-	assign(t, ctx, c, sdk.TaskAssignPayload{TaskID: "next", TaskType: "echo", Content: "quick"})
-	var res sdk.TaskResultPayload
-	if _, err := c.NextOf(ctx, sdk.MsgTaskResult, &res); err != nil {
+	assign(t, ctx, c, wire.TaskAssignPayload{TaskID: "next", TaskType: "echo", Content: "quick"})
+	var res wire.TaskResultPayload
+	if _, err := c.NextOf(ctx, wire.MsgTaskResult, &res); err != nil {
 		t.Fatal(err)
 	}
 	if res.TaskID != "next" {
@@ -428,8 +429,8 @@ func TestStopCancelsRunningHandlersAndWaitsForThem(t *testing.T) {
 		c.Handler = blocking(started, cancelled)
 	})
 	c := h.registered(ctx, "n1")
-	assign(t, ctx, c, sdk.TaskAssignPayload{TaskID: "t1", TaskType: "echo"})
-	assign(t, ctx, c, sdk.TaskAssignPayload{TaskID: "t2", TaskType: "echo"})
+	assign(t, ctx, c, wire.TaskAssignPayload{TaskID: "t1", TaskType: "echo"})
+	assign(t, ctx, c, wire.TaskAssignPayload{TaskID: "t2", TaskType: "echo"})
 	<-started
 	<-started
 	if err := h.stop(); err != nil {
@@ -458,15 +459,15 @@ func TestBenchmark(t *testing.T) {
 		})
 	})
 	c := h.registered(ctx, "n1")
-	if err := c.Send(ctx, sdk.MsgBenchmark, sdk.BenchmarkPayload{Prompts: []string{"hello", "bad"}}); err != nil {
+	if err := c.Send(ctx, wire.MsgBenchmark, wire.BenchmarkPayload{Prompts: []string{"hello", "bad"}}); err != nil {
 		t.Fatal(err)
 	}
-	var br sdk.BenchmarkResultPayload
-	if _, err := c.NextOf(ctx, sdk.MsgBenchmarkResult, &br); err != nil {
+	var br wire.BenchmarkResultPayload
+	if _, err := c.NextOf(ctx, wire.MsgBenchmarkResult, &br); err != nil {
 		t.Fatal(err)
 	}
 	if br.NodeID != "n1" || len(br.Results) != 2 ||
-		br.Results[0] != (sdk.BenchmarkItem{Prompt: "hello", Response: "HELLO", TimeMs: br.Results[0].TimeMs, Success: true}) ||
+		br.Results[0] != (wire.BenchmarkItem{Prompt: "hello", Response: "HELLO", TimeMs: br.Results[0].TimeMs, Success: true}) ||
 		br.Results[1].Prompt != "bad" || br.Results[1].Success {
 		t.Errorf("benchmark_result = %+v", br)
 	}
@@ -484,9 +485,9 @@ func TestIgnoresMalformedAndUnknownMessages(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	assign(t, ctx, c, sdk.TaskAssignPayload{TaskID: "t1", TaskType: "echo", Content: "still here"})
-	var res sdk.TaskResultPayload
-	if _, err := c.NextOf(ctx, sdk.MsgTaskResult, &res); err != nil {
+	assign(t, ctx, c, wire.TaskAssignPayload{TaskID: "t1", TaskType: "echo", Content: "still here"})
+	var res wire.TaskResultPayload
+	if _, err := c.NextOf(ctx, wire.MsgTaskResult, &res); err != nil {
 		t.Fatal(err)
 	}
 	if res.Result != "still here" {
@@ -510,26 +511,26 @@ func TestUndecodableAssignIsRejected(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := map[string]sdk.TaskResultPayload{}
+	got := map[string]wire.TaskResultPayload{}
 	for range 2 {
-		var res sdk.TaskResultPayload
-		if _, err := c.NextOf(ctx, sdk.MsgTaskResult, &res); err != nil {
+		var res wire.TaskResultPayload
+		if _, err := c.NextOf(ctx, wire.MsgTaskResult, &res); err != nil {
 			t.Fatal(err)
 		}
 		got[res.TaskID] = res
 	}
-	if r := got["bad"]; r.Status != sdk.StatusRejected || !strings.Contains(r.Result, "1e999999") || r.NodeID == "" {
+	if r := got["bad"]; r.Status != wire.StatusRejected || !strings.Contains(r.Result, "1e999999") || r.NodeID == "" {
 		t.Errorf("task_result for the params out of range = %+v", r)
 	}
-	if r := got["worse"]; r.Status != sdk.StatusRejected || !strings.Contains(r.Result, "content") {
+	if r := got["worse"]; r.Status != wire.StatusRejected || !strings.Contains(r.Result, "content") {
 		t.Errorf("task_result for content of the wrong type = %+v", r)
 	}
-	assign(t, ctx, c, sdk.TaskAssignPayload{TaskID: "t1", TaskType: "echo", Content: "still here"})
-	var res sdk.TaskResultPayload
-	if _, err := c.NextOf(ctx, sdk.MsgTaskResult, &res); err != nil {
+	assign(t, ctx, c, wire.TaskAssignPayload{TaskID: "t1", TaskType: "echo", Content: "still here"})
+	var res wire.TaskResultPayload
+	if _, err := c.NextOf(ctx, wire.MsgTaskResult, &res); err != nil {
 		t.Fatal(err)
 	}
-	if res.TaskID != "t1" || res.Status != sdk.StatusCompleted || res.Result != "still here" {
+	if res.TaskID != "t1" || res.Status != wire.StatusCompleted || res.Result != "still here" {
 		t.Errorf("task_result = %+v", res)
 	}
 }
@@ -545,10 +546,13 @@ func TestResultOverTheMessageLimitFailsTheTask(t *testing.T) {
 		})
 	})
 	c := h.registered(ctx, "n1")
-	for _, tc := range []struct{ content, status string }{{"big", "failed"}, {"small", "completed"}} {
-		assign(t, ctx, c, sdk.TaskAssignPayload{TaskID: tc.content, TaskType: "echo", Content: tc.content})
-		var res sdk.TaskResultPayload
-		if _, err := c.NextOf(ctx, sdk.MsgTaskResult, &res); err != nil {
+	for _, tc := range []struct {
+		content string
+		status  wire.ResultStatus
+	}{{"big", wire.StatusFailed}, {"small", wire.StatusCompleted}} {
+		assign(t, ctx, c, wire.TaskAssignPayload{TaskID: tc.content, TaskType: "echo", Content: tc.content})
+		var res wire.TaskResultPayload
+		if _, err := c.NextOf(ctx, wire.MsgTaskResult, &res); err != nil {
 			t.Fatal(err)
 		}
 		if res.Status != tc.status {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/sdk"
 	"github.com/switchyard-dev/switchyard/sdk/internal/fakeserver"
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 // Connection lifecycle: drops, backoff, permanent stops, draining, pings.
@@ -18,7 +19,7 @@ func TestDisconnectCancelsHandlersAndReconnects(t *testing.T) {
 	started, cancelled := make(chan string, 1), make(chan string, 1)
 	h := start(t, func(c *sdk.NodeConfig) { c.Handler = blocking(started, cancelled) })
 	c1 := h.registered(ctx, "n1")
-	assign(t, ctx, c1, sdk.TaskAssignPayload{TaskID: "t1", TaskType: "echo"})
+	assign(t, ctx, c1, wire.TaskAssignPayload{TaskID: "t1", TaskType: "echo"})
 	<-started
 	c1.Drop()
 	select {
@@ -27,9 +28,9 @@ func TestDisconnectCancelsHandlersAndReconnects(t *testing.T) {
 		t.Fatal("dropping the connection did not cancel the handler")
 	}
 	c2 := h.registered(ctx, "n1")
-	assign(t, ctx, c2, sdk.TaskAssignPayload{TaskID: "t2", TaskType: "echo", Content: "quick"})
-	var res sdk.TaskResultPayload
-	if _, err := c2.NextOf(ctx, sdk.MsgTaskResult, &res); err != nil {
+	assign(t, ctx, c2, wire.TaskAssignPayload{TaskID: "t2", TaskType: "echo", Content: "quick"})
+	var res wire.TaskResultPayload
+	if _, err := c2.NextOf(ctx, wire.MsgTaskResult, &res); err != nil {
 		t.Fatal(err)
 	}
 	if res.TaskID != "t2" || res.Result != "quick" {
@@ -84,8 +85,8 @@ func TestStopsForGood(t *testing.T) {
 		close websocket.StatusCode
 		want  error
 	}{
-		{"replaced", sdk.CloseReplaced, sdk.ErrReplaced},
-		{"account deleted", sdk.CloseAccountDeleted, sdk.ErrAccountDeleted},
+		{"replaced", wire.CloseReplaced, sdk.ErrReplaced},
+		{"account deleted", wire.CloseAccountDeleted, sdk.ErrAccountDeleted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := waitCtx(t)
@@ -104,15 +105,15 @@ func TestStopsForGood(t *testing.T) {
 
 func TestRegistrationRefused(t *testing.T) {
 	for _, tc := range []struct {
-		code      string
+		code      wire.ErrorCode
 		close     websocket.StatusCode
 		permanent bool
 	}{
-		{"auth_failed", sdk.CloseAuthFailed, true},
-		{"invalid_registration", websocket.StatusPolicyViolation, true},
-		{"too_many_nodes", websocket.StatusPolicyViolation, false},
+		{wire.CodeAuthFailed, wire.CloseAuthFailed, true},
+		{wire.CodeInvalidRegistration, wire.ClosePolicy, true},
+		{wire.CodeTooManyNodes, wire.ClosePolicy, false},
 	} {
-		t.Run(tc.code, func(t *testing.T) {
+		t.Run(string(tc.code), func(t *testing.T) {
 			ctx := waitCtx(t)
 			h := start(t, nil)
 			c, err := h.srv.Accept(ctx)
@@ -127,7 +128,7 @@ func TestRegistrationRefused(t *testing.T) {
 				return
 			}
 			var re *sdk.RegistrationError
-			if err := h.result(); !errors.As(err, &re) || re.Code != tc.code || re.Message != "no" {
+			if err := h.result(); !errors.As(err, &re) || re.Code != string(tc.code) || re.Message != "no" {
 				t.Errorf("Run = %v, want a RegistrationError %s", err, tc.code)
 			}
 		})

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 const (
@@ -19,7 +21,7 @@ const (
 	writeTimeout = 10 * time.Second
 	// readLimit leaves room over the server's 4 MiB for the envelope around
 	// the biggest payload it may send.
-	readLimit = MaxMessageBytes + 64<<10
+	readLimit = wire.MaxMessageBytes + 64<<10
 )
 
 // session is one connection's lifetime: from dial to close. Sessions of a
@@ -70,7 +72,7 @@ func (n *Node) connect(ctx context.Context) (registered bool, err error) {
 // which must be node_registered or an error.
 func (s *session) register(ctx context.Context) (string, error) {
 	c := s.n.cfg
-	err := s.send(MsgNodeRegister, RegisterPayload{
+	err := s.send(wire.MsgNodeRegister, wire.RegisterPayload{
 		APIKey:         c.APIKey,
 		Name:           c.Name,
 		Capabilities:   c.Capabilities,
@@ -79,7 +81,7 @@ func (s *session) register(ctx context.Context) (string, error) {
 		MaxConcurrency: c.MaxConcurrency,
 		// The node stops a cancelled task's handler (task.go), so the
 		// server may tell it to and free the slot at once.
-		Features: []string{FeatureTaskCancel},
+		Features: []string{wire.FeatureTaskCancel},
 	})
 	if err != nil {
 		return "", fmt.Errorf("sdk: send node_register: %w", err)
@@ -88,24 +90,24 @@ func (s *session) register(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("sdk: waiting for node_registered: %w", err)
 	}
-	env, err := ParseEnvelope(data)
+	env, err := wire.ParseEnvelope(data)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("sdk: waiting for node_registered: %w", err)
 	}
 	switch env.MsgType {
-	case MsgNodeRegistered:
-		var p RegisteredPayload
+	case wire.MsgNodeRegistered:
+		var p wire.RegisteredPayload
 		if err := env.DecodePayload(&p); err != nil {
-			return "", err
+			return "", fmt.Errorf("sdk: %w", err)
 		}
 		if p.NodeID == "" {
 			return "", errors.New("sdk: node_registered without a node_id")
 		}
 		return p.NodeID, nil
-	case MsgError:
-		var p ErrorPayload
+	case wire.MsgError:
+		var p wire.ErrorPayload
 		if err := env.DecodePayload(&p); err != nil {
-			return "", err
+			return "", fmt.Errorf("sdk: %w", err)
 		}
 		return "", &RegistrationError{Code: p.Code, Message: p.Message}
 	default:
@@ -150,17 +152,16 @@ func (s *session) readLoop(sctx context.Context) error {
 			s.log.Warn("ignoring a binary message")
 			continue
 		}
-		env, err := ParseEnvelope(data)
+		env, err := wire.ParseEnvelope(data)
 		if err != nil {
 			s.log.Warn("ignoring a malformed message", "err", err)
 			continue
 		}
 		switch env.MsgType {
-		case MsgTaskAssign:
-			var p TaskAssignPayload
-			err := env.DecodePayload(&p)
-			if err == nil && p.TaskID != "" {
-				s.startTask(sctx, p)
+		case wire.MsgTaskAssign:
+			t, err := readAssign(env)
+			if err == nil {
+				s.startTask(sctx, t)
 				continue
 			}
 			// A task this node cannot read is refused at once, by name when
@@ -172,22 +173,22 @@ func (s *session) readLoop(sctx context.Context) error {
 				continue
 			}
 			s.log.Warn("ignoring a malformed task_assign", "err", err)
-		case MsgTaskCancel:
-			var p TaskCancelPayload
+		case wire.MsgTaskCancel:
+			var p wire.TaskCancelPayload
 			if err := env.DecodePayload(&p); err != nil {
 				s.log.Warn("ignoring a malformed task_cancel", "err", err)
 				continue
 			}
 			s.cancelTask(p)
-		case MsgBenchmark:
-			var p BenchmarkPayload
+		case wire.MsgBenchmark:
+			var p wire.BenchmarkPayload
 			if err := env.DecodePayload(&p); err != nil {
 				s.log.Warn("ignoring a malformed benchmark", "err", err)
 				continue
 			}
 			s.wg.Go(func() { s.runBenchmark(sctx, p.Prompts) })
-		case MsgError:
-			var p ErrorPayload
+		case wire.MsgError:
+			var p wire.ErrorPayload
 			_ = env.DecodePayload(&p)
 			s.log.Warn("server reported an error", "code", p.Code, "message", p.Message)
 		default:
@@ -209,7 +210,7 @@ func (s *session) keepalive(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-hb.C:
-			err := s.send(MsgHeartbeat, HeartbeatPayload{
+			err := s.send(wire.MsgHeartbeat, wire.HeartbeatPayload{
 				NodeID:      s.nodeID,
 				ActiveTasks: int(s.n.active.Load()),
 				CPUPercent:  cpu.percent(),
@@ -235,12 +236,12 @@ func (s *session) keepalive(ctx context.Context) {
 var errTooLarge = errors.New("sdk: message exceeds the server's 4 MiB limit")
 
 // send writes one message. It is the only way anything reaches the socket.
-func (s *session) send(msgType string, payload any) error {
-	data, err := MarshalEnvelope(msgType, payload)
+func (s *session) send(msgType wire.MsgType, payload any) error {
+	data, err := wire.Encode(msgType, payload)
 	if err != nil {
 		return err
 	}
-	if len(data) > MaxMessageBytes {
+	if len(data) > wire.MaxMessageBytes {
 		return fmt.Errorf("%w (%s of %d bytes)", errTooLarge, msgType, len(data))
 	}
 	s.wmu.Lock()

@@ -8,37 +8,63 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
+
+// readAssign reads a task_assign into the task its handler is given. An
+// error means the node cannot run it (a params value beyond what
+// encoding/json holds, say); assignTaskID may still name it.
+func readAssign(env wire.Envelope) (*Task, error) {
+	var p struct {
+		wire.TaskAssignPayload
+		// Params shadows the payload's raw params (kept raw for the
+		// coordinator to pass through), so that they are decoded into the
+		// handler's map in the same pass as the rest.
+		Params map[string]any `json:"params"`
+	}
+	if err := env.DecodePayload(&p); err != nil {
+		return nil, err
+	}
+	if p.TaskID == "" {
+		return nil, errors.New("task_assign without a task_id")
+	}
+	if p.Params == nil {
+		p.Params = map[string]any{}
+	}
+	return &Task{ID: p.TaskID, Type: p.TaskType, Content: p.Content, Params: p.Params, Stream: p.Stream}, nil
+}
 
 // startTask registers the task for task_cancel and runs it in its own
 // goroutine. A task_assign for a task id already running is dropped.
-func (s *session) startTask(sctx context.Context, p TaskAssignPayload) {
+func (s *session) startTask(sctx context.Context, t *Task) {
+	id := t.ID // the handler gets t, and may change it
 	tctx, cancel := context.WithCancel(sctx)
 	s.mu.Lock()
-	if _, dup := s.tasks[p.TaskID]; dup {
+	if _, dup := s.tasks[id]; dup {
 		s.mu.Unlock()
 		cancel()
-		s.log.Warn("ignoring a second task_assign for a running task", "task_id", p.TaskID)
+		s.log.Warn("ignoring a second task_assign for a running task", "task_id", id)
 		return
 	}
-	s.tasks[p.TaskID] = cancel
+	s.tasks[id] = cancel
 	s.mu.Unlock()
 
 	s.wg.Go(func() {
 		defer func() {
 			s.mu.Lock()
-			delete(s.tasks, p.TaskID)
+			delete(s.tasks, id)
 			s.mu.Unlock()
 			cancel()
 		}()
-		s.runTask(tctx, p)
+		s.runTask(tctx, t)
 	})
 }
 
 // cancelTask cancels a running task's context; its handler is expected to
 // return soon, and no task_result is sent for it. Unknown ids are ignored:
 // the task may have just finished.
-func (s *session) cancelTask(p TaskCancelPayload) {
+func (s *session) cancelTask(p wire.TaskCancelPayload) {
 	s.mu.Lock()
 	cancel, ok := s.tasks[p.TaskID]
 	s.mu.Unlock()
@@ -71,24 +97,20 @@ func (n *Node) tryAcquire() bool {
 
 func (n *Node) release() { <-n.slots }
 
-func (s *session) runTask(ctx context.Context, p TaskAssignPayload) {
+func (s *session) runTask(ctx context.Context, t *Task) {
+	id, stream := t.ID, t.Stream // the handler gets t, and may change it
 	if !s.n.tryAcquire() {
 		// The server tracks our free slots (max_concurrency) and should
 		// never send more, though a benchmark probe holds a slot it does not
 		// count. Waiting is better than refusing the task.
 		s.log.Warn("task assigned while every slot is busy (server over-commit or a benchmark running); it waits for a slot",
-			"task_id", p.TaskID, "max_concurrency", s.n.cfg.MaxConcurrency)
+			"task_id", id, "max_concurrency", s.n.cfg.MaxConcurrency)
 		if !s.n.acquire(ctx) {
 			return
 		}
 	}
 
-	params := p.Params
-	if params == nil {
-		params = map[string]any{}
-	}
-	t := &Task{ID: p.TaskID, Type: p.TaskType, Content: p.Content, Params: params, Stream: p.Stream}
-	em := &emitter{s: s, ctx: ctx, taskID: p.TaskID, stream: p.Stream}
+	em := &emitter{s: s, ctx: ctx, taskID: id, stream: stream}
 	res, elapsed, err := s.n.call(ctx, t, em.emit)
 	em.close()
 	// Free the slot before the result leaves: the server frees its own on
@@ -97,36 +119,36 @@ func (s *session) runTask(ctx context.Context, p TaskAssignPayload) {
 	s.n.release()
 
 	if ctx.Err() != nil {
-		s.log.Debug("task cancelled; no result sent", "task_id", p.TaskID, "err", err)
+		s.log.Debug("task cancelled; no result sent", "task_id", id, "err", err)
 		return
 	}
-	out := TaskResultPayload{
-		TaskID:           p.TaskID,
+	out := wire.TaskResultPayload{
+		TaskID:           id,
 		NodeID:           s.nodeID,
-		Status:           StatusCompleted,
+		Status:           wire.StatusCompleted,
 		Result:           res.Text,
 		ProcessingTimeMs: roundMs(elapsed),
 		Usage:            res.Usage,
 	}
 	if err != nil {
-		s.log.Debug("handler failed", "task_id", p.TaskID, "err", err)
-		out.Status, out.Result, out.Usage = StatusFailed, err.Error(), nil
+		s.log.Debug("handler failed", "task_id", id, "err", err)
+		out.Status, out.Result, out.Usage = wire.StatusFailed, err.Error(), nil
 	}
-	err = s.send(MsgTaskResult, out)
+	err = s.send(wire.MsgTaskResult, out)
 	if errors.Is(err, errTooLarge) {
-		s.log.Warn("result too large; reporting the task failed", "task_id", p.TaskID, "bytes", len(out.Result))
-		out.Status, out.Usage = StatusFailed, nil
+		s.log.Warn("result too large; reporting the task failed", "task_id", id, "bytes", len(out.Result))
+		out.Status, out.Usage = wire.StatusFailed, nil
 		out.Result = fmt.Sprintf("result of %d bytes exceeds the 4 MiB message limit", len(res.Text))
-		err = s.send(MsgTaskResult, out)
+		err = s.send(wire.MsgTaskResult, out)
 	}
 	if err != nil {
-		s.log.Debug("task_result not sent", "task_id", p.TaskID, "err", err)
+		s.log.Debug("task_result not sent", "task_id", id, "err", err)
 	}
 }
 
-// assignTaskID reads just the task_id of a task_assign whose payload as a
-// whole does not decode (a number out of float64's range in params, say).
-func assignTaskID(env Envelope) string {
+// assignTaskID reads just the task_id of a task_assign that readAssign
+// could not read, so that it can be refused by name.
+func assignTaskID(env wire.Envelope) string {
 	var p struct {
 		TaskID any `json:"task_id"`
 	}
@@ -143,7 +165,7 @@ func (s *session) reject(taskID string, cause error) {
 	if cause != nil {
 		msg += ": " + cause.Error()
 	}
-	err := s.send(MsgTaskResult, TaskResultPayload{TaskID: taskID, NodeID: s.nodeID, Status: StatusRejected, Result: msg})
+	err := s.send(wire.MsgTaskResult, wire.TaskResultPayload{TaskID: taskID, NodeID: s.nodeID, Status: wire.StatusRejected, Result: msg})
 	if err != nil {
 		s.log.Debug("task_result not sent", "task_id", taskID, "err", err)
 	}
@@ -201,7 +223,7 @@ func (e *emitter) emit(delta string) error {
 	case delta == "":
 		return nil
 	}
-	return e.s.send(MsgTaskChunk, TaskChunkPayload{TaskID: e.taskID, Delta: delta})
+	return e.s.send(wire.MsgTaskChunk, wire.TaskChunkPayload{TaskID: e.taskID, Delta: delta})
 }
 
 func (e *emitter) close() {
@@ -214,7 +236,7 @@ func (e *emitter) close() {
 // prompt in turn, as a non-streaming task of the node's first capability.
 // Each prompt takes a slot like any task, so a probe never over-commits.
 func (s *session) runBenchmark(ctx context.Context, prompts []string) {
-	results := make([]BenchmarkItem, 0, len(prompts))
+	results := make([]wire.BenchmarkItem, 0, len(prompts))
 	noEmit := func(string) error { return nil }
 	for i, prompt := range prompts {
 		if !s.n.acquire(ctx) {
@@ -231,13 +253,13 @@ func (s *session) runBenchmark(ctx context.Context, prompts []string) {
 		if ctx.Err() != nil {
 			return
 		}
-		item := BenchmarkItem{Prompt: prompt, Response: res.Text, TimeMs: roundMs(elapsed), Success: err == nil}
+		item := wire.BenchmarkItem{Prompt: prompt, Response: res.Text, TimeMs: roundMs(elapsed), Success: err == nil}
 		if err != nil {
 			item.Response = ""
 		}
 		results = append(results, item)
 	}
-	if err := s.send(MsgBenchmarkResult, BenchmarkResultPayload{NodeID: s.nodeID, Results: results}); err != nil {
+	if err := s.send(wire.MsgBenchmarkResult, wire.BenchmarkResultPayload{NodeID: s.nodeID, Results: results}); err != nil {
 		s.log.Debug("benchmark_result not sent", "err", err)
 	}
 }

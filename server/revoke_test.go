@@ -9,7 +9,7 @@ import (
 	"github.com/switchyard-dev/switchyard/bus"
 	"github.com/switchyard-dev/switchyard/internal/pgtest"
 	"github.com/switchyard-dev/switchyard/internal/redistest"
-	"github.com/switchyard-dev/switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 // Invariant 15: revoking a key acts on every instance within a second. Two
@@ -50,7 +50,7 @@ func TestRevocationReachesEveryInstance(t *testing.T) {
 	if _, err := PublishAuthEvent(ctx, bus.NewRedisControl(rdb, ns, false), AuthEvent{Kind: AuthKeyRevoked, AccountID: acct.ID, KeyPrefix: keyPrefix(key)}); err != nil {
 		t.Fatal(err)
 	}
-	if code := revoked.WaitClosed(time.Second); code != nodes.CloseAuthFailed {
+	if code := revoked.WaitClosed(time.Second); code != wire.CloseAuthFailed {
 		t.Fatalf("the revoked key's node closed with %d, want 4001", code)
 	}
 	t.Logf("the node on the other instance was closed %s after the event", time.Since(start))
@@ -67,7 +67,7 @@ func TestRevocationReachesEveryInstance(t *testing.T) {
 		t.Fatalf("delete on A: %d %s %v", code, body, err)
 	}
 	start = time.Now()
-	if code := kept.WaitClosed(time.Second); code != nodes.CloseAccountDeleted {
+	if code := kept.WaitClosed(time.Second); code != wire.CloseAccountDeleted {
 		t.Fatalf("the deleted account's node on B closed with %d, want 4003", code)
 	}
 	t.Logf("the deleted account's node on the other instance was closed %s after the delete", time.Since(start))
@@ -90,7 +90,7 @@ func TestRevocationWithoutRedis(t *testing.T) {
 	if err := a.store.RevokeKey(ctx, keyPrefix(key)); err != nil {
 		t.Fatal(err)
 	}
-	if code := n.WaitClosed(time.Second); code != nodes.CloseAuthFailed {
+	if code := n.WaitClosed(time.Second); code != wire.CloseAuthFailed {
 		t.Fatalf("closed with %d, want 4001", code)
 	}
 	if code, _, _, _ := a.do(http.MethodGet, "/api/v1/account", key, nil); code != http.StatusUnauthorized {

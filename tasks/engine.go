@@ -11,6 +11,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/bus"
 	"github.com/switchyard-dev/switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 	"github.com/switchyard-dev/switchyard/store"
 )
 
@@ -335,10 +336,10 @@ func (e *Engine) overflowed(p *pending, owner, nodeID string, gen uint64) {
 }
 
 // Chunk implements nodes.Events.
-func (e *Engine) Chunk(s *nodes.Session, c nodes.ChunkPayload) { e.owner.chunk(s, c) }
+func (e *Engine) Chunk(s *nodes.Session, c wire.TaskChunkPayload) { e.owner.chunk(s, c) }
 
 // Result implements nodes.Events.
-func (e *Engine) Result(s *nodes.Session, r nodes.ResultPayload) { e.owner.result(s, r) }
+func (e *Engine) Result(s *nodes.Session, r wire.TaskResultPayload) { e.owner.result(s, r) }
 
 // BadResult implements nodes.Events: an unreadable task_result fails its
 // task now, as a handler failure, rather than leaving the client to time out.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/bus"
 	"github.com/switchyard-dev/switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 // Sessions finds this instance's session of a node (the nodes.Hub).
@@ -73,7 +74,7 @@ func (o *owner) assign(e *bus.Envelope, direct bool) error {
 	if len(params) == 0 {
 		params = []byte("{}")
 	}
-	msg := nodes.Encode(nodes.MsgTaskAssign, nodes.AssignPayload{
+	msg := wire.MustEncode(wire.MsgTaskAssign, wire.TaskAssignPayload{
 		TaskID: e.TaskID, TaskType: e.TaskType, Content: e.Content, Params: params, Stream: e.Stream,
 	})
 	var ok bool
@@ -124,12 +125,12 @@ func (o *owner) cancelOnNode(ent *fwdEntry, held bool, reason string) {
 		ent.sess.Release()
 	}
 	if ent.sess.Info.TaskCancel {
-		ent.sess.Send(nodes.Encode(nodes.MsgTaskCancel, nodes.CancelPayload{TaskID: ent.taskID, Reason: reason}))
+		ent.sess.Send(wire.MustEncode(wire.MsgTaskCancel, wire.TaskCancelPayload{TaskID: ent.taskID, Reason: reason}))
 	}
 	o.metrics.cancels.WithLabelValues(reason).Inc()
 }
 
-func (o *owner) chunk(s *nodes.Session, c nodes.ChunkPayload) {
+func (o *owner) chunk(s *nodes.Session, c wire.TaskChunkPayload) {
 	ent, res := o.fwd.chunk(c.TaskID, s, len(c.Delta), o.resultMax)
 	switch res {
 	case chunkDrop:
@@ -155,7 +156,7 @@ func (o *owner) chunk(s *nodes.Session, c nodes.ChunkPayload) {
 	}
 }
 
-func (o *owner) result(s *nodes.Session, r nodes.ResultPayload) {
+func (o *owner) result(s *nodes.Session, r wire.TaskResultPayload) {
 	ent, held := o.fwd.take(r.TaskID, s)
 	if ent == nil {
 		o.metrics.dropped.WithLabelValues("result").Inc()
@@ -168,10 +169,10 @@ func (o *owner) result(s *nodes.Session, r nodes.ResultPayload) {
 		o.metrics.holdEnds.WithLabelValues("answered").Inc()
 		return
 	}
-	s.TaskEnded(ent.account, r.Status == string(StatusFailed), "the node answered failed")
-	res := &bus.Result{
-		Status: r.Status, Text: r.Result, ProcessingMs: r.ProcessingMs, Chunks: ent.seq,
-		HasUsage: r.HasUsage, PromptTokens: r.PromptTokens, OutputTokens: r.OutputTokens,
+	s.TaskEnded(ent.account, r.Status == wire.StatusFailed, "the node answered failed")
+	res := &bus.Result{Status: string(r.Status), Text: r.Result, ProcessingMs: r.ProcessingTimeMs, Chunks: ent.seq}
+	if u := r.Usage; u != nil {
+		res.HasUsage, res.PromptTokens, res.OutputTokens = true, int64(u.PromptTokens), int64(u.CompletionTokens)
 	}
 	if int64(len(r.Result)) > o.resultMax {
 		res = &bus.Result{Code: string(CodeResultTooLarge), Message: o.tooLarge()}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/switchyard-dev/switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 func TestRunNodeRefusesBadFlags(t *testing.T) {
@@ -95,8 +95,8 @@ func TestRunNodeServesTasks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	type outcome struct {
-		reg sdk.RegisterPayload
-		res sdk.TaskResultPayload
+		reg wire.RegisterPayload
+		res wire.TaskResultPayload
 		err error
 	}
 	got := make(chan outcome, 1)
@@ -108,34 +108,34 @@ func TestRunNodeServesTasks(t *testing.T) {
 		}
 		defer c.CloseNow()
 		var o outcome
-		read := func(want string, v any) error {
+		read := func(want wire.MsgType, v any) error {
 			for {
 				_, data, err := c.Read(ctx)
 				if err != nil {
 					return err
 				}
-				env, err := sdk.ParseEnvelope(data)
-				if err != nil || env.MsgType == sdk.MsgHeartbeat {
+				env, err := wire.ParseEnvelope(data)
+				if err != nil || env.MsgType == wire.MsgHeartbeat {
 					continue
 				}
 				if env.MsgType != want {
-					return errors.New("got " + env.MsgType + ", want " + want)
+					return errors.New("got " + string(env.MsgType) + ", want " + string(want))
 				}
 				return env.DecodePayload(v)
 			}
 		}
-		send := func(typ string, p any) error {
-			data, err := sdk.MarshalEnvelope(typ, p)
+		send := func(typ wire.MsgType, p any) error {
+			data, err := wire.Encode(typ, p)
 			if err != nil {
 				return err
 			}
 			return c.Write(ctx, websocket.MessageText, data)
 		}
 		o.err = errors.Join(
-			read(sdk.MsgNodeRegister, &o.reg),
-			send(sdk.MsgNodeRegistered, sdk.RegisteredPayload{NodeID: "node-42"}),
-			send(sdk.MsgTaskAssign, sdk.TaskAssignPayload{TaskID: "t1", TaskType: "chat", Content: "ping"}),
-			read(sdk.MsgTaskResult, &o.res),
+			read(wire.MsgNodeRegister, &o.reg),
+			send(wire.MsgNodeRegistered, wire.RegisteredPayload{NodeID: "node-42"}),
+			send(wire.MsgTaskAssign, wire.TaskAssignPayload{TaskID: "t1", TaskType: "chat", Content: "ping"}),
+			read(wire.MsgTaskResult, &o.res),
 		)
 		got <- o
 		c.Read(ctx) // until the node goes

@@ -17,6 +17,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 // FloorServerArg is the first argument that runs the binary as the
@@ -41,7 +42,7 @@ type floorServer struct {
 	slots chan *floorNode
 
 	mu      sync.Mutex
-	pending map[string]chan sdk.TaskResultPayload
+	pending map[string]chan wire.TaskResultPayload
 }
 
 // floorNode is one node's socket; wmu makes writes whole.
@@ -59,7 +60,7 @@ func RunFloorServer(stdin io.Reader, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("floor server: %w", err)
 	}
-	f := &floorServer{slots: make(chan *floorNode, config.FloorMaxSlots), pending: map[string]chan sdk.TaskResultPayload{}}
+	f := &floorServer{slots: make(chan *floorNode, config.FloorMaxSlots), pending: map[string]chan wire.TaskResultPayload{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/v1/request", f.request)
 	mux.HandleFunc("GET /ws/node", f.node)
@@ -120,7 +121,7 @@ func (f *floorServer) request(w http.ResponseWriter, r *http.Request) {
 	defer func() { f.slots <- n }()
 
 	id := uuid.NewString()
-	ch := make(chan sdk.TaskResultPayload, 1)
+	ch := make(chan wire.TaskResultPayload, 1)
 	f.mu.Lock()
 	f.pending[id] = ch
 	f.mu.Unlock()
@@ -129,7 +130,7 @@ func (f *floorServer) request(w http.ResponseWriter, r *http.Request) {
 		delete(f.pending, id)
 		f.mu.Unlock()
 	}()
-	msg, err := sdk.MarshalEnvelope(sdk.MsgTaskAssign, sdk.TaskAssignPayload{TaskID: id, TaskType: req.TaskType, Content: req.Content})
+	msg, err := wire.Encode(wire.MsgTaskAssign, wire.TaskAssignPayload{TaskID: id, TaskType: req.TaskType, Content: req.Content})
 	if err == nil {
 		n.wmu.Lock()
 		err = n.conn.Write(ctx, websocket.MessageText, msg)
@@ -142,7 +143,7 @@ func (f *floorServer) request(w http.ResponseWriter, r *http.Request) {
 	select {
 	case res := <-ch:
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(floorResult{TaskID: id, Status: res.Status, Result: res.Result,
+		_ = json.NewEncoder(w).Encode(floorResult{TaskID: id, Status: string(res.Status), Result: res.Result,
 			NodeID: n.id, ProcessingTimeMs: res.ProcessingTimeMs, Usage: res.Usage})
 	case <-n.gone:
 		http.Error(w, `{"detail":"node gone"}`, http.StatusBadGateway)
@@ -164,9 +165,9 @@ func (f *floorServer) node(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	var reg sdk.RegisterPayload
-	env, err := sdk.ParseEnvelope(data)
-	if err == nil && env.MsgType != sdk.MsgNodeRegister {
+	var reg wire.RegisterPayload
+	env, err := wire.ParseEnvelope(data)
+	if err == nil && env.MsgType != wire.MsgNodeRegister {
 		err = errors.New("the first message must be node_register")
 	}
 	if err == nil {
@@ -178,7 +179,7 @@ func (f *floorServer) node(w http.ResponseWriter, r *http.Request) {
 	}
 	n := &floorNode{conn: conn, id: "floor-" + reg.Name, gone: make(chan struct{})}
 	defer close(n.gone)
-	ok, err := sdk.MarshalEnvelope(sdk.MsgNodeRegistered, sdk.RegisteredPayload{NodeID: n.id})
+	ok, err := wire.Encode(wire.MsgNodeRegistered, wire.RegisteredPayload{NodeID: n.id})
 	if err == nil {
 		err = conn.Write(ctx, websocket.MessageText, ok)
 	}
@@ -193,11 +194,11 @@ func (f *floorServer) node(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return
 		}
-		env, err := sdk.ParseEnvelope(data)
-		if err != nil || env.MsgType != sdk.MsgTaskResult {
+		env, err := wire.ParseEnvelope(data)
+		if err != nil || env.MsgType != wire.MsgTaskResult {
 			continue // heartbeats, chunks: nothing the floor needs
 		}
-		var res sdk.TaskResultPayload
+		var res wire.TaskResultPayload
 		if env.DecodePayload(&res) != nil {
 			continue
 		}

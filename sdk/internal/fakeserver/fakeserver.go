@@ -17,6 +17,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/switchyard-dev/switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 // Server accepts node connections. Each one is handed to the test through
@@ -86,7 +87,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "too many connection attempts", http.StatusForbidden)
 		return
 	}
-	c := &Conn{in: make(chan sdk.Envelope, 4096)}
+	c := &Conn{in: make(chan wire.Envelope, 4096)}
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		OnPingReceived: func(context.Context, []byte) bool { return !c.ignorePings.Load() },
 	})
@@ -114,8 +115,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 // Conn is one node connection as the server sees it.
 type Conn struct {
 	ws          *websocket.Conn
-	in          chan sdk.Envelope // closed when the connection ends
-	err         error             // why it ended; read after in is closed
+	in          chan wire.Envelope // closed when the connection ends
+	err         error              // why it ended; read after in is closed
 	ignorePings atomic.Bool
 }
 
@@ -132,7 +133,7 @@ func (c *Conn) readLoop() {
 			c.ws.Close(websocket.StatusUnsupportedData, "binary")
 			return
 		}
-		env, err := sdk.ParseEnvelope(data)
+		env, err := wire.ParseEnvelope(data)
 		if err != nil {
 			c.err = fmt.Errorf("fakeserver: malformed message %q: %w", data, err)
 			c.ws.Close(websocket.StatusPolicyViolation, "malformed")
@@ -144,27 +145,27 @@ func (c *Conn) readLoop() {
 
 // Next returns the next message from the node. Once the connection has
 // ended and every message has been read, it returns why it ended.
-func (c *Conn) Next(ctx context.Context) (sdk.Envelope, error) {
+func (c *Conn) Next(ctx context.Context) (wire.Envelope, error) {
 	select {
 	case env, ok := <-c.in:
 		if !ok {
-			return sdk.Envelope{}, fmt.Errorf("fakeserver: connection ended: %w", c.err)
+			return wire.Envelope{}, fmt.Errorf("fakeserver: connection ended: %w", c.err)
 		}
 		return env, nil
 	case <-ctx.Done():
-		return sdk.Envelope{}, fmt.Errorf("fakeserver: waiting for a message: %w", ctx.Err())
+		return wire.Envelope{}, fmt.Errorf("fakeserver: waiting for a message: %w", ctx.Err())
 	}
 }
 
 // NextOf skips heartbeats and returns the next other message, decoding its
 // payload into v (if not nil). It fails if that message is not of msgType.
-func (c *Conn) NextOf(ctx context.Context, msgType string, v any) (sdk.Envelope, error) {
+func (c *Conn) NextOf(ctx context.Context, msgType wire.MsgType, v any) (wire.Envelope, error) {
 	for {
 		env, err := c.Next(ctx)
 		if err != nil {
 			return env, err
 		}
-		if env.MsgType == sdk.MsgHeartbeat && msgType != sdk.MsgHeartbeat {
+		if env.MsgType == wire.MsgHeartbeat && msgType != wire.MsgHeartbeat {
 			continue
 		}
 		if env.MsgType != msgType {
@@ -179,15 +180,15 @@ func (c *Conn) NextOf(ctx context.Context, msgType string, v any) (sdk.Envelope,
 
 // Rest reads until the connection ends and returns every message that was
 // not a heartbeat, and why it ended.
-func (c *Conn) Rest(ctx context.Context) ([]sdk.Envelope, error) {
-	var out []sdk.Envelope
+func (c *Conn) Rest(ctx context.Context) ([]wire.Envelope, error) {
+	var out []wire.Envelope
 	for {
 		select {
 		case env, ok := <-c.in:
 			if !ok {
 				return out, c.err
 			}
-			if env.MsgType != sdk.MsgHeartbeat {
+			if env.MsgType != wire.MsgHeartbeat {
 				out = append(out, env)
 			}
 		case <-ctx.Done():
@@ -197,8 +198,8 @@ func (c *Conn) Rest(ctx context.Context) ([]sdk.Envelope, error) {
 }
 
 // Send sends a message to the node.
-func (c *Conn) Send(ctx context.Context, msgType string, payload any) error {
-	data, err := sdk.MarshalEnvelope(msgType, payload)
+func (c *Conn) Send(ctx context.Context, msgType wire.MsgType, payload any) error {
+	data, err := wire.Encode(msgType, payload)
 	if err != nil {
 		return err
 	}
@@ -212,20 +213,20 @@ func (c *Conn) SendRaw(ctx context.Context, data []byte) error {
 
 // Accept reads node_register, answers node_registered with nodeID and
 // returns what the node registered with.
-func (c *Conn) Accept(ctx context.Context, nodeID string) (sdk.RegisterPayload, error) {
-	var p sdk.RegisterPayload
-	if _, err := c.NextOf(ctx, sdk.MsgNodeRegister, &p); err != nil {
+func (c *Conn) Accept(ctx context.Context, nodeID string) (wire.RegisterPayload, error) {
+	var p wire.RegisterPayload
+	if _, err := c.NextOf(ctx, wire.MsgNodeRegister, &p); err != nil {
 		return p, err
 	}
-	return p, c.Send(ctx, sdk.MsgNodeRegistered, sdk.RegisteredPayload{NodeID: nodeID})
+	return p, c.Send(ctx, wire.MsgNodeRegistered, wire.RegisteredPayload{NodeID: nodeID})
 }
 
 // Reject reads node_register, answers with an error and closes with closeCode.
-func (c *Conn) Reject(ctx context.Context, code, message string, closeCode websocket.StatusCode) error {
-	if _, err := c.NextOf(ctx, sdk.MsgNodeRegister, nil); err != nil {
+func (c *Conn) Reject(ctx context.Context, code wire.ErrorCode, message string, closeCode websocket.StatusCode) error {
+	if _, err := c.NextOf(ctx, wire.MsgNodeRegister, nil); err != nil {
 		return err
 	}
-	if err := c.Send(ctx, sdk.MsgError, sdk.ErrorPayload{Code: code, Message: message}); err != nil {
+	if err := c.Send(ctx, wire.MsgError, wire.ErrorPayload{Code: string(code), Message: message}); err != nil {
 		return err
 	}
 	// The node may hang up on reading the error, before the close handshake.
