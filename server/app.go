@@ -182,7 +182,8 @@ func (a *App) openStore(ctx context.Context) error {
 		return err
 	}
 	a.store = st
-	a.writer = store.NewWriter(st, store.WriterConfig{FlushInterval: a.cfg.StoreFlushInterval, Registerer: a.registry, Logger: a.log})
+	a.writer = store.NewWriter(st, store.WriterConfig{FlushInterval: a.cfg.StoreFlushInterval, FinalFlushTimeout: 10 * time.Second,
+		Registerer: a.registry, Logger: a.log})
 	a.rep = store.NewReputation(st, a.writer, store.ReputationConfig{Logger: a.log})
 	a.rlm = ratelimit.NewMetrics(a.registry)
 	a.auth = newAuthCache(st)
@@ -324,12 +325,7 @@ func (a *App) Run(ctx context.Context) error {
 	base := context.WithoutCancel(ctx)
 	a.group = newGroup(a.log)
 	g, st := a.group, &a.stages
-	g.start(st.writer, "store writer", func(ctx context.Context) error {
-		<-ctx.Done()
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		return a.writer.Close(fctx)
-	})
+	g.start(st.writer, "store writer", a.writer.Run)
 	g.start(st.webhooks, "webhooks", closeAtEnd(a.webhooks.Close))
 	g.start(st.bus, "bus", closeAtEnd(a.bus.Close))
 	g.start(st.streams, "task streams", closeAtEnd(a.streams.Close))
@@ -384,11 +380,8 @@ func (a *App) startLoops(s *stage) {
 	g.start(s, "auth events", forever(a.watchAuthEvents)) // invariant 15
 	g.start(s, "key checks", forever(a.checkKeys))        // invariant 15: revoked keys' nodes go
 	g.start(s, "async events", forever(a.watchAsyncEvents))
-	g.start(s, "reputation refresh", func(ctx context.Context) error {
-		// Instances that share a database converge on each node's counters.
-		_ = a.rep.Run(ctx, 30*time.Second)
-		return nil
-	})
+	// Instances that share a database converge on each node's counters.
+	g.start(s, "reputation refresh", a.rep.Run)
 	if a.pprof != nil {
 		g.start(s, "profiling endpoint", a.pprof.Run)
 	}
@@ -496,14 +489,7 @@ func (a *App) shutdown() {
 	if a.webhooks != nil {
 		_ = a.webhooks.Close()
 	}
-	a.stages.writer.stop()
-	if a.writer != nil && a.group == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := a.writer.Close(ctx); err != nil {
-			a.log.Error("task records not written", "err", err)
-		}
-		cancel()
-	}
+	a.stages.writer.stop() // its final flush, within its budget
 	if a.store != nil {
 		_ = a.store.Close()
 	}
