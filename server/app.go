@@ -57,9 +57,9 @@ type App struct {
 	metrics         *httpMetrics
 	dir             nodes.Directory
 	// webhooks delivers the outbox's webhooks (package webhooks): the async
-	// queue enqueues through it. Built with the store, closed after the
-	// HTTP server and before the store. hooks is its outbox and the
-	// accounts' secrets.
+	// queue enqueues through it. Built with the store; its Run stops after
+	// the HTTP server and before the store closes. hooks is its outbox and
+	// the accounts' secrets.
 	webhooks *webhooks.Dispatcher
 	hooks    store.WebhookStore
 
@@ -326,7 +326,7 @@ func (a *App) Run(ctx context.Context) error {
 	a.group = newGroup(a.log)
 	g, st := a.group, &a.stages
 	g.start(st.writer, "store writer", a.writer.Run)
-	g.start(st.webhooks, "webhooks", closeAtEnd(a.webhooks.Close))
+	g.start(st.webhooks, "webhooks", a.webhooks.Run)
 	g.start(st.bus, "bus", closeAtEnd(a.bus.Close))
 	g.start(st.streams, "task streams", closeAtEnd(a.streams.Close))
 	g.start(st.engine, "task engine", closeAtEnd(a.engine.Close))
@@ -485,10 +485,7 @@ func (a *App) shutdown() {
 	if a.cluster != nil {
 		a.cluster.close()
 	}
-	a.stages.webhooks.stop()
-	if a.webhooks != nil {
-		_ = a.webhooks.Close()
-	}
+	a.stages.webhooks.stop() // its sends in flight are released for the next instance
 	a.stages.writer.stop() // its final flush, within its budget
 	if a.store != nil {
 		_ = a.store.Close()
