@@ -328,7 +328,7 @@ func (a *App) Run(ctx context.Context) error {
 	g.start(st.writer, "store writer", a.writer.Run)
 	g.start(st.webhooks, "webhooks", a.webhooks.Run)
 	g.start(st.bus, "bus", closeAtEnd(a.bus.Close))
-	g.start(st.streams, "task streams", closeAtEnd(a.streams.Close))
+	g.start(st.streams, "task streams", a.streams.Run)
 	g.start(st.engine, "task engine", closeAtEnd(a.engine.Close))
 	g.start(st.pump, "async pump", closeAtEnd(a.pump.Close))
 	a.startLoops(st.loops)
@@ -468,10 +468,7 @@ func (a *App) shutdown() {
 	if a.engine != nil {
 		_ = a.engine.Close()
 	}
-	a.stages.streams.stop()
-	if a.streams != nil {
-		_ = a.streams.Close()
-	}
+	a.stages.streams.stop() // before the Redis client closes
 	a.stages.bus.stop()
 	if a.bus != nil {
 		_ = a.bus.Close()
