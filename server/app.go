@@ -197,24 +197,23 @@ func (a *App) openStore(ctx context.Context) error {
 // connect sets up what the mode (DESIGN §3) decides: the bus, the
 // limiter and the node claims, in memory or (with Redis) shared.
 func (a *App) connect(ctx context.Context) (nodes.Claims, error) {
-	var claims nodes.Claims = nodes.NewMemoryClaims()
-	a.limiter = ratelimit.NewMemory(ratelimit.MemoryConfig{})
-	a.bus = bus.NewMemory()
 	if a.cfg.RedisURL == "" {
+		a.limiter = ratelimit.NewMemory(ratelimit.MemoryConfig{})
 		a.control = bus.NewMemoryControl()
-		return claims, nil
+		a.bus = bus.NewMemory()
+		return nodes.NewMemoryClaims(), nil
 	}
 	c, err := a.connectCluster(ctx)
 	if err != nil {
 		return nil, err
 	}
-	_ = a.limiter.Close()
 	a.limiter, a.control = c.limiter, c.control
 	if a.cfg.Multi() {
-		_ = a.bus.Close()
-		a.bus, claims = c.bus, c.claims
+		a.bus = c.bus
+		return c.claims, nil
 	}
-	return claims, nil
+	a.bus = bus.NewMemory()
+	return nodes.NewMemoryClaims(), nil
 }
 
 // buildEngine builds the task side whole, in one call; it builds the hub
@@ -327,7 +326,7 @@ func (a *App) Run(ctx context.Context) error {
 	g, st := a.group, &a.stages
 	g.start(st.writer, "store writer", a.writer.Run)
 	g.start(st.webhooks, "webhooks", a.webhooks.Run)
-	g.start(st.bus, "bus", closeAtEnd(a.bus.Close))
+	g.start(st.bus, "bus", a.bus.Run)
 	g.start(st.streams, "task streams", a.streams.Run)
 	g.start(st.engine, "task engine", closeAtEnd(a.engine.Close))
 	g.start(st.pump, "async pump", closeAtEnd(a.pump.Close))
@@ -469,10 +468,7 @@ func (a *App) shutdown() {
 		_ = a.engine.Close()
 	}
 	a.stages.streams.stop() // before the Redis client closes
-	a.stages.bus.stop()
-	if a.bus != nil {
-		_ = a.bus.Close()
-	}
+	a.stages.bus.stop() // after the engine, whose publishers use it
 	if a.limiter != nil {
 		_ = a.limiter.Close()
 	}
