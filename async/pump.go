@@ -52,7 +52,7 @@ const (
 
 // Runner runs one task to its end: the task engine (tasks.Engine).
 type Runner interface {
-	Run(ctx context.Context, req tasks.Request, h tasks.Hooks) (tasks.Outcome, error)
+	RunTask(ctx context.Context, req tasks.Request, h tasks.Hooks) (tasks.Outcome, error)
 }
 
 // Free is what this instance's nodes can take now of one task type.
@@ -492,7 +492,7 @@ func (p *Pump) run(ctx context.Context, t store.AsyncTask) {
 	for {
 		assigned := false
 		joined.Reset()
-		out, err := p.deps.Runner.Run(ctx, req, tasks.Hooks{
+		out, err := p.deps.Runner.RunTask(ctx, req, tasks.Hooks{
 			Assigned: func() { assigned = true; onNode() },
 			Chunk: func(d string) error {
 				joined.WriteString(d)

@@ -68,7 +68,7 @@ func (n *nodes) Free() []async.Free {
 	return nil
 }
 
-func (n *nodes) Run(ctx context.Context, req tasks.Request, h tasks.Hooks) (tasks.Outcome, error) {
+func (n *nodes) RunTask(ctx context.Context, req tasks.Request, h tasks.Hooks) (tasks.Outcome, error) {
 	if !req.LocalOnly {
 		return tasks.Outcome{}, errors.New("an async task must run on local nodes only")
 	}

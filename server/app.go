@@ -328,7 +328,7 @@ func (a *App) Run(ctx context.Context) error {
 	g.start(st.webhooks, "webhooks", a.webhooks.Run)
 	g.start(st.bus, "bus", a.bus.Run)
 	g.start(st.streams, "task streams", a.streams.Run)
-	g.start(st.engine, "task engine", closeAtEnd(a.engine.Close))
+	g.start(st.engine, "task engine", a.engine.Run)
 	g.start(st.pump, "async pump", closeAtEnd(a.pump.Close))
 	a.startLoops(st.loops)
 	g.start(st.loops, "http server", func(context.Context) error {
@@ -463,10 +463,7 @@ func (a *App) shutdown() {
 	if a.sub != nil {
 		_ = a.sub.Close()
 	}
-	a.stages.engine.stop()
-	if a.engine != nil {
-		_ = a.engine.Close()
-	}
+	a.stages.engine.stop() // after the subscription: nothing reaches it any more
 	a.stages.streams.stop() // before the Redis client closes
 	a.stages.bus.stop() // after the engine, whose publishers use it
 	if a.limiter != nil {

@@ -20,7 +20,6 @@ type Sessions interface {
 type owner struct {
 	instance  string
 	resultMax int64
-	ctx       context.Context // bounds bus publishes; ends at the engine's Close
 	sessions  Sessions
 	bus       Bus
 	local     func(*bus.Envelope) bool // this instance's requester side (Tracker.deliver)
@@ -29,11 +28,14 @@ type owner struct {
 	metrics   *Metrics
 	log       *slog.Logger
 	draining  atomic.Bool
+	// run is the context of the engine's Run (nil before it): it bounds
+	// the node readers' publishes, so none goes out once the engine stops.
+	run atomic.Pointer[context.Context]
 }
 
-func newOwner(ctx context.Context, cfg Config, b Bus, local func(*bus.Envelope) bool, out *outbound, m *Metrics) *owner {
+func newOwner(cfg Config, b Bus, local func(*bus.Envelope) bool, out *outbound, m *Metrics) *owner {
 	return &owner{
-		instance: cfg.Instance, resultMax: cfg.ResultMaxBytes, ctx: ctx,
+		instance: cfg.Instance, resultMax: cfg.ResultMaxBytes,
 		bus: b, local: local, out: out, fwd: newForwardTable(cfg.TaskTimeout), metrics: m, log: cfg.Logger,
 	}
 }
@@ -225,10 +227,16 @@ func (o *owner) reply(ent *fwdEntry, e *bus.Envelope) int {
 		}
 		return 0
 	}
+	run := o.run.Load()
+	if run == nil {
+		// The engine is not running: nothing goes out (as once it stops).
+		o.log.Debug("the engine is not running; not publishing", "task_id", ent.taskID, "to", ent.replyTo)
+		return -1
+	}
 	o.metrics.hops.WithLabelValues(e.Kind.String()).Inc()
 	// On the node's reader: bounded like the outbound queue's publishes
 	// (invariant 14), not only by the Redis client's own timeouts.
-	pctx, cancel := context.WithTimeout(o.ctx, publishTimeout)
+	pctx, cancel := context.WithTimeout(*run, publishTimeout)
 	n, err := o.bus.Publish(pctx, ent.replyTo, e)
 	cancel()
 	if err != nil {
