@@ -329,7 +329,7 @@ func (a *App) Run(ctx context.Context) error {
 	g.start(st.bus, "bus", a.bus.Run)
 	g.start(st.streams, "task streams", a.streams.Run)
 	g.start(st.engine, "task engine", a.engine.Run)
-	g.start(st.pump, "async pump", closeAtEnd(a.pump.Close))
+	g.start(st.pump, "async pump", a.pump.Run)
 	a.startLoops(st.loops)
 	g.start(st.loops, "http server", func(context.Context) error {
 		// It ends when the drain shuts the server down (ErrServerClosed).
@@ -346,14 +346,6 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	a.drain(base)
 	return g.wait()
-}
-
-// closeAtEnd adapts a component that New starts and Close stops to a Run.
-func closeAtEnd(closeFn func() error) func(context.Context) error {
-	return func(ctx context.Context) error {
-		<-ctx.Done()
-		return closeFn()
-	}
 }
 
 // stages are the App's stages (lifecycle.go), in the order the drain ends
@@ -450,9 +442,6 @@ func (a *App) drain(base context.Context) {
 // its context) and it closes what was built. Every Close here is idempotent.
 func (a *App) shutdown() {
 	a.stages.pump.stop()
-	if a.pump != nil {
-		_ = a.pump.Close()
-	}
 	a.stages.loops.stop()
 	if a.listener != nil {
 		_ = a.listener.Close()
