@@ -122,7 +122,7 @@ func (c *cluster) startLoops(s *stage) {
 	}
 	if c.registry != nil {
 		g.start(s, "heartbeat", forever(c.heartbeat))
-		g.start(s, "cluster directory", forever(c.dir.Run))
+		g.start(s, "cluster directory", c.dir.Run)
 		g.start(s, "figures", forever(c.publishFigures))
 	}
 }
