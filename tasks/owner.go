@@ -44,11 +44,19 @@ func newOwner(cfg Config, b Bus, local func(*bus.Envelope) bool, out *outbound, 
 // (with a *refusal) when the node is not connected here at that generation
 // or has no free slot (DESIGN §5, invariant 7). Once it returns nil, the
 // requester hears from this owner exactly once more: a result or
-// node_gone. It never blocks unless direct: the bus's receive loop calls it
-// too. direct (the caller is the request's own goroutine) lets the node's
-// session write the assign in the caller's goroutine when its socket is
-// free (nodes.Session.SendDirect).
-func (o *owner) assign(e *bus.Envelope, direct bool) error {
+// node_gone. It never blocks: the bus's receive loop calls it, and the
+// node's session writer sends the assign.
+func (o *owner) assign(e *bus.Envelope) error { return o.admit(e, (*nodes.Session).Send) }
+
+// assignDirect is assign for the request's own goroutine (the dispatcher's
+// local path): the node's session may write the assign in it when its
+// socket is free, bounded by ctx, the request's (nodes.Session.SendDirect).
+func (o *owner) assignDirect(ctx context.Context, e *bus.Envelope) error {
+	return o.admit(e, func(s *nodes.Session, msg []byte) bool { return s.SendDirect(ctx, msg) })
+}
+
+// admit is assign, the assign message sent with send.
+func (o *owner) admit(e *bus.Envelope, send func(*nodes.Session, []byte) bool) error {
 	if o.draining.Load() {
 		o.metrics.refusals.WithLabelValues("draining").Inc()
 		return &refusal{refusedGone, "the instance holding the node is draining"}
@@ -78,13 +86,7 @@ func (o *owner) assign(e *bus.Envelope, direct bool) error {
 	msg := nodes.Encode(nodes.MsgTaskAssign, nodes.AssignPayload{
 		TaskID: e.TaskID, TaskType: e.TaskType, Content: e.Content, Params: params, Stream: e.Stream,
 	})
-	var ok bool
-	if direct {
-		ok = s.SendDirect(msg)
-	} else {
-		ok = s.Send(msg)
-	}
-	refuse, gone := o.fwd.sent(ent, ok)
+	refuse, gone := o.fwd.sent(ent, send(s, msg))
 	switch {
 	case refuse:
 		s.Release()
@@ -267,7 +269,7 @@ func (o *owner) tooLarge() string {
 func (o *owner) handleEnvelope(e *bus.Envelope) {
 	switch e.Kind {
 	case bus.KindAssign:
-		if err := o.assign(e, false); err != nil {
+		if err := o.assign(e); err != nil {
 			r := err.(*refusal)
 			o.post(&fwdEntry{taskID: e.TaskID, nodeID: e.NodeID, gen: e.Gen, replyTo: e.ReplyTo},
 				&bus.Envelope{Kind: bus.KindResult, Result: &bus.Result{Code: string(r.kind), Message: r.msg}})
