@@ -182,7 +182,7 @@ func (a *App) openStore(ctx context.Context) error {
 		return err
 	}
 	a.store = st
-	a.writer = store.NewWriter(st, store.WriterConfig{FlushInterval: a.cfg.StoreFlushInterval, FinalFlushTimeout: 10 * time.Second,
+	a.writer = store.NewWriter(st, store.WriterConfig{FlushInterval: a.cfg.StoreFlushInterval, FinalFlushTimeout: a.cfg.DrainFlushTimeout,
 		Registerer: a.registry, Logger: a.log})
 	a.rep = store.NewReputation(st, a.writer, store.ReputationConfig{Logger: a.log})
 	a.rlm = ratelimit.NewMetrics(a.registry)
@@ -389,13 +389,15 @@ func (a *App) storeKind() string {
 }
 
 // drain is the orderly stop, after Run's context ended (base is its
-// context without the end). Each step is bounded.
+// context without the end). Each step is bounded by its budget (Config's
+// Drain…Timeout fields; StopBudget is their sum) or is prompt.
 func (a *App) drain(base context.Context) {
 	start := time.Now()
 	a.draining.Store(true)
 	a.engine.Drain()
 	a.pump.Drain()
-	a.log.Info("draining", "in_flight", a.engine.Requesting(), "forwarding", a.engine.Forwarding(), "timeout", a.cfg.DrainTimeout)
+	a.log.Info("draining", "in_flight", a.engine.Requesting(), "forwarding", a.engine.Forwarding(), "timeout", a.cfg.DrainTimeout,
+		"stop_budget", a.cfg.StopBudget())
 	if a.cluster != nil {
 		a.cluster.drainStart(base, a)
 	}
@@ -414,7 +416,7 @@ func (a *App) drain(base context.Context) {
 	// sockets close (which would fail them): their leases lapse and
 	// another instance runs them again.
 	a.stages.pump.stop()
-	ctx, cancel := context.WithTimeout(base, 15*time.Second)
+	ctx, cancel := context.WithTimeout(base, a.cfg.DrainCloseTimeout)
 	defer cancel()
 	if err := a.hub.Shutdown(ctx); err != nil {
 		a.log.Warn("closing node connections", "err", err)
@@ -452,9 +454,9 @@ func (a *App) shutdown() {
 	if a.sub != nil {
 		_ = a.sub.Close()
 	}
-	a.stages.engine.stop() // after the subscription: nothing reaches it any more
+	a.stages.engine.stop()  // after the subscription: nothing reaches it any more
 	a.stages.streams.stop() // before the Redis client closes
-	a.stages.bus.stop() // after the engine, whose publishers use it
+	a.stages.bus.stop()     // after the engine, whose publishers use it
 	if a.limiter != nil {
 		_ = a.limiter.Close()
 	}
@@ -464,8 +466,12 @@ func (a *App) shutdown() {
 	if a.cluster != nil {
 		a.cluster.close()
 	}
-	a.stages.webhooks.stop() // its sends in flight are released for the next instance
-	a.stages.writer.stop() // its final flush, within its budget
+	// Webhook sends in flight are released for the next instance, and the
+	// writer writes what is buffered: both before the store closes, at
+	// once, within DrainFlushTimeout (a send settles within 5s).
+	a.stages.webhooks.cancel()
+	a.stages.writer.stop()
+	a.stages.webhooks.stop()
 	if a.store != nil {
 		_ = a.store.Close()
 	}

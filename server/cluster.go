@@ -282,7 +282,7 @@ func (c *cluster) drainStart(base context.Context, a *App) {
 	if c.registry == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(base, 2*time.Second)
+	ctx, cancel := context.WithTimeout(base, a.cfg.DrainWithdrawTimeout)
 	defer cancel()
 	if err := c.dir.Withdraw(ctx); err != nil {
 		a.log.Warn("cannot withdraw this instance's nodes from the directory", "err", err)
