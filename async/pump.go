@@ -52,7 +52,7 @@ const (
 
 // Runner runs one task to its end: the task engine (tasks.Engine).
 type Runner interface {
-	Run(ctx context.Context, req tasks.Request, h tasks.Hooks) (tasks.Outcome, error)
+	RunTask(ctx context.Context, req tasks.Request, h tasks.Hooks) (tasks.Outcome, error)
 }
 
 // Free is what this instance's nodes can take now of one task type.
@@ -108,7 +108,10 @@ var (
 	errShutdown  = errors.New("async: the instance is stopping")
 )
 
-// Pump is one instance's async side. New starts its loops; Close stops them.
+// Pump is one instance's async side. New builds it and starts nothing;
+// Run claims, runs and sweeps. Submit, Cancel, Wait, Heard and Nudge work
+// before Run: a task submitted then waits in the queue for a Run, here or
+// at another instance.
 type Pump struct {
 	cfg     Config
 	deps    Deps
@@ -120,11 +123,7 @@ type Pump struct {
 	// may have queued a task (a submit heard, a lease released, the
 	// poll): a freed slot then costs no query.
 	work     atomic.Bool
-	ctx      context.Context
-	stop     context.CancelCauseFunc
-	wg       sync.WaitGroup
 	draining atomic.Bool
-	once     sync.Once
 	// publishFailing is set while broadcasts fail (logged once per episode).
 	publishFailing atomic.Bool
 
@@ -138,7 +137,7 @@ type job struct {
 	cancel context.CancelCauseFunc
 }
 
-// New builds the pump and starts its loops.
+// New builds the pump; Run runs it.
 func New(cfg Config, deps Deps) *Pump {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -149,29 +148,33 @@ func New(cfg Config, deps Deps) *Pump {
 	p := &Pump{cfg: cfg, deps: deps, log: cfg.Logger, metrics: newMetrics(cfg.Registerer),
 		wake: make(chan struct{}, 1), jobs: map[string]*job{}, starting: map[string]int{},
 		waiters: map[string]map[chan struct{}]string{}}
-	p.ctx, p.stop = context.WithCancelCause(context.Background())
 	p.work.Store(true)
 	p.metrics.gauges(func() float64 { return float64(p.Running()) }, func() float64 { return float64(p.Waiters()) })
-	p.wg.Add(3)
-	go func() { defer p.wg.Done(); p.claimLoop() }()
-	go func() { defer p.wg.Done(); p.renewLoop() }()
-	go func() { defer p.wg.Done(); p.sweepLoop() }()
 	return p
+}
+
+// Run claims tasks while a local node can take one and runs them, renews
+// their leases, releases lost ones and empties the webhook outbox, until
+// ctx ends. Then it stops the tasks still running here and waits for them:
+// they are not ended, their leases lapse and another instance runs them
+// again (a drain lets them finish first). It returns nil. Run once.
+func (p *Pump) Run(ctx context.Context) error {
+	// The tasks' contexts end with errShutdown when ctx does, so that each
+	// tells the pump's stop from a cancel.
+	run, stop := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stop(nil)
+	unhook := context.AfterFunc(ctx, func() { stop(errShutdown) })
+	defer unhook()
+	var wg sync.WaitGroup // the loops, and the tasks the claim loop starts
+	wg.Go(func() { p.claimLoop(run, &wg) })
+	wg.Go(func() { p.renewLoop(run) })
+	wg.Go(func() { p.sweepLoop(run) })
+	wg.Wait()
+	return nil
 }
 
 // Drain stops claiming (the instance is draining); tasks running finish.
 func (p *Pump) Drain() { p.draining.Store(true) }
-
-// Close stops the loops and the tasks still running here, and waits. Those
-// are not ended: their leases lapse and another instance runs them again
-// (a drain lets them finish first). Close is idempotent.
-func (p *Pump) Close() error {
-	p.once.Do(func() {
-		p.stop(errShutdown)
-		p.wg.Wait()
-	})
-	return nil
-}
 
 // Running is the number of async tasks running here.
 func (p *Pump) Running() int {
@@ -224,7 +227,8 @@ func (p *Pump) Submit(ctx context.Context, t store.AsyncTask) error {
 	}
 	p.metrics.submitted.Inc()
 	p.workQueued()
-	p.publish(Event{Kind: EventSubmitted, TaskID: t.ID, TaskType: t.TaskType})
+	// The task is queued: the others hear of it even if the client left.
+	p.publish(context.WithoutCancel(ctx), Event{Kind: EventSubmitted, TaskID: t.ID, TaskType: t.TaskType})
 	return nil
 }
 
@@ -243,12 +247,14 @@ func (p *Pump) Cancel(ctx context.Context, id, accountID string) (store.AsyncTas
 	if err != nil {
 		return t, err
 	}
+	// Done: it is announced even if the client left.
+	ctx = context.WithoutCancel(ctx)
 	switch {
 	case before.Status == store.AsyncQueued && t.Status == store.AsyncCancelled:
-		p.ended(t)
+		p.ended(ctx, t)
 	case t.Status == store.AsyncRunning:
 		if !p.cancelLocal(id) {
-			p.publish(Event{Kind: EventCancel, TaskID: id})
+			p.publish(ctx, Event{Kind: EventCancel, TaskID: id})
 		}
 	}
 	return t, nil
@@ -330,15 +336,16 @@ func (p *Pump) workQueued() {
 	p.Nudge()
 }
 
-func (p *Pump) publish(e Event) {
+// publish broadcasts e, within 2s and ctx.
+func (p *Pump) publish(ctx context.Context, e Event) {
 	if p.deps.Broadcast == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(p.ctx, 2*time.Second)
+	bctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	err := p.deps.Broadcast.Publish(ctx, e)
+	err := p.deps.Broadcast.Publish(bctx, e)
 	switch {
-	case err != nil && p.ctx.Err() == nil:
+	case err != nil && ctx.Err() == nil:
 		// The backstops (Poll, WaitRecheck, the renewal) cover it. Logged
 		// once per episode, not per event (Redis away, at submit rate).
 		if !p.publishFailing.Swap(true) {
@@ -349,14 +356,14 @@ func (p *Pump) publish(e Event) {
 	}
 }
 
-// sleep waits d or until the pump stops; false if it stopped.
-func (p *Pump) sleep(d time.Duration) bool {
+// sleep waits d or until ctx (the pump's Run's) ends; false if it ended.
+func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
-	case <-p.ctx.Done():
+	case <-ctx.Done():
 		return false
 	}
 }
@@ -366,14 +373,15 @@ func backoff(d time.Duration) time.Duration {
 	return min(max(2*d, 250*time.Millisecond), maxBackoff)
 }
 
-// claimLoop claims work when woken (a submit, a freed slot) or polled.
-func (p *Pump) claimLoop() {
+// claimLoop claims work when woken (a submit, a freed slot) or polled,
+// and starts each task claimed under tasks, until ctx ends.
+func (p *Pump) claimLoop(ctx context.Context, tasks *sync.WaitGroup) {
 	t := time.NewTicker(Poll)
 	defer t.Stop()
 	var wait time.Duration // after a store error
 	for {
 		select {
-		case <-p.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-p.wake:
 		case <-t.C:
@@ -382,12 +390,12 @@ func (p *Pump) claimLoop() {
 		if !p.work.Load() {
 			continue // a slot freed, and the queue was empty at the last look
 		}
-		if wait > 0 && !p.sleep(wait) {
+		if wait > 0 && !sleep(ctx, wait) {
 			return
 		}
-		if err := p.fill(); err != nil {
+		if err := p.fill(ctx, tasks); err != nil {
 			wait = backoff(wait)
-			if p.ctx.Err() == nil {
+			if ctx.Err() == nil {
 				p.log.Warn("cannot claim async tasks; backing off", "retry_in", wait, "err", err)
 			}
 			continue
@@ -399,8 +407,8 @@ func (p *Pump) claimLoop() {
 // fill claims tasks while a local node can take one. A task claimed and
 // not yet on its node holds one slot of its type (starting), so a burst
 // of claims never outruns the slots.
-func (p *Pump) fill() error {
-	for !p.draining.Load() && p.ctx.Err() == nil {
+func (p *Pump) fill(ctx context.Context, tasks *sync.WaitGroup) error {
+	for !p.draining.Load() && ctx.Err() == nil {
 		var anyTypes, official []string
 		p.mu.Lock()
 		for _, f := range p.deps.Local.Free() {
@@ -426,7 +434,7 @@ func (p *Pump) fill() error {
 			if len(g.types) == 0 {
 				continue
 			}
-			t, err := p.deps.Queue.ClaimAsync(p.ctx, p.cfg.Instance, g.types, g.official, Lease)
+			t, err := p.deps.Queue.ClaimAsync(ctx, p.cfg.Instance, g.types, g.official, Lease)
 			if errors.Is(err, store.ErrNotFound) {
 				continue
 			}
@@ -435,7 +443,7 @@ func (p *Pump) fill() error {
 				return err
 			}
 			p.work.Store(true)
-			p.start(t)
+			p.start(ctx, tasks, t)
 			claimed = true
 			break
 		}
@@ -446,25 +454,24 @@ func (p *Pump) fill() error {
 	return nil
 }
 
-// start runs a claimed task on its own goroutine.
-func (p *Pump) start(t store.AsyncTask) {
+// start runs a claimed task on its own goroutine, under tasks. run is the
+// pump's Run's context.
+func (p *Pump) start(run context.Context, tasks *sync.WaitGroup, t store.AsyncTask) {
 	p.metrics.claimed.Inc()
-	ctx, cancel := context.WithCancelCause(p.ctx)
+	ctx, cancel := context.WithCancelCause(run)
 	p.mu.Lock()
 	p.jobs[t.ID] = &job{cancel: cancel}
 	p.starting[t.TaskType]++
 	p.mu.Unlock()
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
+	tasks.Go(func() {
 		defer cancel(nil)
-		p.run(ctx, t)
-	}()
+		p.run(run, ctx, t)
+	})
 }
 
 // run runs one claimed task through the engine, on local nodes only, and
-// ends it.
-func (p *Pump) run(ctx context.Context, t store.AsyncTask) {
+// ends it. ctx is the task's (a cancel ends it), run the pump's.
+func (p *Pump) run(run, ctx context.Context, t store.AsyncTask) {
 	// The task holds one of its type's starting slots until a node has it.
 	holding := true
 	onNode := func() {
@@ -492,7 +499,7 @@ func (p *Pump) run(ctx context.Context, t store.AsyncTask) {
 	for {
 		assigned := false
 		joined.Reset()
-		out, err := p.deps.Runner.Run(ctx, req, tasks.Hooks{
+		out, err := p.deps.Runner.RunTask(ctx, req, tasks.Hooks{
 			Assigned: func() { assigned = true; onNode() },
 			Chunk: func(d string) error {
 				joined.WriteString(d)
@@ -514,7 +521,7 @@ func (p *Pump) run(ctx context.Context, t store.AsyncTask) {
 			if !assigned && retryLocally(e.Code) && time.Since(first) < LocalRetry {
 				// No local node took it yet: wait for one here.
 				onNode()
-				if !p.sleep(500 * time.Millisecond) {
+				if !sleep(run, 500*time.Millisecond) {
 					return
 				}
 				p.mu.Lock()
@@ -530,7 +537,7 @@ func (p *Pump) run(ctx context.Context, t store.AsyncTask) {
 		if end.Status == store.AsyncCompleted && end.Result == "" && t.Stream {
 			end.Result = joined.String()
 		}
-		p.end(t, end)
+		p.end(run, t, end)
 		return
 	}
 }
@@ -565,16 +572,16 @@ func retryLocally(c tasks.Code) bool {
 // end writes a task's end, fenced by its lease's generation. A store
 // error is retried (the lease is renewed meanwhile) until the write is
 // done, refused (ErrConflict: the lease moved on, so another owns the task
-// now) or the pump stops.
-func (p *Pump) end(t store.AsyncTask, end store.AsyncEnd) {
+// now) or the pump stops (run, its Run's context, ends).
+func (p *Pump) end(run context.Context, t store.AsyncTask, end store.AsyncEnd) {
 	var wait time.Duration
 	for {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), storeWrites)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(run), storeWrites)
 		done, err := p.deps.Queue.EndAsync(ctx, t.ID, t.Gen, end)
 		cancel()
 		switch {
 		case err == nil:
-			p.ended(done)
+			p.ended(run, done)
 			return
 		case errors.Is(err, store.ErrConflict):
 			p.metrics.fenced.Inc()
@@ -583,23 +590,24 @@ func (p *Pump) end(t store.AsyncTask, end store.AsyncEnd) {
 		}
 		wait = backoff(wait)
 		p.log.Warn("cannot write an async task's end; retrying", "task_id", t.ID, "retry_in", wait, "err", err)
-		if !p.sleep(wait) {
+		if !sleep(run, wait) {
 			return
 		}
 	}
 }
 
 // ended announces a task this instance ended: its waiters everywhere,
-// and its webhook.
-func (p *Pump) ended(t store.AsyncTask) {
+// and its webhook. ctx bounds the broadcast; the stream's end and the
+// webhook are written even once it has ended.
+func (p *Pump) ended(ctx context.Context, t store.AsyncTask) {
 	p.metrics.ended.WithLabelValues(t.Status).Inc()
 	if t.Stream && p.deps.Streams != nil {
-		p.endStream(t)
+		p.endStream(ctx, t)
 	}
 	p.notify(t.ID)
-	p.publish(Event{Kind: EventEnded, TaskID: t.ID})
+	p.publish(ctx, Event{Kind: EventEnded, TaskID: t.ID})
 	if t.WebhookURL != "" && t.WebhookPending {
-		p.webhook(t)
+		p.webhook(ctx, t)
 	}
 }
 
@@ -607,13 +615,13 @@ func (p *Pump) ended(t store.AsyncTask) {
 // its readers get as the stream's last event. Whoever ends the task ends
 // its log (the releaser of a lost instance's task too); one already ended
 // is left as it is.
-func (p *Pump) endStream(t store.AsyncTask) {
+func (p *Pump) endStream(ctx context.Context, t store.AsyncTask) {
 	body, err := WebhookBody(t)
 	if err != nil {
 		p.log.Error("cannot encode an async task's view", "task_id", t.ID, "err", err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), storeWrites)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeWrites)
 	defer cancel()
 	if err := p.deps.Streams.End(ctx, t.ID, body); err != nil && !errors.Is(err, streamlog.ErrEnded) {
 		p.log.Warn("cannot end an async task's stream; its readers wait for the log to expire", "task_id", t.ID, "err", err)
@@ -622,13 +630,13 @@ func (p *Pump) endStream(t store.AsyncTask) {
 
 // webhook queues a task's webhook and clears its outbox mark. On failure
 // the mark stays, for the outbox sweep.
-func (p *Pump) webhook(t store.AsyncTask) {
+func (p *Pump) webhook(ctx context.Context, t store.AsyncTask) {
 	body, err := WebhookBody(t)
 	if err != nil {
 		p.log.Error("cannot encode a webhook", "task_id", t.ID, "err", err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), storeWrites)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeWrites)
 	defer cancel()
 	if err := p.deps.Webhooks.Enqueue(ctx, t.AccountID, t.WebhookURL, t.ID, body); err != nil {
 		p.log.Warn("cannot queue a webhook; the outbox sweep retries", "task_id", t.ID, "err", err)
@@ -640,19 +648,19 @@ func (p *Pump) webhook(t store.AsyncTask) {
 }
 
 // renewLoop renews this instance's leases, and stops the tasks whose
-// cancellation was asked for elsewhere.
-func (p *Pump) renewLoop() {
+// cancellation was asked for elsewhere, until ctx ends.
+func (p *Pump) renewLoop(ctx context.Context) {
 	wait := RenewEvery
-	for p.sleep(wait) {
+	for sleep(ctx, wait) {
 		if p.Running() == 0 {
 			wait = RenewEvery
 			continue // nothing held: no query
 		}
-		ctx, cancel := context.WithTimeout(p.ctx, RenewEvery)
-		ids, err := p.deps.Queue.RenewAsync(ctx, p.cfg.Instance, Lease)
+		rctx, cancel := context.WithTimeout(ctx, RenewEvery)
+		ids, err := p.deps.Queue.RenewAsync(rctx, p.cfg.Instance, Lease)
 		cancel()
 		if err != nil {
-			if p.ctx.Err() == nil {
+			if ctx.Err() == nil {
 				p.log.Warn("cannot renew async leases", "err", err)
 			}
 			wait = min(backoff(wait), RenewEvery) // a lease is three renewals long: keep trying
@@ -666,14 +674,14 @@ func (p *Pump) renewLoop() {
 }
 
 // sweepLoop releases lost leases, purges expired tasks and empties the
-// webhook outbox.
-func (p *Pump) sweepLoop() {
+// webhook outbox, until ctx ends.
+func (p *Pump) sweepLoop(ctx context.Context) {
 	var lastPurge, lastOutbox time.Time
 	wait := ReleaseEvery
-	for p.sleep(wait) {
-		if err := p.release(); err != nil {
+	for sleep(ctx, wait) {
+		if err := p.release(ctx); err != nil {
 			wait = backoff(wait)
-			if p.ctx.Err() == nil {
+			if ctx.Err() == nil {
 				p.log.Warn("cannot release lost async leases; backing off", "retry_in", wait, "err", err)
 			}
 			continue
@@ -681,8 +689,8 @@ func (p *Pump) sweepLoop() {
 		wait = ReleaseEvery
 		if time.Since(lastPurge) >= PurgeEvery {
 			lastPurge = time.Now()
-			ctx, cancel := context.WithTimeout(p.ctx, storeWrites)
-			if n, err := p.deps.Queue.PurgeAsync(ctx, time.Now()); err != nil {
+			pctx, cancel := context.WithTimeout(ctx, storeWrites)
+			if n, err := p.deps.Queue.PurgeAsync(pctx, time.Now()); err != nil {
 				p.log.Warn("cannot purge expired async tasks", "err", err)
 			} else {
 				p.metrics.purged.Add(float64(n))
@@ -691,42 +699,42 @@ func (p *Pump) sweepLoop() {
 		}
 		if time.Since(lastOutbox) >= OutboxEvery {
 			lastOutbox = time.Now()
-			p.outbox()
+			p.outbox(ctx)
 		}
 	}
 }
 
-func (p *Pump) release() error {
-	ctx, cancel := context.WithTimeout(p.ctx, storeWrites)
+func (p *Pump) release(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, storeWrites)
 	defer cancel()
 	var lost []string
 	if p.deps.Lost != nil {
 		var err error
-		if lost, err = p.deps.Lost(ctx); err != nil {
+		if lost, err = p.deps.Lost(rctx); err != nil {
 			lost = nil // the lapsed leases are still released
 		}
 	}
-	ended, err := p.deps.Queue.ReleaseAsync(ctx, lost, MaxAttempts)
+	ended, err := p.deps.Queue.ReleaseAsync(rctx, lost, MaxAttempts)
 	if err != nil {
 		return err
 	}
 	for _, t := range ended {
 		p.metrics.released.WithLabelValues(t.Status).Inc()
-		p.ended(t)
+		p.ended(ctx, t)
 	}
 	p.workQueued() // a lease released puts its task back in the queue
 	return nil
 }
 
-func (p *Pump) outbox() {
-	ctx, cancel := context.WithTimeout(p.ctx, storeWrites)
+func (p *Pump) outbox(ctx context.Context) {
+	octx, cancel := context.WithTimeout(ctx, storeWrites)
 	defer cancel()
-	pending, err := p.deps.Queue.PendingWebhooks(ctx, time.Now().Add(-OutboxAge), 100)
+	pending, err := p.deps.Queue.PendingWebhooks(octx, time.Now().Add(-OutboxAge), 100)
 	if err != nil {
 		p.log.Warn("cannot read the webhook outbox", "err", err)
 		return
 	}
 	for _, t := range pending {
-		p.webhook(t)
+		p.webhook(ctx, t)
 	}
 }

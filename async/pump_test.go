@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/switchyard-dev/switchyard/async"
 	"github.com/switchyard-dev/switchyard/internal/pgtest"
 	"github.com/switchyard-dev/switchyard/store"
@@ -68,7 +70,7 @@ func (n *nodes) Free() []async.Free {
 	return nil
 }
 
-func (n *nodes) Run(ctx context.Context, req tasks.Request, h tasks.Hooks) (tasks.Outcome, error) {
+func (n *nodes) RunTask(ctx context.Context, req tasks.Request, h tasks.Hooks) (tasks.Outcome, error) {
 	if !req.LocalOnly {
 		return tasks.Outcome{}, errors.New("an async task must run on local nodes only")
 	}
@@ -128,14 +130,38 @@ func (h *hooks) body(id string) []byte {
 	return h.got[id]
 }
 
+// newPump builds a pump and runs it until the test ends.
 func newPump(t *testing.T, st store.Store, n *nodes, mutate func(*async.Deps)) *async.Pump {
+	p := buildPump(t, st, n, mutate)
+	runPump(t, p)
+	return p
+}
+
+func buildPump(t *testing.T, st store.Store, n *nodes, mutate func(*async.Deps)) *async.Pump {
 	deps := async.Deps{Queue: st, Runner: n, Local: n}
 	if mutate != nil {
 		mutate(&deps)
 	}
-	p := async.New(async.Config{Instance: "inst-" + t.Name(), Logger: quiet}, deps)
-	t.Cleanup(func() { _ = p.Close() })
-	return p
+	return async.New(async.Config{Instance: "inst-" + t.Name(), Logger: quiet}, deps)
+}
+
+// runPump runs p until the returned stop is called or the test ends; stop
+// returns once p's Run has (and fails the test if Run failed).
+func runPump(t *testing.T, p *async.Pump) (stop func()) {
+	c, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(c) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 func task(id, account, content string) store.AsyncTask {
@@ -351,19 +377,48 @@ func TestPumpQueuesWebhooks(t *testing.T) {
 
 // A pump that stops while its task runs does not end it: the task stays
 // running under its lease (another instance runs it once the lease lapses).
-func TestPumpCloseLeavesTheLease(t *testing.T) {
+func TestPumpStopLeavesTheLease(t *testing.T) {
 	stores(t, func(t *testing.T, st store.Store) {
 		n := newNodes("echo", 1)
 		n.release = make(chan struct{})
-		p := newPump(t, st, n, nil)
+		p := buildPump(t, st, n, nil)
+		stop := runPump(t, p)
 		if err := p.Submit(ctx(t), task("left", "acct", "l")); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, n.started, "left")
-		_ = p.Close()
+		stop()
 		got, err := st.AsyncTask(ctx(t), "left")
 		if err != nil || got.Status != store.AsyncRunning {
-			t.Errorf("after Close the task is %+v, %v; want still running", got, err)
+			t.Errorf("after the pump stopped the task is %+v, %v; want still running", got, err)
+		}
+	})
+}
+
+// New starts nothing: a task submitted before Run waits in the queue, and
+// Run claims and runs it. Run's goroutines (its loops and its tasks') are
+// gone once it returns.
+func TestPumpNewStartsNothing(t *testing.T) {
+	stores(t, func(t *testing.T, st store.Store) {
+		n := newNodes("echo", 1)
+		before := goleak.IgnoreCurrent()
+		p := buildPump(t, st, n, nil)
+		if err := p.Submit(ctx(t), task("early", "acct", "e")); err != nil {
+			t.Fatal(err)
+		}
+		if err := goleak.Find(before); err != nil {
+			t.Fatalf("New or Submit started a goroutine: %v", err)
+		}
+		if got, err := st.AsyncTask(ctx(t), "early"); err != nil || got.Status != store.AsyncQueued {
+			t.Fatalf("before Run the task is %+v, %v; want queued", got, err)
+		}
+		stop := runPump(t, p)
+		if got, err := p.Wait(ctx(t), "early", time.Now().Add(20*time.Second)); err != nil || got.Status != store.AsyncCompleted {
+			t.Fatalf("once Run ran the task is %+v, %v; want completed", got, err)
+		}
+		stop()
+		if err := goleak.Find(before); err != nil {
+			t.Errorf("Run left a goroutine behind: %v", err)
 		}
 	})
 }

@@ -55,27 +55,39 @@ type batcher struct {
 	// inFlight holds a token per pipeline under way, the run goroutines'
 	// and the direct publishers' together: at most pipelines.
 	inFlight chan struct{}
-	ctx      context.Context // the bus's: bounds every pipeline, ends at Close
+	closed   chan struct{} // closed with the bus: nothing more is sent
+	once     sync.Once
 	// timeout bounds one pipeline's round trip (the client's own read and
 	// write timeouts bound it too).
 	timeout time.Duration
 }
 
-func newBatcher(ctx context.Context, rdb redis.UniversalClient, sharded bool) *batcher {
+func newBatcher(rdb redis.UniversalClient, sharded bool) *batcher {
 	return &batcher{rdb: rdb, sharded: sharded, q: make(chan *pub, batchQueue), inFlight: make(chan struct{}, pipelines),
-		ctx: ctx, timeout: 5 * time.Second}
+		closed: make(chan struct{}), timeout: 5 * time.Second}
 }
 
-// run sends the queued publishes in pipelines until the bus closes; start
-// it pipelines times. What is queued when it closes is answered with the
-// context's error.
-func (b *batcher) run() {
-	ctx := b.ctx
+// close stops taking publishes (the bus's Run is ending).
+func (b *batcher) close() { b.once.Do(func() { close(b.closed) }) }
+
+func (b *batcher) isClosed() bool {
+	select {
+	case <-b.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// run sends the queued publishes in pipelines until ctx (the bus's Run's)
+// ends; Run starts it pipelines times. What is queued then is answered
+// with ErrClosed.
+func (b *batcher) run(ctx context.Context) {
 	batch := make([]*pub, 0, batchMax)
 	for {
 		select {
 		case <-ctx.Done():
-			b.drain(ctx.Err())
+			b.drain(ErrClosed)
 			return
 		case p := <-b.q:
 			batch = append(batch[:0], p)
@@ -84,10 +96,10 @@ func (b *batcher) run() {
 		case b.inFlight <- struct{}{}:
 		case <-ctx.Done():
 			for _, p := range batch {
-				p.err = ctx.Err()
+				p.err = ErrClosed
 				p.done <- struct{}{}
 			}
-			b.drain(ctx.Err())
+			b.drain(ErrClosed)
 			return
 		}
 		batch = b.fill(batch)
@@ -147,12 +159,12 @@ func (b *batcher) drain(err error) {
 // publish sends one publish (itself, or through the queue) and waits for
 // Redis's answer: the number of subscribers that received it. A caller
 // whose ctx ends first gets ctx's error; the envelope may still be
-// delivered.
+// delivered. A publish that must queue before the bus runs waits for Run.
 func (b *batcher) publish(ctx context.Context, channel string, payload []byte) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if len(b.q) == 0 && b.ctx.Err() == nil {
+	if len(b.q) == 0 && !b.isClosed() {
 		select {
 		case b.inFlight <- struct{}{}:
 			// Direct: the caller waits for Redis's answer either way. It
@@ -174,7 +186,7 @@ func (b *batcher) publish(ctx context.Context, channel string, payload []byte) (
 	}
 	p := pubPool.Get().(*pub)
 	p.channel, p.payload = channel, payload
-	stop := b.ctx.Done()
+	stop := b.closed
 	select {
 	case b.q <- p:
 	case <-ctx.Done():

@@ -12,6 +12,12 @@ type Handler func(*Envelope)
 // Bus moves envelopes between instances. Memory (one process) and Redis
 // (a cluster) implement it, and one behavioural suite (bustest) runs
 // against both.
+//
+// A bus is built whole and starts nothing; Run runs it. Subscribe,
+// Publish and Receivers may be called before Run (an instance confirms its
+// subscription before it runs anything), but what a bus does on goroutines
+// of its own waits for Run: on Redis, delivery to a subscription's handler
+// and the publishes that must queue (see Redis).
 type Bus interface {
 	// Subscribe delivers every envelope addressed to instance id to h. It
 	// returns once the subscription is confirmed, so an instance never
@@ -27,8 +33,11 @@ type Bus interface {
 	// (PUBSUB NUMSUB on Redis). Instances with none may be absent.
 	Receivers(ctx context.Context, ids []string) (map[string]int, error)
 
-	// Close releases the bus. Subscriptions stop delivering.
-	Close() error
+	// Run runs the bus until ctx ends. Then it closes it: every
+	// subscription stops delivering, and Subscribe and Publish fail with
+	// ErrClosed. It returns nil once everything the bus started has
+	// stopped. Run once.
+	Run(ctx context.Context) error
 }
 
 // Subscription is one instance's live subscription.
@@ -37,7 +46,7 @@ type Subscription interface {
 	Close() error
 }
 
-// ErrClosed is returned by a Bus that has been closed.
+// ErrClosed is returned by a Bus that has been closed (its Run ended).
 var ErrClosed = errors.New("bus: closed")
 
 // DefaultNamespace prefixes every Redis key and channel when a config leaves

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"syscall"
 	"time"
 
@@ -19,6 +20,9 @@ import (
 type RedisConn struct {
 	rdb  redis.UniversalClient
 	addr string // for messages: the URL without its password
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // DialRedis connects to the Redis at url (redis:// or rediss://; with
@@ -62,7 +66,11 @@ func (c *RedisConn) Client() redis.UniversalClient { return c.rdb }
 func (c *RedisConn) Ping(ctx context.Context) error { return c.rdb.Ping(ctx).Err() }
 
 // Close closes the connection; the parts built on it stop working.
-func (c *RedisConn) Close() error { return c.rdb.Close() }
+// Idempotent: a second Close returns the first one's answer.
+func (c *RedisConn) Close() error {
+	c.closeOnce.Do(func() { c.closeErr = c.rdb.Close() })
+	return c.closeErr
+}
 
 // reloadOnNetError re-reads a Redis Cluster's slot map when a command
 // fails for want of a connection. go-redis re-reads it on MOVED, and

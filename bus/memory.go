@@ -76,7 +76,15 @@ func (m *Memory) Receivers(_ context.Context, ids []string) (map[string]int, err
 	return out, nil
 }
 
-// Close implements Bus.
+// Run implements Bus: Memory delivers inside Publish and starts nothing,
+// so Run only waits for ctx, then closes the bus.
+func (m *Memory) Run(ctx context.Context) error {
+	<-ctx.Done()
+	return m.Close()
+}
+
+// Close closes the bus, as the end of Run does: subscriptions stop
+// delivering and every call after it fails with ErrClosed. Idempotent.
 func (m *Memory) Close() error {
 	m.mu.Lock()
 	subs := m.subs

@@ -18,7 +18,7 @@ var _ bus.Bus = (*bus.Memory)(nil)
 func TestMemory(t *testing.T) {
 	bustest.Run(t, func(t *testing.T) (bus.Bus, func(t *testing.T) bus.Bus) {
 		m := bus.NewMemory()
-		t.Cleanup(func() { _ = m.Close() })
+		bustest.Start(t, m)
 		return m, func(*testing.T) bus.Bus { return m }
 	})
 }

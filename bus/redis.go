@@ -43,6 +43,13 @@ type RedisConfig struct {
 // SPUBLISH and SSUBSCRIBE go to the master serving that slot (go-redis
 // routes them by the channel), and so must PUBSUB SHARDNUMSUB, which
 // counts only the subscribers of the node asked (Receivers does).
+//
+// NewRedis starts nothing; Run runs the publish pipelines and every
+// subscription's receive loop. Before Run, Subscribe confirms a
+// subscription with Redis, and its envelopes wait on its connection until
+// Run delivers them, in order; Publish sends from its caller's goroutine
+// while no other publish waits, and one that must wait for a pipeline
+// waits for Run; Receivers works.
 type Redis struct {
 	rdb     redis.UniversalClient
 	cfg     RedisConfig
@@ -50,17 +57,14 @@ type Redis struct {
 	metrics *redisMetrics
 	batch   *batcher // every Publish goes out through it, in pipelines
 
-	// ctx is the parent of every subscription's context; Close cancels it.
-	ctx    context.Context
-	cancel context.CancelFunc
-	// wg counts every goroutine the bus starts (receive loops and
-	// OnResubscribe calls); Close waits for it.
-	wg        sync.WaitGroup
-	closeOnce sync.Once
+	// wg counts the goroutines the bus starts besides the pipelines
+	// (receive loops and OnResubscribe calls); Run waits for it.
+	wg sync.WaitGroup
 
-	mu     sync.Mutex
-	closed bool
-	subs   map[*redisSub]struct{}
+	mu      sync.Mutex
+	running context.Context // Run's: the parent of every receive loop's context; nil before Run
+	closed  bool
+	subs    map[*redisSub]struct{}
 }
 
 var _ Bus = (*Redis)(nil)
@@ -75,7 +79,8 @@ type redisMetrics struct {
 	receiverChecks prometheus.Counter
 }
 
-// NewRedis returns a bus on rdb. The caller owns rdb and closes it after Close.
+// NewRedis returns a bus on rdb. The caller owns rdb and closes it once
+// Run has returned.
 func NewRedis(rdb redis.UniversalClient, cfg RedisConfig) *Redis {
 	if cfg.Namespace == "" {
 		cfg.Namespace = DefaultNamespace
@@ -120,15 +125,55 @@ func NewRedis(rdb redis.UniversalClient, cfg RedisConfig) *Redis {
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(m.publish, m.publishErrors, m.noReceiver, m.received, m.malformed, m.resubscribes, m.receiverChecks)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &Redis{rdb: rdb, cfg: cfg, log: cfg.Logger.With("component", "bus"), metrics: m,
-		ctx: ctx, cancel: cancel, subs: map[*redisSub]struct{}{}}
-	r.batch = newBatcher(ctx, rdb, cfg.Sharded)
-	for range pipelines {
-		r.wg.Add(1)
-		go func() { defer r.wg.Done(); r.batch.run() }()
+	return &Redis{rdb: rdb, cfg: cfg, log: cfg.Logger.With("component", "bus"), metrics: m,
+		batch: newBatcher(rdb, cfg.Sharded), subs: map[*redisSub]struct{}{}}
+}
+
+// Run implements Bus: it runs the publish pipelines and the receive loop
+// of every subscription, those made before it included, until ctx ends.
+// Then it closes every subscription, answers the publishes still queued
+// with ErrClosed, and returns once all it started has stopped.
+func (r *Redis) Run(ctx context.Context) error {
+	r.mu.Lock()
+	if r.closed || r.running != nil {
+		r.mu.Unlock()
+		return nil // closed already, or run already
 	}
-	return r
+	r.running = ctx
+	for s := range r.subs {
+		r.startLocked(s)
+	}
+	r.mu.Unlock()
+	var pipes sync.WaitGroup
+	for range pipelines {
+		pipes.Go(func() { r.batch.run(ctx) })
+	}
+	<-ctx.Done()
+	r.mu.Lock()
+	r.closed = true
+	subs := make([]*redisSub, 0, len(r.subs))
+	for s := range r.subs {
+		subs = append(subs, s)
+	}
+	r.mu.Unlock()
+	r.batch.close()
+	for _, s := range subs {
+		_ = s.Close()
+	}
+	pipes.Wait()
+	r.wg.Wait()
+	return nil
+}
+
+// startLocked starts s's receive loop under Run's context. r.mu is held.
+func (r *Redis) startLocked(s *redisSub) {
+	s.ctx, s.cancel = context.WithCancel(r.running)
+	s.started = true
+	r.wg.Add(1) // under mu, after running was set and before closed is: Run's Wait comes after both
+	go func() {
+		defer r.wg.Done()
+		s.loop()
+	}()
 }
 
 // Channel is the pub/sub channel of an instance.
@@ -242,31 +287,26 @@ func (r *Redis) shardNumSub(ctx context.Context, chans []string) (map[string]int
 }
 
 // Subscribe implements Bus. It returns once Redis has confirmed the
-// subscription.
+// subscription; its envelopes are delivered once Run runs.
 func (r *Redis) Subscribe(ctx context.Context, id string, h Handler) (Subscription, error) {
 	if r.isClosed() {
 		return nil, ErrClosed
 	}
-	sctx, cancel := context.WithCancel(r.ctx)
-	s := &redisSub{r: r, id: id, channel: r.Channel(id), h: h, ctx: sctx, cancel: cancel, done: make(chan struct{})}
+	s := &redisSub{r: r, id: id, channel: r.Channel(id), h: h, done: make(chan struct{})}
 	if err := s.open(ctx); err != nil {
-		cancel()
 		return nil, err
 	}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		cancel()
 		_ = s.ps.Close()
 		return nil, ErrClosed
 	}
 	r.subs[s] = struct{}{}
-	r.wg.Add(1) // under mu, so Close's Wait never races with it
+	if r.running != nil {
+		r.startLocked(s)
+	}
 	r.mu.Unlock()
-	go func() {
-		defer r.wg.Done()
-		s.loop()
-	}()
 	return s, nil
 }
 
@@ -276,36 +316,19 @@ func (r *Redis) isClosed() bool {
 	return r.closed
 }
 
-// Close implements Bus: it closes every subscription and returns once every
-// goroutine the bus started has stopped. It may be called more than once;
-// each call returns only when they have stopped. The client stays open.
-func (r *Redis) Close() error {
-	r.closeOnce.Do(func() {
-		r.mu.Lock()
-		r.closed = true
-		subs := make([]*redisSub, 0, len(r.subs))
-		for s := range r.subs {
-			subs = append(subs, s)
-		}
-		r.mu.Unlock()
-		r.cancel()
-		for _, s := range subs {
-			_ = s.Close()
-		}
-	})
-	r.wg.Wait()
-	return nil
-}
-
 // redisSub is one instance's subscription and its receive loop.
 type redisSub struct {
 	r       *Redis
 	id      string
 	channel string
 	h       Handler
-	ctx     context.Context // cancelled by Close (the sub's or the bus's)
+	done    chan struct{} // closed when the loop has stopped (or, never started, at Close)
+
+	// Set with started by startLocked under r.mu, before the loop begins:
+	// its context, cancelled by Close (the sub's, or the bus's at Run's end).
+	ctx     context.Context
 	cancel  context.CancelFunc
-	done    chan struct{} // closed when the loop has stopped
+	started bool
 
 	mu     sync.Mutex
 	ps     *redis.PubSub
@@ -515,7 +538,8 @@ func (s *redisSub) isClosed() bool {
 	return s.closed
 }
 
-// Close implements Subscription. It returns when the loop has stopped.
+// Close implements Subscription. It returns when the loop has stopped
+// (a subscription closed before Run has none).
 func (s *redisSub) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -526,11 +550,19 @@ func (s *redisSub) Close() error {
 	s.closed = true
 	ps := s.ps
 	s.mu.Unlock()
-	s.cancel()
-	err := ps.Close()
-	<-s.done
+	// Out of the set first: Run starts no loop for it after this.
 	s.r.mu.Lock()
 	delete(s.r.subs, s)
+	started := s.started
 	s.r.mu.Unlock()
+	if started {
+		s.cancel()
+	}
+	err := ps.Close()
+	if started {
+		<-s.done
+	} else {
+		close(s.done)
+	}
 	return err
 }

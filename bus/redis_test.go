@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	"github.com/switchyard-dev/switchyard/bus"
 	"github.com/switchyard-dev/switchyard/bus/bustest"
@@ -42,10 +43,10 @@ func redisFactory(newClient func(testing.TB) redis.UniversalClient, newNS func(t
 	return func(t *testing.T) (bus.Bus, func(t *testing.T) bus.Bus) {
 		cfg := bus.RedisConfig{Namespace: newNS(t), Sharded: sharded}
 		b := bus.NewRedis(newClient(t), cfg)
-		t.Cleanup(func() { _ = b.Close() })
+		bustest.Start(t, b)
 		return b, func(t *testing.T) bus.Bus {
 			p := bus.NewRedis(newClient(t), cfg)
-			t.Cleanup(func() { _ = p.Close() })
+			bustest.Start(t, p)
 			return p
 		}
 	}
@@ -61,9 +62,9 @@ func TestRedisClusterReceiverCounts(t *testing.T) {
 	ctx := context.Background()
 	cfg := bus.RedisConfig{Namespace: "sy", Sharded: true}
 	subscriber := bus.NewRedis(c.Client(t), cfg)
-	defer subscriber.Close()
+	defer bustest.Start(t, subscriber)()
 	asker := bus.NewRedis(c.Client(t), cfg)
-	defer asker.Close()
+	defer bustest.Start(t, asker)()
 
 	// One instance whose channel lives on each master.
 	byMaster := map[*redistest.Server]string{}
@@ -124,7 +125,7 @@ func TestRedisResubscribesAfterRestart(t *testing.T) {
 	resubscribed := make(chan string, 4)
 	b := bus.NewRedis(rdb, bus.RedisConfig{Namespace: "t", Idle: 200 * time.Millisecond,
 		OnResubscribe: func(id string) { resubscribed <- id }})
-	defer b.Close()
+	defer bustest.Start(t, b)()
 	got := make(chan *bus.Envelope, 4)
 	sub, err := b.Subscribe(context.Background(), "me", func(e *bus.Envelope) { got <- e })
 	if err != nil {
@@ -161,7 +162,7 @@ func TestRedisDropsMalformed(t *testing.T) {
 	rdb := redisClient(t)
 	ns := redistest.Namespace(t)
 	b := bus.NewRedis(rdb, bus.RedisConfig{Namespace: ns})
-	defer b.Close()
+	defer bustest.Start(t, b)()
 	got := make(chan *bus.Envelope, 4)
 	sub, err := b.Subscribe(context.Background(), "me", func(e *bus.Envelope) { got <- e })
 	if err != nil {
@@ -190,9 +191,9 @@ func BenchmarkRedisPublishRoundTrip(b *testing.B) {
 	rdb := redistest.Client(b)
 	ns := redistest.Namespace(b)
 	sender := bus.NewRedis(rdb, bus.RedisConfig{Namespace: ns})
-	defer sender.Close()
+	defer bustest.Start(b, sender)()
 	receiver := bus.NewRedis(redistest.Client(b), bus.RedisConfig{Namespace: ns})
-	defer receiver.Close()
+	defer bustest.Start(b, receiver)()
 	got := make(chan struct{}, 1)
 	sub, err := receiver.Subscribe(context.Background(), "r", func(*bus.Envelope) { got <- struct{}{} })
 	if err != nil {
@@ -209,16 +210,20 @@ func BenchmarkRedisPublishRoundTrip(b *testing.B) {
 	}
 }
 
-// Close stops every goroutine the bus started and returns promptly, even
-// while its subscriptions are retrying an unreachable Redis (their backoff
-// waits on the bus, not on a sleep). A second Close returns too. TestMain's
-// goleak check shows nothing is left behind.
-func TestRedisCloseIsPromptWhileRedisIsDown(t *testing.T) {
+// Run, its context ended, stops every goroutine the bus started and
+// returns promptly, even while its subscriptions are retrying an
+// unreachable Redis (their backoff waits on the bus, not on a sleep).
+// TestMain's goleak check shows nothing is left behind.
+func TestRedisRunEndsPromptlyWhileRedisIsDown(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
 	defer rdb.Close()
 	b := bus.NewRedis(rdb, bus.RedisConfig{Namespace: "t", Idle: 100 * time.Millisecond,
 		OnResubscribe: func(string) {}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
 	for _, id := range []string{"a", "b", "c"} {
 		if _, err := b.Subscribe(context.Background(), id, func(*bus.Envelope) {}); err != nil {
 			t.Fatal(err)
@@ -228,17 +233,59 @@ func TestRedisCloseIsPromptWhileRedisIsDown(t *testing.T) {
 	// Let the loops reach their reconnect backoff, which grows to 1s.
 	time.Sleep(1500 * time.Millisecond)
 	start := time.Now()
-	if err := b.Close(); err != nil {
+	cancel()
+	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(start); d > 300*time.Millisecond {
-		t.Fatalf("Close took %v while Redis was down; want it prompt", d)
-	}
-	if err := b.Close(); err != nil {
-		t.Fatalf("second Close: %v", err)
+		t.Fatalf("Run took %v to return while Redis was down; want it prompt", d)
 	}
 	if _, err := b.Subscribe(context.Background(), "d", func(*bus.Envelope) {}); err != bus.ErrClosed {
-		t.Fatalf("Subscribe after Close = %v, want ErrClosed", err)
+		t.Fatalf("Subscribe after Run = %v, want ErrClosed", err)
+	}
+	if _, err := b.Publish(context.Background(), "a", &bus.Envelope{Kind: bus.KindCancel}); err != bus.ErrClosed {
+		t.Fatalf("Publish after Run = %v, want ErrClosed", err)
+	}
+}
+
+// NewRedis starts nothing. A subscription made before Run is confirmed
+// (a publish counts it) and its envelopes wait for Run, which delivers
+// them in order; a publish from the caller's goroutine works before Run.
+// Once Run has returned nothing of the bus is left running.
+func TestRedisSubscribeBeforeRun(t *testing.T) {
+	rdb := redisClient(t)
+	ns := redistest.Namespace(t)
+	sender := bus.NewRedis(redisClient(t), bus.RedisConfig{Namespace: ns})
+	before := goleak.IgnoreCurrent()
+	b := bus.NewRedis(rdb, bus.RedisConfig{Namespace: ns})
+	got := make(chan *bus.Envelope, 4)
+	sub, err := b.Subscribe(context.Background(), "me", func(e *bus.Envelope) { got <- e })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"one", "two"} {
+		if n, err := sender.Publish(context.Background(), "me", &bus.Envelope{Kind: bus.KindCancel, TaskID: id}); err != nil || n != 1 {
+			t.Fatalf("publish to a subscription made before Run = %d, %v; want 1 receiver", n, err)
+		}
+	}
+	if err := goleak.Find(before); err != nil {
+		t.Fatalf("NewRedis, Subscribe or Publish started a goroutine: %v", err)
+	}
+	stop := bustest.Start(t, b)
+	for _, want := range []string{"one", "two"} {
+		select {
+		case e := <-got:
+			if e.TaskID != want {
+				t.Fatalf("got %q, want %q (in order)", e.TaskID, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%q not delivered once Run ran", want)
+		}
+	}
+	stop()
+	_ = sub.Close() // closed by Run's end already: a second Close returns
+	if err := goleak.Find(before); err != nil {
+		t.Errorf("Run left a goroutine behind: %v", err)
 	}
 }
 
@@ -253,9 +300,9 @@ func TestRedisClusterFailoverResubscribes(t *testing.T) {
 	scfg := cfg
 	scfg.OnResubscribe = func(id string) { resubscribed <- id }
 	subscriber := bus.NewRedis(c.Client(t), scfg)
-	defer subscriber.Close()
+	defer bustest.Start(t, subscriber)()
 	asker := bus.NewRedis(c.Client(t), cfg)
-	defer asker.Close()
+	defer bustest.Start(t, asker)()
 	got := make(chan string, 8)
 	sub, err := subscriber.Subscribe(ctx, "me", func(e *bus.Envelope) { got <- e.TaskID })
 	if err != nil {

@@ -447,25 +447,30 @@ func (d *ClusterDirectory) WaitSlot(capability string, p Place) *Waiter {
 
 // Start subscribes to the change feed (confirmed by Redis), reads every
 // live instance's directory, and writes this instance's whole; the
-// instance is then routable from everywhere. Call it once, before Run.
+// instance is then routable from everywhere. It starts no goroutine: the
+// feed's events wait on the subscription until Run applies them. Call it
+// once, before Run; if it fails, it keeps no subscription.
 func (d *ClusterDirectory) Start(ctx context.Context) error {
 	ps := d.rdb.Subscribe(ctx, d.EventsChannel())
 	if _, err := ps.Receive(ctx); err != nil {
 		_ = ps.Close()
 		return err
 	}
-	d.ps.Store(ps)
 	if err := d.readAll(ctx); err != nil {
+		_ = ps.Close()
 		return err
 	}
+	d.ps.Store(ps)
 	d.subOK.Store(true)
 	return d.flush(ctx, true)
 }
 
 // Run keeps the directory current until ctx ends: it applies the change
 // feed, writes local changes, and runs the backstop read. It owns the
-// subscription made by Start and closes it before returning.
-func (d *ClusterDirectory) Run(ctx context.Context) {
+// subscription made by Start (or makes one, if Start failed or was not
+// called) and closes it before returning nil, once everything it started
+// has stopped.
+func (d *ClusterDirectory) Run(ctx context.Context) error {
 	ps := d.ps.Load()
 	if ps == nil {
 		if err := d.Start(ctx); err != nil && ctx.Err() == nil {
@@ -484,6 +489,7 @@ func (d *ClusterDirectory) Run(ctx context.Context) {
 		_ = p.Close()
 	}
 	wg.Wait()
+	return nil
 }
 
 // event is one message on the change feed, after its "<seq> " prefix.

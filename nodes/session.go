@@ -168,21 +168,23 @@ func (s *Session) Send(msg []byte) bool {
 // being written, it writes msg itself: the hand-off to the writer goroutine
 // may wake another thread, and such wakeups were about a third of an
 // instance's CPU at 2,500 requests/s on two cores (docs/BENCHMARKS.md, "the
-// floor, and fewer hand-offs"). Otherwise it queues msg as Send does,
-// behind what is there, so the node still gets its messages in the order
-// they were sent. The write is bounded by WriteTimeout and a failed one
-// closes the session, as the writer's are; it reports whether msg was
-// written or queued.
-func (s *Session) SendDirect(msg []byte) bool {
+// floor, and fewer hand-offs"). Otherwise, or when ctx has ended already,
+// it queues msg as Send does, behind what is there, so the node still gets
+// its messages in the order they were sent. The write it does itself is
+// bounded by ctx (the caller's request) and by WriteTimeout; one that fails,
+// or that ctx cuts short (the library closes a connection whose write was
+// cut: a frame may be half sent), closes the session, as a failed write of
+// the writer's does. It reports whether msg was written or queued.
+func (s *Session) SendDirect(ctx context.Context, msg []byte) bool {
 	s.mu.Lock()
-	if s.closing || s.writing || len(s.queue) > 0 {
+	if s.closing || s.writing || len(s.queue) > 0 || ctx.Err() != nil {
 		s.mu.Unlock()
 		return s.Send(msg)
 	}
 	s.writing = true
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), s.hub.cfg.WriteTimeout)
-	err := s.conn.Write(ctx, websocket.MessageText, msg)
+	wctx, cancel := context.WithTimeout(ctx, s.hub.cfg.WriteTimeout)
+	err := s.conn.Write(wctx, websocket.MessageText, msg)
 	cancel()
 	s.mu.Lock()
 	s.writing = false

@@ -358,7 +358,7 @@ func TestSendDirectKeepsOrder(t *testing.T) {
 				if i%3 == 0 {
 					ok = s.Send(msg)
 				} else {
-					ok = s.SendDirect(msg)
+					ok = s.SendDirect(t.Context(), msg)
 				}
 				if !ok {
 					t.Errorf("%s %d: refused", g, i)

@@ -57,9 +57,9 @@ type App struct {
 	metrics         *httpMetrics
 	dir             nodes.Directory
 	// webhooks delivers the outbox's webhooks (package webhooks): the async
-	// queue enqueues through it. Built with the store, closed after the
-	// HTTP server and before the store. hooks is its outbox and the
-	// accounts' secrets.
+	// queue enqueues through it. Built with the store; its Run stops after
+	// the HTTP server and before the store closes. hooks is its outbox and
+	// the accounts' secrets.
 	webhooks *webhooks.Dispatcher
 	hooks    store.WebhookStore
 
@@ -82,13 +82,17 @@ type App struct {
 	echo     *echo.Echo
 	http     *http.Server
 	listener net.Listener
+	pprof    *pprofServer // --pprof-listen; nil: none
 
-	// root bounds everything long-lived (node sessions, bus publishes); it
-	// is cancelled only after the drain, never by a request.
+	// The stages the drain ends one at a time (lifecycle.go), made by New,
+	// and the group every component runs in, made by Run. root is the loops'
+	// stage: it bounds everything long-lived that is not a component (node
+	// sessions, bus publishes made for the hub); it ends only late in the
+	// drain, never with a request.
+	stages   stages
+	group    *group
 	root     context.Context
-	stopRoot context.CancelFunc
 	draining atomic.Bool
-	bg       sync.WaitGroup
 
 	reports reportCache // the overview's reputations (overview.go)
 
@@ -98,8 +102,10 @@ type App struct {
 }
 
 // New builds an instance from cfg: it checks the configuration, opens (and
-// migrates) the store, and binds the listen address. Nothing is served
-// until Run.
+// migrates) the store, connects to Redis, confirms the bus subscription,
+// binds the listen addresses and announces the instance. It starts no
+// goroutine: nothing is served or run until Run. If it fails part-way it
+// closes what it had opened.
 func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -113,7 +119,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		keyCheck:   make(chan struct{}, 1),
 	}
 	a.log = cfg.Logger.With("instance", cfg.InstanceName)
-	a.root, a.stopRoot = context.WithCancel(context.WithoutCancel(ctx))
+	// The stages outlive ctx (it may be a boot deadline): only the drain
+	// ends them. Making them starts nothing.
+	a.stages = newStages(context.WithoutCancel(ctx))
+	a.root = a.stages.loops.ctx
 	a.streamsStop, a.stopStreams = context.WithCancel(a.root)
 	a.keepAlive = defaultKeepAlive
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -121,7 +130,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	ok := false
 	defer func() {
 		if !ok {
-			a.closeAll()
+			a.shutdown() // what was built so far
 		}
 	}()
 
@@ -152,7 +161,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	// Task streams follow for as long as their task runs: Shutdown would
 	// wait for them, so they end when it begins (clients resume elsewhere).
 	a.http.RegisterOnShutdown(a.stopStreams)
-	if _, err := startPprof(a.root, &a.bg, cfg.PprofListen, a.log); err != nil {
+	if a.pprof, err = listenPprof(cfg.PprofListen, a.log); err != nil {
 		return nil, err
 	}
 	// Announced last: with its subscription confirmed and its address bound.
@@ -173,7 +182,8 @@ func (a *App) openStore(ctx context.Context) error {
 		return err
 	}
 	a.store = st
-	a.writer = store.NewWriter(st, store.WriterConfig{FlushInterval: a.cfg.StoreFlushInterval, Registerer: a.registry, Logger: a.log})
+	a.writer = store.NewWriter(st, store.WriterConfig{FlushInterval: a.cfg.StoreFlushInterval, FinalFlushTimeout: a.cfg.DrainFlushTimeout,
+		Registerer: a.registry, Logger: a.log})
 	a.rep = store.NewReputation(st, a.writer, store.ReputationConfig{Logger: a.log})
 	a.rlm = ratelimit.NewMetrics(a.registry)
 	a.auth = newAuthCache(st)
@@ -187,24 +197,23 @@ func (a *App) openStore(ctx context.Context) error {
 // connect sets up what the mode (DESIGN §3) decides: the bus, the
 // limiter and the node claims, in memory or (with Redis) shared.
 func (a *App) connect(ctx context.Context) (nodes.Claims, error) {
-	var claims nodes.Claims = nodes.NewMemoryClaims()
-	a.limiter = ratelimit.NewMemory(ratelimit.MemoryConfig{})
-	a.bus = bus.NewMemory()
 	if a.cfg.RedisURL == "" {
+		a.limiter = ratelimit.NewMemory(ratelimit.MemoryConfig{})
 		a.control = bus.NewMemoryControl()
-		return claims, nil
+		a.bus = bus.NewMemory()
+		return nodes.NewMemoryClaims(), nil
 	}
 	c, err := a.connectCluster(ctx)
 	if err != nil {
 		return nil, err
 	}
-	_ = a.limiter.Close()
 	a.limiter, a.control = c.limiter, c.control
 	if a.cfg.Multi() {
-		_ = a.bus.Close()
-		a.bus, claims = c.bus, c.claims
+		a.bus = c.bus
+		return c.claims, nil
 	}
-	return claims, nil
+	a.bus = bus.NewMemory()
+	return nodes.NewMemoryClaims(), nil
 }
 
 // buildEngine builds the task side whole, in one call; it builds the hub
@@ -301,41 +310,75 @@ func (a *App) Webhooks() *webhooks.Dispatcher { return a.webhooks }
 // Run serves until ctx ends, then drains (DESIGN §5, invariant 9): it stops
 // taking requests and nodes, reports not ready, lets tasks in flight
 // finish up to the drain timeout, closes node sockets with 1001, flushes
-// the store and closes everything.
+// the store and closes everything. Every component runs in one errgroup
+// (lifecycle.go); one that fails on its own makes the instance drain as
+// above, and Run returns its error once the drain is done.
 func (a *App) Run(ctx context.Context) error {
 	if a.cfg.GCHeapFloorBytes > 0 {
 		if stop, ok := gcfloor.Start(uint64(a.cfg.GCHeapFloorBytes)); ok {
 			defer stop()
 		}
 	}
-	a.bg.Add(4)
-	if a.cluster != nil {
-		a.cluster.run(a)
-	}
-	go func() { defer a.bg.Done(); a.watchAuthEvents(a.root) }() // invariant 15
-	go func() { defer a.bg.Done(); a.checkKeys(a.root) }()       // invariant 15: revoked keys' nodes go
-	go func() { defer a.bg.Done(); a.watchAsyncEvents(a.root) }()
-	go func() {
-		defer a.bg.Done()
-		// Instances that share a database converge on each node's counters.
-		_ = a.rep.Run(a.root, 30*time.Second)
-	}()
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- a.http.Serve(a.listener) }()
+	// The drain runs after ctx has ended: its budgets come from a context
+	// that ctx's end does not cancel.
+	base := context.WithoutCancel(ctx)
+	a.group = newGroup(a.log)
+	g, st := a.group, &a.stages
+	g.start(st.writer, "store writer", a.writer.Run)
+	g.start(st.webhooks, "webhooks", a.webhooks.Run)
+	g.start(st.bus, "bus", a.bus.Run)
+	g.start(st.streams, "task streams", a.streams.Run)
+	g.start(st.engine, "task engine", a.engine.Run)
+	g.start(st.pump, "async pump", a.pump.Run)
+	a.startLoops(st.loops)
+	g.start(st.loops, "http server", func(context.Context) error {
+		// It ends when the drain shuts the server down (ErrServerClosed).
+		if err := a.http.Serve(a.listener); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
 	a.log.Info("switchyard is serving", "addr", a.Addr(), "instance_id", a.instanceID, "store", a.storeKind())
 
-	var err error
-	served := false
 	select {
 	case <-ctx.Done():
-	case err = <-serveErr:
-		served, err = true, fmt.Errorf("http server: %w", err)
+	case <-g.failed:
 	}
-	a.drain()
-	if !served {
-		<-serveErr // Serve returns once the drain has shut the server down and closed the listener
+	a.drain(base)
+	return g.wait()
+}
+
+// stages are the App's stages (lifecycle.go), in the order the drain ends
+// them.
+type stages struct {
+	pump     *stage // the async pump: first, so its running tasks stop unended before node sockets close
+	loops    *stage // the App's own loops, the cluster's, and the HTTP server: the root context
+	engine   *stage // the task engine, after the bus subscription is closed (nothing reaches it any more)
+	streams  *stage // the task streams' log, before the Redis client closes
+	bus      *stage // the bus, after the engine, whose publishers use it
+	webhooks *stage // webhook sends: released for the next instance, before the store closes
+	writer   *stage // the task-record writer: its final flush, before the store closes
+}
+
+func newStages(base context.Context) stages {
+	return stages{pump: newStage(base), loops: newStage(base), engine: newStage(base), streams: newStage(base),
+		bus: newStage(base), webhooks: newStage(base), writer: newStage(base)}
+}
+
+// startLoops starts the App's own loops, and the cluster's, in s.
+func (a *App) startLoops(s *stage) {
+	g := a.group
+	g.start(s, "auth events", forever(a.watchAuthEvents)) // invariant 15
+	g.start(s, "key checks", forever(a.checkKeys))        // invariant 15: revoked keys' nodes go
+	g.start(s, "async events", forever(a.watchAsyncEvents))
+	// Instances that share a database converge on each node's counters.
+	g.start(s, "reputation refresh", a.rep.Run)
+	if a.pprof != nil {
+		g.start(s, "profiling endpoint", a.pprof.Run)
 	}
-	return err
+	if a.cluster != nil {
+		a.cluster.startLoops(s)
+	}
 }
 
 func (a *App) storeKind() string {
@@ -345,15 +388,18 @@ func (a *App) storeKind() string {
 	return "sqlite"
 }
 
-// drain is the orderly stop. Each step is bounded.
-func (a *App) drain() {
+// drain is the orderly stop, after Run's context ended (base is its
+// context without the end). Each step is bounded by its budget (Config's
+// Drain…Timeout fields; StopBudget is their sum) or is prompt.
+func (a *App) drain(base context.Context) {
 	start := time.Now()
 	a.draining.Store(true)
 	a.engine.Drain()
 	a.pump.Drain()
-	a.log.Info("draining", "in_flight", a.engine.Requesting(), "forwarding", a.engine.Forwarding(), "timeout", a.cfg.DrainTimeout)
+	a.log.Info("draining", "in_flight", a.engine.Requesting(), "forwarding", a.engine.Forwarding(), "timeout", a.cfg.DrainTimeout,
+		"stop_budget", a.cfg.StopBudget())
 	if a.cluster != nil {
-		a.cluster.drainStart(a)
+		a.cluster.drainStart(base, a)
 	}
 
 	deadline := time.Now().Add(a.cfg.DrainTimeout)
@@ -369,8 +415,8 @@ func (a *App) drain() {
 	// Async tasks still running stop here unended, before their nodes'
 	// sockets close (which would fail them): their leases lapse and
 	// another instance runs them again.
-	_ = a.pump.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	a.stages.pump.stop()
+	ctx, cancel := context.WithTimeout(base, a.cfg.DrainCloseTimeout)
 	defer cancel()
 	if err := a.hub.Shutdown(ctx); err != nil {
 		a.log.Warn("closing node connections", "err", err)
@@ -378,36 +424,39 @@ func (a *App) drain() {
 	if err := a.http.Shutdown(ctx); err != nil {
 		a.log.Warn("closing HTTP connections", "err", err)
 	}
+	// The loops (the heartbeat among them) stop before the instance
+	// deregisters, so that none registers it again.
+	a.stages.loops.stop()
 	if a.cluster != nil {
 		a.cluster.deregister(ctx, a)
 	}
-	a.stopRoot()
-	a.bg.Wait()
-	a.closeAll()
+	a.shutdown()
 	a.log.Info("stopped", "drain", time.Since(start).Round(time.Millisecond))
 }
 
-// closeAll closes every component that was opened, in reverse order.
-func (a *App) closeAll() {
-	a.stopRoot()
+// shutdown ends the stages still running and closes what New opened, in
+// the order that loses nothing: the subscription before the engine (nothing
+// reaches it any more), the engine before the bus its publishers use, the
+// task streams before the Redis client closes, webhook sends (released for
+// the next instance) and the writer's final flush before the store, the
+// store last. After a drain the pump and loops have stopped already; when
+// New failed part-way nothing runs (stopping a stage is then only the end of
+// its context) and it closes what was built. Every Close here is idempotent.
+func (a *App) shutdown() {
+	a.stages.pump.stop()
+	a.stages.loops.stop()
 	if a.listener != nil {
 		_ = a.listener.Close()
+	}
+	if a.pprof != nil {
+		_ = a.pprof.Close()
 	}
 	if a.sub != nil {
 		_ = a.sub.Close()
 	}
-	if a.pump != nil {
-		_ = a.pump.Close() // before the engine: its tasks run there
-	}
-	if a.engine != nil {
-		_ = a.engine.Close() // after the subscription: nothing reaches it any more
-	}
-	if a.streams != nil {
-		_ = a.streams.Close() // before the cluster's client closes
-	}
-	if a.bus != nil {
-		_ = a.bus.Close()
-	}
+	a.stages.engine.stop()  // after the subscription: nothing reaches it any more
+	a.stages.streams.stop() // before the Redis client closes
+	a.stages.bus.stop()     // after the engine, whose publishers use it
 	if a.limiter != nil {
 		_ = a.limiter.Close()
 	}
@@ -417,16 +466,12 @@ func (a *App) closeAll() {
 	if a.cluster != nil {
 		a.cluster.close()
 	}
-	if a.webhooks != nil {
-		_ = a.webhooks.Close() // its sends in flight are released for the next instance
-	}
-	if a.writer != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := a.writer.Close(ctx); err != nil {
-			a.log.Error("task records not written", "err", err)
-		}
-		cancel()
-	}
+	// Webhook sends in flight are released for the next instance, and the
+	// writer writes what is buffered: both before the store closes, at
+	// once, within DrainFlushTimeout (a send settles within 5s).
+	a.stages.webhooks.cancel()
+	a.stages.writer.stop()
+	a.stages.webhooks.stop()
 	if a.store != nil {
 		_ = a.store.Close()
 	}

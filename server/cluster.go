@@ -113,19 +113,17 @@ func (c *cluster) announce(ctx context.Context, s *nodes.Session) {
 	}
 }
 
-// run starts the background loops, owned by the App's wait group.
-func (c *cluster) run(a *App) {
-	a.bg.Add(1)
-	go func() { defer a.bg.Done(); c.watchRedis(a.root) }()
+// startLoops starts the cluster's loops in s (the App's loops stage).
+func (c *cluster) startLoops(s *stage) {
+	g := c.app.group
+	g.start(s, "Redis watch", forever(c.watchRedis))
 	if c.lock != nil {
-		a.bg.Add(1)
-		go func() { defer a.bg.Done(); c.keepLock(a.root) }()
+		g.start(s, "single-instance lock", forever(c.keepLock))
 	}
 	if c.registry != nil {
-		a.bg.Add(3)
-		go func() { defer a.bg.Done(); c.heartbeat(a.root) }()
-		go func() { defer a.bg.Done(); c.dir.Run(a.root) }()
-		go func() { defer a.bg.Done(); c.publishFigures(a.root) }()
+		g.start(s, "heartbeat", forever(c.heartbeat))
+		g.start(s, "cluster directory", c.dir.Run)
+		g.start(s, "figures", forever(c.publishFigures))
 	}
 }
 
@@ -280,11 +278,11 @@ func (c *cluster) notReady() string {
 
 // drainStart withdraws this instance from the cluster's routing, so other
 // instances stop sending it work; its tasks in flight go on.
-func (c *cluster) drainStart(a *App) {
+func (c *cluster) drainStart(base context.Context, a *App) {
 	if c.registry == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(base, a.cfg.DrainWithdrawTimeout)
 	defer cancel()
 	if err := c.dir.Withdraw(ctx); err != nil {
 		a.log.Warn("cannot withdraw this instance's nodes from the directory", "err", err)

@@ -78,8 +78,14 @@ type Config struct {
 	// RegisterTimeout bounds the wait for a node's first message. Zero is
 	// passed through: package nodes fills its own default (10s).
 	RegisterTimeout time.Duration
-	DrainTimeout    time.Duration // how long SIGTERM waits for tasks in flight
-	TrustProxy      bool          // take client IPs from X-Forwarded-For (behind a load balancer)
+	TrustProxy      bool // take client IPs from X-Forwarded-For (behind a load balancer)
+
+	// The drain (SIGTERM) in steps, each bounded; StopBudget is their sum,
+	// the longest a stop can take (57s with the defaults).
+	DrainWithdrawTimeout time.Duration // default 2s: withdrawing this instance's nodes from the cluster's directory, first
+	DrainTimeout         time.Duration // default 30s: the wait for tasks in flight to finish
+	DrainCloseTimeout    time.Duration // default 15s: closing node sockets (1001) and HTTP connections, then deregistering
+	DrainFlushTimeout    time.Duration // default 10s: the task-record writer's last flush (and webhook sends settling), before the store closes
 
 	StoreFlushInterval time.Duration // how often task records are written, in batches
 
@@ -168,8 +174,13 @@ func DefaultConfig() Config {
 		RegisterRate:  5,
 		HandshakeRate: 30,
 
-		PingInterval:       n.PingInterval,
-		DrainTimeout:       30 * time.Second,
+		PingInterval: n.PingInterval,
+
+		DrainWithdrawTimeout: 2 * time.Second,
+		DrainTimeout:         30 * time.Second,
+		DrainCloseTimeout:    15 * time.Second,
+		DrainFlushTimeout:    10 * time.Second,
+
 		StoreFlushInterval: 200 * time.Millisecond,
 		GCHeapFloorBytes:   64 << 20,
 		SplitTaskTypes:     []string{"translate"},
@@ -212,7 +223,10 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.RegisterRate, d.RegisterRate)
 	setDefault(&c.HandshakeRate, d.HandshakeRate)
 	setDefault(&c.PingInterval, d.PingInterval)
+	setDefault(&c.DrainWithdrawTimeout, d.DrainWithdrawTimeout)
 	setDefault(&c.DrainTimeout, d.DrainTimeout)
+	setDefault(&c.DrainCloseTimeout, d.DrainCloseTimeout)
+	setDefault(&c.DrainFlushTimeout, d.DrainFlushTimeout)
 	setDefault(&c.StoreFlushInterval, d.StoreFlushInterval)
 	setDefault(&c.GCHeapFloorBytes, d.GCHeapFloorBytes)
 	if c.SplitTaskTypes == nil {
@@ -309,8 +323,11 @@ func (c Config) Validate() error {
 	if c.PingInterval < 100*time.Millisecond {
 		bad("--ping-interval must be at least 100ms")
 	}
-	if c.DrainTimeout < 0 {
-		bad("--drain-timeout must not be negative")
+	for name, v := range map[string]time.Duration{"--drain-withdraw-timeout": c.DrainWithdrawTimeout, "--drain-timeout": c.DrainTimeout,
+		"--drain-close-timeout": c.DrainCloseTimeout, "--drain-flush-timeout": c.DrainFlushTimeout} {
+		if v < 0 {
+			bad("%s must not be negative", name)
+		}
 	}
 	if c.StoreFlushInterval <= 0 {
 		bad("--store-flush-interval must be positive")
@@ -329,6 +346,17 @@ func (c Config) Validate() error {
 		bad("--pprof-allow-remote only matters with --pprof-listen")
 	}
 	return errors.Join(errs...)
+}
+
+// StopBudget is the longest a stop (SIGTERM, Ctrl-C) can take: the drain's
+// budgets together, DrainWithdrawTimeout + DrainTimeout + DrainCloseTimeout
+// + DrainFlushTimeout (57s with the defaults), the steps between them being
+// prompt. An orchestrator's grace period (compose's stop_grace_period,
+// Kubernetes' terminationGracePeriodSeconds) must be longer, or the
+// instance is killed in the middle of its drain.
+func (c Config) StopBudget() time.Duration {
+	c = c.withDefaults()
+	return c.DrainWithdrawTimeout + c.DrainTimeout + c.DrainCloseTimeout + c.DrainFlushTimeout
 }
 
 // Multi reports whether the configuration runs in multi-instance mode.

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -82,6 +84,11 @@ func TestConfigValidate(t *testing.T) {
 		{"multi-instance without PostgreSQL", Config{RedisURL: "redis://127.0.0.1:6379/0"}, "needs --database-url"},
 		{"namespace with a brace", Config{Namespace: "a{b"}, "--namespace"},
 
+		{"negative drain timeout", Config{DrainTimeout: -time.Second}, "--drain-timeout must not be negative"},
+		{"negative withdraw budget", Config{DrainWithdrawTimeout: -time.Second}, "--drain-withdraw-timeout must not be negative"},
+		{"negative close budget", Config{DrainCloseTimeout: -time.Second}, "--drain-close-timeout must not be negative"},
+		{"negative flush budget", Config{DrainFlushTimeout: -time.Second}, "--drain-flush-timeout must not be negative"},
+
 		{"pprof on IPv4 loopback", Config{PprofListen: "127.0.0.1:6060"}, ""},
 		{"pprof on IPv6 loopback", Config{PprofListen: "[::1]:6060"}, ""},
 		{"pprof on localhost", Config{PprofListen: "localhost:0"}, ""},
@@ -105,5 +112,29 @@ func TestConfigValidate(t *testing.T) {
 				t.Errorf("Validate() = %q, want one sentence", err)
 			}
 		})
+	}
+}
+
+// The stop budget is the drain's budgets together: with the defaults the
+// 57s that deploy/compose.yaml's stop_grace_period must exceed, and it
+// follows each budget.
+func TestStopBudget(t *testing.T) {
+	if got := (Config{}).StopBudget(); got != 57*time.Second {
+		t.Errorf("the default stop budget is %s, want 57s (2s withdraw + 30s tasks + 15s close + 10s flush)", got)
+	}
+	raw, err := os.ReadFile("../deploy/compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\s*stop_grace_period:\s*(\S+)`).FindSubmatch(raw)
+	if m == nil {
+		t.Fatal("deploy/compose.yaml sets no stop_grace_period")
+	}
+	if grace, err := time.ParseDuration(string(m[1])); err != nil || grace <= DefaultConfig().StopBudget() {
+		t.Errorf("deploy/compose.yaml's stop_grace_period is %s (%v); it must exceed the default stop budget, %s", m[1], err, DefaultConfig().StopBudget())
+	}
+	c := Config{DrainWithdrawTimeout: time.Second, DrainTimeout: 2 * time.Second, DrainCloseTimeout: 3 * time.Second, DrainFlushTimeout: 4 * time.Second}
+	if got := c.StopBudget(); got != 10*time.Second {
+		t.Errorf("StopBudget of %+v = %s, want 10s", c, got)
 	}
 }

@@ -234,11 +234,12 @@ func (g *demandGauges) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect reads the figures at scrape time (one Redis pipeline per scrape
-// in a cluster, nothing between scrapes).
+// in a cluster, nothing between scrapes). Prometheus gives it no context:
+// the read is bounded (a second) and ends with the App's root.
 func (g *demandGauges) Collect(ch chan<- prometheus.Metric) {
 	now := time.Now()
 	items := map[string]capabilityItem{}
-	for _, it := range g.a.capabilities(context.Background()) {
+	for _, it := range g.a.capabilities(g.a.root) {
 		items[it.TaskType] = it
 	}
 	g.mu.Lock()

@@ -7,8 +7,11 @@
 //     configuration at boot with one sentence per problem (config.go);
 //   - the App (app.go): New builds the store, the task-record writer and
 //     reputation, the webhook dispatcher, the limiter, the bus, the node hub
-//     and the task components from the mode (DESIGN §3) and binds the listeners; Run serves until its
-//     context ends, then drains (invariant 9) and closes everything;
+//     and the task components from the mode (DESIGN §3) and binds the
+//     listeners, starting nothing; Run runs every component's Run in one
+//     errgroup (lifecycle.go) and serves until its context ends, then
+//     drains (invariant 9), ending the components in order, and closes
+//     everything;
 //   - the cluster wiring (cluster.go): the Redis-backed parts built on the
 //     connection bus.DialRedis gives, the registry heartbeat, the
 //     single-instance lock, and the Redis watch behind readiness
@@ -30,7 +33,7 @@
 //
 // It must not hold task or node logic (tasks and nodes do), nor do work
 // for a node on a request's context: long-lived work runs under the App's
-// root context and wait group. It knows no Redis key, channel or command:
+// root context, in its errgroup. It knows no Redis key, channel or command:
 // it passes the Namespace down, and the names live in bus, nodes,
 // ratelimit and streamlog (docs/OPERATIONS.md lists them all).
 package server

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"sync"
 	"time"
 )
 
@@ -56,14 +55,17 @@ func pprofHandler() http.Handler {
 	return mux
 }
 
-// startPprof binds addr and serves the profiling endpoint on it until ctx
-// ends, under wg (the App's, so the drain waits for it). With an empty addr
-// it does nothing and returns a nil address. A bind error is returned, so
-// boot fails as it does for --listen.
-//
-// When ctx ends the server is closed at once rather than shut down: a
-// 30-second CPU profile in progress must not hold up the end of a drain.
-func startPprof(ctx context.Context, wg *sync.WaitGroup, addr string, log *slog.Logger) (net.Addr, error) {
+// pprofServer is the profiling endpoint: New binds it (a bind error fails
+// boot, as it does for --listen), Run serves it.
+type pprofServer struct {
+	ln  net.Listener
+	srv *http.Server
+	log *slog.Logger
+}
+
+// listenPprof binds addr for the profiling endpoint. With an empty addr it
+// binds nothing and returns nil.
+func listenPprof(addr string, log *slog.Logger) (*pprofServer, error) {
 	if addr == "" {
 		return nil, nil
 	}
@@ -77,13 +79,32 @@ func startPprof(ctx context.Context, wg *sync.WaitGroup, addr string, log *slog.
 		// No WriteTimeout: /debug/pprof/profile?seconds=N writes after N seconds.
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	wg.Go(func() {
-		stop := context.AfterFunc(ctx, func() { _ = srv.Close() })
-		defer stop()
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			log.Error("profiling endpoint stopped", "err", err)
-		}
-	})
+	// Connections wait in the listener's backlog until Run serves them.
 	log.Info("profiling endpoint is serving", "pprof_addr", ln.Addr().String())
-	return ln.Addr(), nil
+	return &pprofServer{ln: ln, srv: srv, log: log}, nil
+}
+
+// Addr is the address the endpoint is bound to.
+func (p *pprofServer) Addr() net.Addr { return p.ln.Addr() }
+
+// Run serves the endpoint until ctx ends, then closes it at once rather
+// than shutting it down: a 30-second CPU profile in progress must not hold
+// up the end of a drain. A serving error is logged, not returned: the
+// instance serves on without its profiles.
+func (p *pprofServer) Run(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() { _ = p.srv.Close() })
+	defer stop()
+	if err := p.srv.Serve(p.ln); !errors.Is(err, http.ErrServerClosed) {
+		p.log.Error("profiling endpoint stopped", "err", err)
+	}
+	_ = p.ln.Close() // Serve leaves it open when the server was closed before it began
+	return nil
+}
+
+// Close releases the listener of an endpoint that Run never served (New
+// failed after binding it). Idempotent.
+func (p *pprofServer) Close() error {
+	_ = p.srv.Close()
+	_ = p.ln.Close()
+	return nil
 }

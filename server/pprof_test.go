@@ -26,39 +26,57 @@ func httpGet(t *testing.T, url string) (int, string, error) {
 }
 
 func TestPprofServesUntilContextEnds(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var wg sync.WaitGroup
-	addr, err := startPprof(ctx, &wg, "127.0.0.1:0", testLogger(t))
+	p, err := listenPprof("127.0.0.1:0", testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := "http://" + addr.String()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	base := "http://" + p.Addr().String()
 	code, body, err := httpGet(t, base+"/debug/pprof/")
 	if err != nil || code != http.StatusOK || !strings.Contains(body, "goroutine") {
 		t.Fatalf("GET /debug/pprof/ = %d, %v; body %.200q", code, err, body)
 	}
-	if code, body, err := httpGet(t, base+"/debug/pprof/goroutine?debug=1"); err != nil || code != http.StatusOK || !strings.Contains(body, "startPprof") {
-		t.Errorf("GET /debug/pprof/goroutine = %d, %v; want this process's goroutines (startPprof's among them)", code, err)
+	if code, body, err := httpGet(t, base+"/debug/pprof/goroutine?debug=1"); err != nil || code != http.StatusOK || !strings.Contains(body, "pprofServer") {
+		t.Errorf("GET /debug/pprof/goroutine = %d, %v; want this process's goroutines (pprofServer.Run's among them)", code, err)
 	}
 	if code, _, _ := httpGet(t, base+"/api/v1/status"); code != http.StatusNotFound {
 		t.Errorf("the profiling listener answers /api/v1/status with %d, want 404: it serves profiles only", code)
 	}
 
 	cancel()
-	wg.Wait() // returns only once the server goroutine has stopped
+	if err := <-done; err != nil { // returns only once the server has stopped
+		t.Errorf("Run = %v after its context ended, want nil", err)
+	}
 	if _, _, err := httpGet(t, base+"/debug/pprof/"); err == nil {
 		t.Error("the profiling endpoint still answers after its context ended")
 	}
 }
 
-func TestPprofUnsetStartsNothing(t *testing.T) {
-	var wg sync.WaitGroup
-	addr, err := startPprof(context.Background(), &wg, "", testLogger(t))
-	if addr != nil || err != nil {
-		t.Errorf("startPprof(\"\") = %v, %v; want nothing started", addr, err)
+// Bound but never served (New failed after binding it): Close releases
+// the address.
+func TestPprofCloseReleasesUnserved(t *testing.T) {
+	p, err := listenPprof("127.0.0.1:0", testLogger(t))
+	if err != nil {
+		t.Fatal(err)
 	}
-	wg.Wait() // nothing to wait for: would hang if a goroutine had been started
+	addr := p.Addr().String()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := listenPprof(addr, testLogger(t))
+	if err != nil {
+		t.Fatalf("the address is still taken after Close: %v", err)
+	}
+	_ = again.Close()
+}
+
+func TestPprofUnsetBindsNothing(t *testing.T) {
+	if p, err := listenPprof("", testLogger(t)); p != nil || err != nil {
+		t.Errorf("listenPprof(\"\") = %v, %v; want nothing bound", p, err)
+	}
 }
 
 func TestPprofBindErrorFailsBoot(t *testing.T) {

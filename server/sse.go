@@ -96,7 +96,7 @@ func (a *App) runTask(c echo.Context, req tasks.Request, h tasks.Hooks) (tasks.O
 	if a.shouldSplit(req.TaskType, req.Content) {
 		return a.engine.RunSplit(c.Request().Context(), req, h)
 	}
-	return a.engine.Run(c.Request().Context(), req, h)
+	return a.engine.RunTask(c.Request().Context(), req, h)
 }
 
 // streamTask runs a streaming task: the stream begins when a node has the

@@ -19,7 +19,7 @@
 //   - the two components the request path uses without waiting on a
 //     database: Writer, which batches task records and node outcomes off the
 //     hot path in a bounded buffer (what overflows is counted and dropped,
-//     never blocks a request; Close flushes what is pending), and Reputation,
+//     never blocks a request; the end of its Run flushes what is pending), and Reputation,
 //     an in-memory cache of node scores that routing reads on every pick.
 //
 // It must not touch HTTP, sockets or Redis: callers map its sentinel errors

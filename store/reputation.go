@@ -68,6 +68,9 @@ type ReputationConfig struct {
 	// node table is read again, so that a public endpoint does not cost a
 	// full table read per call. Default 5s.
 	LeaderboardTTL time.Duration
+	// RefreshInterval is how often Run folds in what other instances wrote
+	// (Refresh). Default 30s.
+	RefreshInterval time.Duration
 	// Now is the clock; default time.Now. Tests set it.
 	Now func() time.Time
 }
@@ -95,6 +98,9 @@ func (c ReputationConfig) withDefaults() ReputationConfig {
 	if c.LeaderboardTTL <= 0 {
 		c.LeaderboardTTL = 5 * time.Second
 	}
+	if c.RefreshInterval <= 0 {
+		c.RefreshInterval = 30 * time.Second
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -110,9 +116,9 @@ type View struct {
 
 // Reputation keeps every known node's counters in memory so that routing
 // reads scores without I/O. Outcomes observed here count at once and reach
-// the database through the Writer; Refresh folds in what other instances
-// wrote. It starts no goroutine of its own: suspensions are persisted by the
-// Writer.
+// the database through the Writer; Refresh (every RefreshInterval while
+// Run runs) folds in what other instances wrote. Suspensions are persisted
+// by the Writer.
 //
 // Each node's counters are the database's as of the last Load or Refresh,
 // plus the outcomes observed since that the database has not committed yet.
@@ -301,15 +307,16 @@ func (r *Reputation) Refresh(ctx context.Context) error {
 	return r.reload(ctx, ids)
 }
 
-// Run refreshes every interval until ctx ends; errors are logged, not
-// fatal (the cached scores stay usable). It returns ctx's error.
-func (r *Reputation) Run(ctx context.Context, interval time.Duration) error {
-	t := time.NewTicker(interval)
+// Run refreshes every RefreshInterval until ctx ends, then returns nil;
+// errors are logged, not fatal (the cached scores stay usable). Everything
+// else works without it: only what other instances wrote waits for it.
+func (r *Reputation) Run(ctx context.Context) error {
+	t := time.NewTicker(r.cfg.RefreshInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil
 		case <-t.C:
 			if err := r.Refresh(ctx); err != nil && ctx.Err() == nil {
 				r.log.Warn("reputation refresh failed; keeping cached scores", "err", err)

@@ -30,6 +30,10 @@ type WriterConfig struct {
 	MaxPending int
 	// WriteTimeout bounds one background database write. Default 10s.
 	WriteTimeout time.Duration
+	// FinalFlushTimeout bounds the final flush when Run's context ends:
+	// the write under way, then what is left, retried with backoff, must be
+	// done within it. Default 10s.
+	FinalFlushTimeout time.Duration
 	// Registerer receives the writer's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Logger defaults to slog.Default().
@@ -49,6 +53,9 @@ func (c WriterConfig) withDefaults() WriterConfig {
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = 10 * time.Second
 	}
+	if c.FinalFlushTimeout <= 0 {
+		c.FinalFlushTimeout = 10 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -61,8 +68,13 @@ func (c WriterConfig) withDefaults() WriterConfig {
 const maxBackoff = 10 * time.Second
 
 // Writer takes task records and node outcomes from the request path and
-// writes them in batches from one goroutine. Adding never blocks and never
-// does I/O; what is buffered is bounded by MaxPending.
+// writes them in batches from one goroutine, Run's. Adding never blocks and
+// never does I/O; what is buffered is bounded by MaxPending.
+//
+// NewWriter starts nothing. Before Run, the Writer takes items (they wait
+// in the buffer, counted against MaxPending), finds them (LookupTask, Task)
+// and writes on demand (Flush, Rate); only the batches written on their own
+// wait for Run.
 //
 // Items stay at the head of their queue until their batch commits: a failed
 // batch is simply written again, LookupTask finds records that are being
@@ -93,12 +105,7 @@ type Writer struct {
 
 	dropped atomic.Int64
 
-	kick      chan struct{} // a full batch is waiting
-	stop      chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
-	ctx       context.Context // the loop's writes; canceled when Close gives up
-	cancel    context.CancelFunc
+	kick chan struct{} // a full batch is waiting
 }
 
 type pendingTask struct {
@@ -112,29 +119,22 @@ type pendingOutcome struct {
 	seq uint64
 }
 
-// NewWriter starts a Writer over st. Close it to flush and stop it.
+// NewWriter returns a Writer over st. Run writes what it is given.
 func NewWriter(st Store, cfg WriterConfig) *Writer {
 	cfg = cfg.withDefaults()
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &Writer{
-		st:     st,
-		cfg:    cfg,
-		log:    cfg.Logger,
-		m:      newWriterMetrics(cfg.Registerer, cfg.Logger),
-		index:  make(map[string]TaskRecord),
-		susp:   make(map[string]time.Time),
-		kick:   make(chan struct{}, 1),
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
-		ctx:    ctx,
-		cancel: cancel,
+	return &Writer{
+		st:    st,
+		cfg:   cfg,
+		log:   cfg.Logger,
+		m:     newWriterMetrics(cfg.Registerer, cfg.Logger),
+		index: make(map[string]TaskRecord),
+		susp:  make(map[string]time.Time),
+		kick:  make(chan struct{}, 1),
 	}
-	go w.run()
-	return w
 }
 
 // AddTask queues a finished task's record. It never blocks: when the buffer
-// is full, or the writer closed, the record is dropped and counted. A second
+// is full, or Run has stopped, the record is dropped and counted. A second
 // record with an ID already queued is ignored (WriteTasks keeps the first).
 func (w *Writer) AddTask(rec TaskRecord) {
 	if rec.ID == "" {
@@ -284,26 +284,48 @@ func (w *Writer) Flush(ctx context.Context) error {
 	return w.flush(ctx, mark)
 }
 
-// Close stops the background loop, then writes what is left, retrying with
-// backoff until ctx ends. It returns an error naming what could not be
-// written; those items stay buffered, so a later Close may still write them.
-// After Close, AddTask and AddOutcome drop. Calling Close again is safe.
-func (w *Writer) Close(ctx context.Context) error {
-	w.closeOnce.Do(func() {
-		w.mu.Lock()
-		w.closed = true
-		w.mu.Unlock()
-		close(w.stop)
+// Run writes what is buffered, every FlushInterval or at once when a batch
+// is full, until ctx ends. Then it takes no more items (AddTask and
+// AddOutcome drop from then on) and writes what is left, retrying with
+// backoff, within FinalFlushTimeout of ctx's end. It returns nil once
+// everything was written, or an error naming what could not be; those
+// items stay buffered, so a later Flush may still write them. Run once.
+func (w *Writer) Run(ctx context.Context) error {
+	// The write under way when ctx ends and the final flush share one
+	// budget: they outlive ctx by FinalFlushTimeout at most.
+	wctx, stop := afterEnd(ctx, w.cfg.FinalFlushTimeout)
+	defer stop()
+	w.loop(ctx, wctx)
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	return w.drain(wctx)
+}
+
+// afterEnd returns a context that ends d after ctx does (never before),
+// and a func that releases it.
+func afterEnd(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	out, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var mu sync.Mutex
+	var timer *time.Timer
+	released := false
+	stopAfter := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !released {
+			timer = time.AfterFunc(d, cancel)
+		}
 	})
-	select {
-	case <-w.done:
-	case <-ctx.Done():
-		w.cancel() // abandon the loop's write in progress
-		<-w.done
+	return out, func() {
+		stopAfter()
+		mu.Lock()
+		released = true
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel()
 	}
-	err := w.drain(ctx)
-	w.cancel()
-	return err
 }
 
 func (w *Writer) drain(ctx context.Context) error {
@@ -320,16 +342,16 @@ func (w *Writer) drain(ctx context.Context) error {
 			t.Stop()
 		}
 		st := w.Stats()
-		w.log.Error("store writer closed with items unwritten", "tasks", st.PendingTasks, "outcomes", st.PendingOutcomes, "err", err)
-		return fmt.Errorf("store: writer closed with %d task records and %d outcomes unwritten: %w",
+		w.log.Error("store writer stopped with items unwritten", "tasks", st.PendingTasks, "outcomes", st.PendingOutcomes, "err", err)
+		return fmt.Errorf("store: writer stopped with %d task records and %d outcomes unwritten: %w",
 			st.PendingTasks, st.PendingOutcomes, err)
 	}
 }
 
-// run is the background loop: write every FlushInterval, or at once when a
-// batch is full; after a failure wait with backoff instead.
-func (w *Writer) run() {
-	defer close(w.done)
+// loop writes every FlushInterval, or at once when a batch is full; after
+// a failure it waits with backoff instead. It returns when ctx ends; its
+// writes are bounded by wctx (and WriteTimeout).
+func (w *Writer) loop(ctx, wctx context.Context) {
 	t := time.NewTimer(w.cfg.FlushInterval)
 	defer t.Stop()
 	failures := 0
@@ -339,19 +361,19 @@ func (w *Writer) run() {
 			kick = nil // a full batch does not cut a backoff short
 		}
 		select {
-		case <-w.stop:
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-kick:
 			t.Stop() // Go 1.23+ timers: no stale tick is left to drain
 		}
 		// Up to what is queued now: under a steady stream the loop still
-		// comes back to check stop between rounds.
+		// comes back to check ctx between rounds.
 		w.mu.Lock()
 		mark := w.seq
 		w.mu.Unlock()
-		ctx, cancel := context.WithTimeout(w.ctx, w.cfg.WriteTimeout)
-		err := w.flush(ctx, mark)
+		fctx, cancel := context.WithTimeout(wctx, w.cfg.WriteTimeout)
+		err := w.flush(fctx, mark)
 		cancel()
 		switch {
 		case err == nil:

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
 
 	"github.com/switchyard-dev/switchyard/store"
 )
@@ -19,14 +21,16 @@ func rec(id string) store.TaskRecord {
 		NodeIDs: []string{"n1"}, CreatedAt: now.Add(-time.Second), FinishedAt: now}
 }
 
-// newWriter returns a writer over a hook-wrapped SQLite store, closed (and
-// its goroutine checked by goleak) when the test ends.
+// newWriter returns a running writer over a hook-wrapped SQLite store,
+// stopped when the test ends (its Run must then return nil, and goleak
+// checks that it left nothing behind).
 func newWriter(t *testing.T, cfg store.WriterConfig) (*store.Writer, *hookStore, *prometheus.Registry) {
 	t.Helper()
 	hs := newHookStore(t, openSQLite(t))
 	reg := prometheus.NewRegistry()
 	cfg.Registerer, cfg.Logger = reg, quiet
 	w := store.NewWriter(hs, cfg)
+	stop := runWriter(t, w)
 	t.Cleanup(func() {
 		hs.mu.Lock()
 		if hs.blockTasks != nil {
@@ -38,11 +42,30 @@ func newWriter(t *testing.T, cfg store.WriterConfig) (*store.Writer, *hookStore,
 		}
 		hs.failAll = false
 		hs.mu.Unlock()
-		if err := w.Close(context.Background()); err != nil {
-			t.Errorf("Close: %v", err)
+		if err := stop(); err != nil {
+			t.Errorf("Run: %v", err)
 		}
 	})
 	return w, hs, reg
+}
+
+// runWriter runs w until stop, which returns Run's error. A test that
+// does not call stop has it called when it ends.
+func runWriter(t testing.TB, w *store.Writer) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			err = <-done
+		})
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
 }
 
 // metric reads one sample from the registry: a counter's or gauge's value,
@@ -347,60 +370,84 @@ func TestWriterDropsBatchTheStoreRejects(t *testing.T) {
 	}
 }
 
-func TestWriterCloseFlushes(t *testing.T) {
+func TestWriterStopFlushes(t *testing.T) {
 	ctx := testCtx(t)
 	hs := newHookStore(t, openSQLite(t))
 	w := store.NewWriter(hs, store.WriterConfig{FlushInterval: time.Hour, Logger: quiet})
+	// Taken before Run, and written by it.
 	for i := range 3 {
 		w.AddTask(rec(fmt.Sprintf("t-%d", i)))
 	}
+	stop := runWriter(t, w)
 	w.AddOutcome(store.Outcome{NodeID: "n1", Success: true})
 	w.AddOutcome(store.Outcome{NodeID: "n1", Success: false})
 
-	if err := w.Close(ctx); err != nil {
-		t.Fatalf("Close: %v", err)
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 	for i := range 3 {
 		if _, err := hs.Store.Task(ctx, fmt.Sprintf("t-%d", i)); err != nil {
-			t.Errorf("t-%d not written by Close: %v", i, err)
+			t.Errorf("t-%d not written when Run stopped: %v", i, err)
 		}
 	}
 	m, _ := hs.Store.NodeStats(ctx, []string{"n1"})
 	if m["n1"].TotalTasks != 2 {
-		t.Errorf("n1 = %+v, want 2 outcomes written by Close", m["n1"])
-	}
-	if err := w.Close(ctx); err != nil {
-		t.Errorf("second Close: %v", err)
+		t.Errorf("n1 = %+v, want 2 outcomes written when Run stopped", m["n1"])
 	}
 	w.AddTask(rec("t-late"))
 	if st := w.Stats(); st.PendingTasks != 0 || st.Dropped != 1 {
-		t.Errorf("AddTask after Close: %+v, want it dropped and counted", st)
+		t.Errorf("AddTask after Run: %+v, want it dropped and counted", st)
 	}
 }
 
-func TestWriterCloseGivesUpWithinContext(t *testing.T) {
+// The final flush gives up at FinalFlushTimeout, the write under way when
+// Run's context ended included (the store here never answers until the
+// test lets it), and says what it left; those items stay buffered.
+func TestWriterStopGivesUpWithinItsBudget(t *testing.T) {
 	hs := newHookStore(t, openSQLite(t))
 	hs.failAll = true
-	w := store.NewWriter(hs, store.WriterConfig{FlushInterval: time.Millisecond, Logger: quiet})
+	w := store.NewWriter(hs, store.WriterConfig{FlushInterval: time.Millisecond, FinalFlushTimeout: 100 * time.Millisecond, Logger: quiet})
 	w.AddTask(rec("t-1"))
+	stop := runWriter(t, w)
 	wait(t, hs.tasksEntered, "a first failed write")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	err := w.Close(ctx)
+	start := time.Now()
+	err := stop()
 	if err == nil || !strings.Contains(err.Error(), "1 task records") || !errors.Is(err, errBoom) {
-		t.Fatalf("Close against a failing store = %v, want an error naming 1 unwritten record", err)
+		t.Fatalf("Run against a failing store = %v, want an error naming 1 unwritten record", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Run took %v to give up; its budget is 100ms", d)
 	}
 	if st := w.Stats(); st.PendingTasks != 1 {
-		t.Errorf("after a failed Close: %+v, want the record still buffered", st)
+		t.Errorf("after Run gave up: %+v, want the record still buffered", st)
 	}
-	// The database is back: a second Close writes it.
+	// The database is back: a Flush writes it.
 	hs.setFailAll(false)
-	if err := w.Close(testCtx(t)); err != nil {
-		t.Fatalf("second Close: %v", err)
+	if err := w.Flush(testCtx(t)); err != nil {
+		t.Fatalf("Flush: %v", err)
 	}
 	if _, err := hs.Store.Task(testCtx(t), "t-1"); err != nil {
-		t.Errorf("record not written by the second Close: %v", err)
+		t.Errorf("record not written by the Flush: %v", err)
+	}
+}
+
+// NewWriter starts nothing; Run's goroutines are gone once it returns
+// (goleak, in TestMain, checks every test for the rest).
+func TestWriterNewStartsNothing(t *testing.T) {
+	st := openSQLite(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	w := store.NewWriter(st, store.WriterConfig{Logger: quiet})
+	w.AddTask(rec("t-1"))
+	if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
+		t.Fatalf("NewWriter started a goroutine: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }
 

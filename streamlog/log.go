@@ -37,8 +37,14 @@ type Log interface {
 	// Ended returns the seq of taskID's end entry, or 0 while it has none
 	// (or no log at all).
 	Ended(ctx context.Context, taskID string) (int64, error)
+	// Run serves what Read needs to follow a log live until ctx ends (on
+	// Redis, its one pub/sub connection), then closes the log as Close
+	// does, and returns nil once everything it started has stopped. The
+	// rest works before Run; a Read waits for it to follow anything.
+	// Memory needs nothing run: its Run only waits for ctx.
+	Run(ctx context.Context) error
 	// Close releases what the log holds; it is idempotent. Reads in
-	// progress end with ErrClosed.
+	// progress end with ErrClosed, and so does every call after it.
 	Close() error
 }
 

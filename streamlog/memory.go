@@ -191,6 +191,12 @@ func (m *Memory) Ended(ctx context.Context, taskID string) (int64, error) {
 	return int64(len(l.entries)), nil
 }
 
+// Run implements Log: Memory runs nothing; it closes when ctx ends.
+func (m *Memory) Run(ctx context.Context) error {
+	<-ctx.Done()
+	return m.Close()
+}
+
 // Close implements Log.
 func (m *Memory) Close() error {
 	m.mu.Lock()

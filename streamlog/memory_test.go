@@ -10,7 +10,7 @@ import (
 func TestMemory(t *testing.T) {
 	streamlogtest.Run(t, func(t *testing.T, cfg streamlog.Config) streamlog.Log {
 		m := streamlog.NewMemory(cfg)
-		t.Cleanup(func() { _ = m.Close() })
+		run(t, m)
 		return m
 	}, false)
 }

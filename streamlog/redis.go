@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -34,16 +35,19 @@ import (
 // Redis Cluster reaches a subscriber on any node (sharded pub/sub would
 // need a connection per slot); the price is that each entry's small
 // notice crosses the cluster bus.
+//
+// NewRedis starts nothing: Append, End and Ended work at once, and a Read
+// waits for Run, which holds the pub/sub connection.
 type Redis struct {
 	rdb redis.UniversalClient
 	ns  string
 	cfg Config
 
-	ps   *redis.PubSub
-	done chan struct{} // closed by Close
-	wg   sync.WaitGroup
+	started chan struct{} // closed once Run holds ps
+	done    chan struct{} // closed by Close
 
 	mu      sync.Mutex
+	ps      *redis.PubSub // Run's; nil before it
 	closed  bool
 	readers map[string]map[chan struct{}]struct{} // channel → the wake-ups of its readers
 }
@@ -59,26 +63,39 @@ func metaKey(ns, taskID string) string { return Key(ns, taskID) + ":meta" }
 func Channel(ns, taskID string) string { return Key(ns, taskID) + ":n" }
 
 // NewRedis returns the log on rdb (a client or a cluster client), its keys
-// under ns (bus.DefaultNamespace in a deployment). Close stops its
-// subscription; the client stays open.
+// under ns (bus.DefaultNamespace in a deployment). Run follows it; the
+// client stays open when it stops.
 func NewRedis(rdb redis.UniversalClient, ns string, cfg Config) *Redis {
-	r := &Redis{rdb: rdb, ns: ns, cfg: cfg.withDefaults(), done: make(chan struct{}),
+	return &Redis{rdb: rdb, ns: ns, cfg: cfg.withDefaults(), started: make(chan struct{}), done: make(chan struct{}),
 		readers: map[string]map[chan struct{}]struct{}{}}
-	r.ps = rdb.Subscribe(context.Background())
+}
+
+// Run implements Log: it holds the pub/sub connection that wakes readers,
+// and hands on each notice, until ctx ends or Close is called. Run once.
+func (r *Redis) Run(ctx context.Context) error {
+	r.mu.Lock()
+	if r.closed || r.ps != nil {
+		r.mu.Unlock()
+		return nil // closed already, or run already
+	}
+	// With no channel yet, this does no I/O: the first Read subscribes.
+	r.ps = r.rdb.Subscribe(ctx)
 	msgs := r.ps.ChannelWithSubscriptions()
-	r.wg.Go(func() {
-		for m := range msgs { // ends when Close closes the subscription
-			switch m := m.(type) {
-			case *redis.Message:
+	close(r.started)
+	r.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() { _ = r.Close() })
+	defer stop()
+	for m := range msgs { // ends when Close closes the subscription
+		switch m := m.(type) {
+		case *redis.Message:
+			r.wake(m.Channel)
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
 				r.wake(m.Channel)
-			case *redis.Subscription:
-				if m.Kind == "subscribe" {
-					r.wake(m.Channel)
-				}
 			}
 		}
-	})
-	return r
+	}
+	return nil
 }
 
 func (r *Redis) wake(channel string) {
@@ -93,7 +110,15 @@ func (r *Redis) wake(channel string) {
 }
 
 // watch registers a reader of channel, subscribing to it for the first.
+// It waits for Run to hold the subscription.
 func (r *Redis) watch(ctx context.Context, channel string) (chan struct{}, error) {
+	select {
+	case <-r.started:
+	case <-r.done:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -114,7 +139,10 @@ func (r *Redis) watch(ctx context.Context, channel string) (chan struct{}, error
 	return w, nil
 }
 
-func (r *Redis) unwatch(channel string, w chan struct{}) {
+// unwatch forgets a reader of channel, unsubscribing from it after the
+// last. ctx is the reader's: it may have ended (that may be why the read
+// ended), and the unsubscribe goes out all the same, bounded.
+func (r *Redis) unwatch(ctx context.Context, channel string, w chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	set := r.readers[channel]
@@ -122,10 +150,15 @@ func (r *Redis) unwatch(channel string, w chan struct{}) {
 	if len(set) == 0 {
 		delete(r.readers, channel)
 		if !r.closed {
-			_ = r.ps.Unsubscribe(context.Background(), channel) // best effort: a stray message wakes no one
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unsubscribeTimeout)
+			_ = r.ps.Unsubscribe(uctx, channel) // best effort: a stray message wakes no one
+			cancel()
 		}
 	}
 }
+
+// unsubscribeTimeout bounds the unsubscribe after a channel's last reader.
+const unsubscribeTimeout = 2 * time.Second
 
 var appendScript = redis.NewScript(`
 local m = redis.call('HMGET', KEYS[2], 'n', 'b', 'e')
@@ -227,7 +260,7 @@ func (r *Redis) Read(ctx context.Context, taskID string, after int64, fn func(En
 	if err != nil {
 		return err
 	}
-	defer r.unwatch(ch, w)
+	defer r.unwatch(ctx, ch, w)
 	for {
 		batch, ended, err := r.fetch(ctx, taskID, after)
 		if err != nil {
@@ -316,16 +349,17 @@ func entryOf(m redis.XMessage) (Entry, error) {
 	return Entry{}, fmt.Errorf("streamlog: entry %s has neither d nor e", m.ID)
 }
 
-// Close implements Log: reads in progress end with ErrClosed, and it
-// returns once its subscription has stopped.
+// Close implements Log: reads in progress end with ErrClosed, and Run's
+// subscription closes (Run returns once it has stopped).
 func (r *Redis) Close() error {
 	r.mu.Lock()
 	if !r.closed {
 		r.closed = true
 		close(r.done)
-		_ = r.ps.Close()
+		if r.ps != nil {
+			_ = r.ps.Close()
+		}
 	}
 	r.mu.Unlock()
-	r.wg.Wait()
 	return nil
 }

@@ -2,12 +2,14 @@ package streamlog_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	"github.com/switchyard-dev/switchyard/internal/redistest"
 	"github.com/switchyard-dev/switchyard/streamlog"
@@ -52,8 +54,75 @@ func sharedFactory(client func(t *testing.T) (redis.UniversalClient, string)) st
 	return func(t *testing.T, cfg streamlog.Config) streamlog.Log {
 		rdb, ns := client(t)
 		l := streamlog.NewRedis(rdb, ns, cfg)
-		t.Cleanup(func() { _ = l.Close() })
+		run(t, l)
 		return l
+	}
+}
+
+// run runs l until the returned stop is called or the test ends; stop
+// returns once Run has (and fails the test if Run failed).
+func run(t *testing.T, l streamlog.Log) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// NewRedis starts nothing: appends work at once, a Read waits for Run and
+// then gets what was written before and after, and when Run's context
+// ends the read ends with ErrClosed, Run returns, and nothing of it is
+// left running.
+func TestRedisReadWaitsForRun(t *testing.T) {
+	rdb := redistest.Client(t)
+	before := goleak.IgnoreCurrent()
+	l := streamlog.NewRedis(rdb, redistest.Namespace(t), streamlog.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := l.Append(ctx, "t1", "early"); err != nil {
+		t.Fatal(err)
+	}
+	if err := goleak.Find(before); err != nil {
+		t.Fatalf("NewRedis or Append started a goroutine: %v", err)
+	}
+	// Without Run, a Read gets nothing until its context ends.
+	short, cancelShort := context.WithTimeout(ctx, 50*time.Millisecond)
+	err := l.Read(short, "t1", 0, func(e streamlog.Entry) error { return fmt.Errorf("got %+v before Run", e) })
+	cancelShort()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Read before Run = %v, want its context's end", err)
+	}
+	// One that began before Run follows once Run runs.
+	got := make(chan streamlog.Entry, 4)
+	read := make(chan error, 1)
+	go func() {
+		read <- l.Read(ctx, "t1", 0, func(e streamlog.Entry) error { got <- e; return nil })
+	}()
+	stop := run(t, l)
+	if e := <-got; e.Data != "early" {
+		t.Fatalf("first entry %+v, want the one appended before Run", e)
+	}
+	if _, err := l.Append(ctx, "t1", "late"); err != nil {
+		t.Fatal(err)
+	}
+	if e := <-got; e.Data != "late" {
+		t.Fatalf("second entry %+v, want the one appended while following", e)
+	}
+	stop()
+	if err := <-read; !errors.Is(err, streamlog.ErrClosed) {
+		t.Fatalf("Read after Run stopped = %v, want ErrClosed", err)
+	}
+	if err := goleak.Find(before); err != nil {
+		t.Errorf("Run left a goroutine behind: %v", err)
 	}
 }
 
@@ -62,7 +131,7 @@ func TestRedisKeysAndTTL(t *testing.T) {
 	rdb := redistest.Client(t)
 	ns := redistest.Namespace(t)
 	l := streamlog.NewRedis(rdb, ns, streamlog.Config{TTL: time.Hour, Grace: time.Minute})
-	t.Cleanup(func() { _ = l.Close() })
+	run(t, l)
 	ctx := context.Background()
 	if _, err := l.Append(ctx, "t1", "x"); err != nil {
 		t.Fatal(err)
@@ -96,7 +165,7 @@ func TestRedisManyReadersFewConnections(t *testing.T) {
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { _ = rdb.Close() })
 	l := streamlog.NewRedis(rdb, redistest.Namespace(t), streamlog.Config{})
-	t.Cleanup(func() { _ = l.Close() })
+	run(t, l)
 
 	const tasks, readers = 100, 300
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

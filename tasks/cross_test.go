@@ -83,6 +83,7 @@ func newInstance(t *testing.T, id string, b bus.Bus, dir tasks.Directory, cfg ta
 		deps.Liveness = alive[0]
 	}
 	in.eng = tasks.New(cfg, deps)
+	stopEngine := runEngine(t, in.eng)
 	sub, err := b.Subscribe(ctx, id, in.eng.HandleEnvelope)
 	if err != nil {
 		t.Fatal(err)
@@ -103,9 +104,28 @@ func newInstance(t *testing.T, id string, b bus.Bus, dir tasks.Directory, cfg ta
 		cancel()
 		srv.Close()
 		_ = in.sub.Close()
-		_ = in.eng.Close()
+		stopEngine()
 	})
 	return in
+}
+
+// runEngine runs e until the returned stop is called or the test ends;
+// stop returns once e's Run has (and fails the test if Run failed).
+func runEngine(t *testing.T, e *tasks.Engine) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("engine Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // pair is a requester R whose dispatcher routes to the nodes of owner O.
@@ -130,7 +150,7 @@ func run(t *testing.T, r *instance, ctx context.Context, req tasks.Request, h ta
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		out, err := r.eng.Run(ctx, req, h)
+		out, err := r.eng.RunTask(ctx, req, h)
 		ch <- outcome{out, err}
 	}()
 	t.Cleanup(func() { cancel(); <-done })

@@ -353,7 +353,7 @@ func (d *dispatcher) send(ctx context.Context, c nodes.Candidate, req *Request, 
 		Deadline: p.created.Add(d.deadline(req)).UnixMilli(), Account: req.AccountID,
 	}
 	if c.Owner == d.cfg.Instance {
-		return noRelease, d.owner.assign(e, true)
+		return noRelease, d.owner.assignDirect(ctx, e)
 	}
 	release, ok := d.dir.Reserve(c.NodeID)
 	if !ok {
@@ -399,14 +399,14 @@ func (r *run) await(ctx context.Context) (Outcome, error) {
 		select {
 		case <-r.p.signal:
 		case <-timer.C:
-			r.cancel(reasonDeadline)
+			r.cancel(ctx, reasonDeadline)
 			return Outcome{}, &Error{Code: CodeTimeout, Message: "the task timed out"}
 		case <-ctx.Done():
 			reason := "client gone"
 			if r.req.subtask && context.Cause(ctx) != ctx.Err() {
 				reason = "split part failed" // runSplit's errgroup ended the siblings
 			}
-			r.cancel(reason)
+			r.cancel(ctx, reason)
 			return Outcome{}, &Error{Code: CodeCanceled, Message: "the client went away"}
 		}
 		batch = r.p.take(batch)
@@ -414,13 +414,13 @@ func (r *run) await(ctx context.Context) (Outcome, error) {
 			switch e.Kind {
 			case bus.KindChunk:
 				if e.Seq != r.lastSeq+1 {
-					r.cancel("stream broken")
+					r.cancel(ctx, "stream broken")
 					return Outcome{}, &Error{Code: CodeNodeDisconnected, Message: fmt.Sprintf("the stream lost chunks (got %d after %d)", e.Seq, r.lastSeq)}
 				}
 				r.lastSeq = e.Seq
 				if r.hooks.Chunk != nil {
 					if err := r.hooks.Chunk(e.Delta); err != nil {
-						r.cancel("client gone")
+						r.cancel(ctx, "client gone")
 						return Outcome{}, &Error{Code: CodeCanceled, Message: "the client went away"}
 					}
 				}
@@ -465,8 +465,9 @@ func (r *run) result(res *bus.Result) (Outcome, error) {
 	return out, nil
 }
 
-// cancel tells the owner to stop the current attempt (DESIGN §5, invariant 6).
-func (r *run) cancel(reason string) {
+// cancel tells the owner to stop the current attempt (DESIGN §5,
+// invariant 6). ctx is the request's.
+func (r *run) cancel(ctx context.Context, reason string) {
 	owner, nodeID, gen := r.p.target()
 	if owner == "" {
 		return
@@ -479,7 +480,7 @@ func (r *run) cancel(reason string) {
 	}
 	r.d.metrics.hops.WithLabelValues(e.Kind.String()).Inc()
 	// The client's context may be what ended; the cancel must still go out.
-	ctx, stop := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer stop()
 	if _, err := r.d.bus.Publish(ctx, owner, e); err != nil {
 		r.d.log.Debug("cannot send cancel; the owner's sweep will stop the task at its deadline", "task_id", r.req.TaskID, "err", err)

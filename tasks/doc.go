@@ -18,8 +18,8 @@
 //
 // The two sides talk through a bus (Deps.Bus), or directly when they are
 // the same instance (the fast path). Everything the Engine uses comes in
-// through Deps as small interfaces declared here; the Engine starts and
-// waits for its own goroutines (Close). It owns the task error codes (Code)
+// through Deps as small interfaces declared here; the Engine starts its
+// goroutines in its Run and waits for them there. It owns the task error codes (Code)
 // and their HTTP status, and the outcome statuses (Status).
 //
 // It must not open sockets, know HTTP routes or Redis key names, subscribe

@@ -3,7 +3,6 @@ package tasks
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -174,7 +173,11 @@ type Deps struct {
 // Engine is the task side of one instance, whole: the requester side
 // (dispatcher and tracker), the owner side (forwarding table and this
 // instance's node sessions), the watcher and the outbound publisher. New
-// starts its loops; Close stops them and waits.
+// builds it and starts nothing; Run runs the watcher and the publishers.
+// Tasks run (RunTask, RunSplit, HandleEnvelope) before Run, but their
+// owner-liveness checks, the replies that must queue for a publisher and
+// the node readers' publishes to other instances wait for it (a node
+// cannot be connected before an instance runs).
 //
 // The Engine is the nodes.Events of this instance's Hub (see Deps.Nodes).
 // Closing the socket of a node replaced elsewhere (a replace envelope) is
@@ -189,17 +192,11 @@ type Engine struct {
 	disp    *dispatcher
 	watcher *watcher
 	out     *outbound
-
-	ctx       context.Context // ends at Close; bounds bus publishes
-	stop      context.CancelFunc
-	g         *errgroup.Group
-	closeOnce sync.Once
 }
 
 var _ nodes.Events = (*Engine)(nil)
 
-// New builds the engine and starts its loops (the watcher, the outbound
-// publisher). Close stops them.
+// New builds the engine; Run runs its loops.
 func New(cfg Config, deps Deps) *Engine {
 	cfg = cfg.withDefaults()
 	if deps.Recorder == nil {
@@ -217,9 +214,8 @@ func New(cfg Config, deps Deps) *Engine {
 	e := &Engine{cfg: cfg, log: cfg.Logger, metrics: NewMetrics(cfg.Registerer)}
 	e.tracker = newTrackerWith(trackerLimits{taskBytes: cfg.StreamQueueBytes, instanceBytes: cfg.StreamBufferBytes,
 		overflow: e.overflowed})
-	e.ctx, e.stop = context.WithCancel(context.Background())
 	e.out = newOutbound(deps.Bus, cfg.OutboundQueue, e.metrics, e.log)
-	e.owner = newOwner(e.ctx, cfg, deps.Bus, e.tracker.deliver, e.out, e.metrics)
+	e.owner = newOwner(cfg, deps.Bus, e.tracker.deliver, e.out, e.metrics)
 	ns := deps.Nodes(e)
 	e.owner.sessions = ns.Sessions
 	e.disp = &dispatcher{
@@ -228,31 +224,31 @@ func New(cfg Config, deps Deps) *Engine {
 		served: newServed(), stats: newStats(cfg.Instance),
 	}
 	e.watcher = newWatcher(cfg, deps.Bus, deps.Liveness, ns.Directory, e.tracker, e.owner, e.metrics)
-	g, gctx := errgroup.WithContext(e.ctx)
-	e.g = g
-	e.out.start(gctx, g)
 	if cfg.NoWatcher {
 		e.log.Warn("the owner-liveness watcher is off (--unsafe-no-watcher): tasks of a dead instance will wait for their deadline")
-	} else {
-		g.Go(func() error { e.watcher.run(gctx); return nil })
 	}
 	return e
 }
 
-// Close stops the engine's loops and waits for them. Tasks still in flight
-// are not failed here: the App drains first. Close is idempotent.
-func (e *Engine) Close() error {
-	e.closeOnce.Do(func() {
-		e.stop()
-		_ = e.g.Wait()
-	})
-	return nil
+// Run runs the engine's loops (the watcher, the outbound publishers) until
+// ctx ends, and returns nil once they have stopped. Tasks still in flight
+// are not failed here: the App drains first. What is queued for the
+// publishers then is dropped, and node readers publish nothing more. Run
+// once.
+func (e *Engine) Run(ctx context.Context) error {
+	e.owner.run.Store(&ctx)
+	var g errgroup.Group
+	e.out.start(ctx, &g)
+	if !e.cfg.NoWatcher {
+		g.Go(func() error { e.watcher.run(ctx); return nil })
+	}
+	return g.Wait()
 }
 
-// Run runs one task to its end. ctx is the client's: when it ends first
-// (the client went away) the task is cancelled on its node. The error, if
-// any, is a *Error whose Status is the HTTP answer.
-func (e *Engine) Run(ctx context.Context, req Request, h Hooks) (Outcome, error) {
+// RunTask runs one task to its end. ctx is the client's: when it ends
+// first (the client went away) the task is cancelled on its node. The
+// error, if any, is a *Error whose Status is the HTTP answer.
+func (e *Engine) RunTask(ctx context.Context, req Request, h Hooks) (Outcome, error) {
 	return e.disp.run(ctx, req, h, nil, nil)
 }
 

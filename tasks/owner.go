@@ -21,7 +21,6 @@ type Sessions interface {
 type owner struct {
 	instance  string
 	resultMax int64
-	ctx       context.Context // bounds bus publishes; ends at the engine's Close
 	sessions  Sessions
 	bus       Bus
 	local     func(*bus.Envelope) bool // this instance's requester side (Tracker.deliver)
@@ -30,11 +29,14 @@ type owner struct {
 	metrics   *Metrics
 	log       *slog.Logger
 	draining  atomic.Bool
+	// run is the context of the engine's Run (nil before it): it bounds
+	// the node readers' publishes, so none goes out once the engine stops.
+	run atomic.Pointer[context.Context]
 }
 
-func newOwner(ctx context.Context, cfg Config, b Bus, local func(*bus.Envelope) bool, out *outbound, m *Metrics) *owner {
+func newOwner(cfg Config, b Bus, local func(*bus.Envelope) bool, out *outbound, m *Metrics) *owner {
 	return &owner{
-		instance: cfg.Instance, resultMax: cfg.ResultMaxBytes, ctx: ctx,
+		instance: cfg.Instance, resultMax: cfg.ResultMaxBytes,
 		bus: b, local: local, out: out, fwd: newForwardTable(cfg.TaskTimeout), metrics: m, log: cfg.Logger,
 	}
 }
@@ -43,11 +45,19 @@ func newOwner(ctx context.Context, cfg Config, b Bus, local func(*bus.Envelope) 
 // (with a *refusal) when the node is not connected here at that generation
 // or has no free slot (DESIGN §5, invariant 7). Once it returns nil, the
 // requester hears from this owner exactly once more: a result or
-// node_gone. It never blocks unless direct: the bus's receive loop calls it
-// too. direct (the caller is the request's own goroutine) lets the node's
-// session write the assign in the caller's goroutine when its socket is
-// free (nodes.Session.SendDirect).
-func (o *owner) assign(e *bus.Envelope, direct bool) error {
+// node_gone. It never blocks: the bus's receive loop calls it, and the
+// node's session writer sends the assign.
+func (o *owner) assign(e *bus.Envelope) error { return o.admit(e, (*nodes.Session).Send) }
+
+// assignDirect is assign for the request's own goroutine (the dispatcher's
+// local path): the node's session may write the assign in it when its
+// socket is free, bounded by ctx, the request's (nodes.Session.SendDirect).
+func (o *owner) assignDirect(ctx context.Context, e *bus.Envelope) error {
+	return o.admit(e, func(s *nodes.Session, msg []byte) bool { return s.SendDirect(ctx, msg) })
+}
+
+// admit is assign, the assign message sent with send.
+func (o *owner) admit(e *bus.Envelope, send func(*nodes.Session, []byte) bool) error {
 	if o.draining.Load() {
 		o.metrics.refusals.WithLabelValues("draining").Inc()
 		return &refusal{refusedGone, "the instance holding the node is draining"}
@@ -77,13 +87,7 @@ func (o *owner) assign(e *bus.Envelope, direct bool) error {
 	msg := wire.MustEncode(wire.MsgTaskAssign, wire.TaskAssignPayload{
 		TaskID: e.TaskID, TaskType: e.TaskType, Content: e.Content, Params: params, Stream: e.Stream,
 	})
-	var ok bool
-	if direct {
-		ok = s.SendDirect(msg)
-	} else {
-		ok = s.Send(msg)
-	}
-	refuse, gone := o.fwd.sent(ent, ok)
+	refuse, gone := o.fwd.sent(ent, send(s, msg))
 	switch {
 	case refuse:
 		s.Release()
@@ -226,10 +230,16 @@ func (o *owner) reply(ent *fwdEntry, e *bus.Envelope) int {
 		}
 		return 0
 	}
+	run := o.run.Load()
+	if run == nil {
+		// The engine is not running: nothing goes out (as once it stops).
+		o.log.Debug("the engine is not running; not publishing", "task_id", ent.taskID, "to", ent.replyTo)
+		return -1
+	}
 	o.metrics.hops.WithLabelValues(e.Kind.String()).Inc()
 	// On the node's reader: bounded like the outbound queue's publishes
 	// (invariant 14), not only by the Redis client's own timeouts.
-	pctx, cancel := context.WithTimeout(o.ctx, publishTimeout)
+	pctx, cancel := context.WithTimeout(*run, publishTimeout)
 	n, err := o.bus.Publish(pctx, ent.replyTo, e)
 	cancel()
 	if err != nil {
@@ -260,7 +270,7 @@ func (o *owner) tooLarge() string {
 func (o *owner) handleEnvelope(e *bus.Envelope) {
 	switch e.Kind {
 	case bus.KindAssign:
-		if err := o.assign(e, false); err != nil {
+		if err := o.assign(e); err != nil {
 			r := err.(*refusal)
 			o.post(&fwdEntry{taskID: e.TaskID, nodeID: e.NodeID, gen: e.Gen, replyTo: e.ReplyTo},
 				&bus.Envelope{Kind: bus.KindResult, Result: &bus.Result{Code: string(r.kind), Message: r.msg}})

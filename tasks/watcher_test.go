@@ -18,7 +18,7 @@ func stepped(t *testing.T) (*watcher, *fakeBus, *fakeDir, *pending) {
 	m := NewMetrics(nil)
 	cfg := Config{Instance: "R", Logger: quietLog()}.withDefaults()
 	tr := newTracker()
-	o := newOwner(context.Background(), cfg, b, tr.deliver, newOutbound(b, 1, m, cfg.Logger), m)
+	o := newOwner(cfg, b, tr.deliver, newOutbound(b, 1, m, cfg.Logger), m)
 	o.sessions = noSessions{}
 	w := newWatcher(cfg, b, noLiveness{}, dir, tr, o, m)
 	p := tr.add(&Request{TaskID: "t"}, time.Now())
@@ -130,7 +130,7 @@ func TestResubscribedFailsRemoteTasksAtOnce(t *testing.T) {
 	b := newFakeBus()
 	e := New(Config{Instance: "R", Logger: quietLog(), NoWatcher: true},
 		Deps{Bus: b, Nodes: func(nodes.Events) NodeSide { return NodeSide{Sessions: noSessions{}, Directory: &fakeDir{}} }})
-	defer e.Close()
+	defer runEngine(t, e)()
 	before := e.tracker.add(&Request{TaskID: "before"}, time.Now())
 	before.retarget("O", "n", 1, 1)
 	before.markAssigned(time.Now().Add(-time.Millisecond))
@@ -163,7 +163,7 @@ func TestHandleEnvelopeNeverBlocks(t *testing.T) {
 	b.set("Q", 1)
 	e := New(Config{Instance: "O", Logger: quietLog(), OutboundQueue: 2},
 		Deps{Bus: b, Nodes: func(nodes.Events) NodeSide { return NodeSide{Sessions: noSessions{}, Directory: &fakeDir{}} }})
-	defer e.Close()
+	defer runEngine(t, e)()
 	assign := &bus.Envelope{Kind: bus.KindAssign, From: "Q", ReplyTo: "Q", TaskID: "t", NodeID: "absent", Gen: 1}
 	done := make(chan struct{})
 	go func() {

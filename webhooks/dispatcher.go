@@ -102,8 +102,10 @@ const maxResponseBytes = 64 << 10
 // for the gauge.
 const pendingEvery = 15
 
-// Dispatcher sends the outbox's deliveries. New starts its loop; Close
-// stops it and waits for every send.
+// Dispatcher sends the outbox's deliveries. New builds it and starts
+// nothing; Run claims and sends. CheckURL and Enqueue work before Run: a
+// delivery enqueued then waits in the outbox (durably) until a Run, here
+// or at another instance, claims it.
 type Dispatcher struct {
 	cfg    Config
 	st     store.WebhookStore
@@ -113,15 +115,11 @@ type Dispatcher struct {
 	m      *metrics
 	lease  time.Duration
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	wake   chan struct{} // capacity 1: an Enqueue or a freed slot
-	slots  chan struct{} // capacity Concurrency: a token per send in flight
-	wg     sync.WaitGroup
-	once   sync.Once
+	wake  chan struct{} // capacity 1: an Enqueue or a freed slot
+	slots chan struct{} // capacity Concurrency: a token per send in flight
 }
 
-// New builds a Dispatcher and starts its loop.
+// New builds a Dispatcher; Run sends.
 func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Instance == "" {
@@ -158,21 +156,18 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		// it would call a target nobody checked.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	d.ctx, d.cancel = context.WithCancel(context.Background())
-	d.wg.Add(1)
-	go d.loop()
 	return d, nil
 }
 
-// Close stops the loop, cancels the sends in flight (their deliveries are
-// released, due at once, for this or another instance to send again) and
-// waits for them. Idempotent.
-func (d *Dispatcher) Close() error {
-	d.once.Do(func() {
-		d.cancel()
-		d.wg.Wait()
-		d.tr.CloseIdleConnections()
-	})
+// Run claims due deliveries and sends them until ctx ends. Then it
+// cancels the sends in flight (their deliveries are released, due at once,
+// for this or another instance to send again), waits for them and closes
+// its idle connections, and returns nil. Run once.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	var sends sync.WaitGroup
+	d.loop(ctx, &sends)
+	sends.Wait()
+	d.tr.CloseIdleConnections()
 	return nil
 }
 
@@ -218,31 +213,31 @@ func (d *Dispatcher) poke() {
 	}
 }
 
-// loop claims due deliveries while slots are free. When nothing is due it
-// costs one query per PollInterval.
-func (d *Dispatcher) loop() {
-	defer d.wg.Done()
+// loop claims due deliveries while slots are free, and starts their sends
+// under sends, until ctx ends. When nothing is due it costs one query per
+// PollInterval.
+func (d *Dispatcher) loop(ctx context.Context, sends *sync.WaitGroup) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	polls := 0
 	failing := false // the last claim failed
 	for {
 		select {
-		case <-d.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-d.wake:
 		}
 		if polls%pendingEvery == 0 {
-			d.countPending()
+			d.countPending(ctx)
 		}
 		polls++
 		wait := d.cfg.PollInterval
 		if free := cap(d.slots) - len(d.slots); free > 0 {
-			ds, err := d.st.ClaimDeliveries(d.ctx, d.cfg.Instance, free, d.lease, d.cfg.Now())
+			ds, err := d.st.ClaimDeliveries(ctx, d.cfg.Instance, free, d.lease, d.cfg.Now())
 			d.m.polls.Inc()
 			switch {
-			case err != nil && d.ctx.Err() == nil && !failing:
+			case err != nil && ctx.Err() == nil && !failing:
 				// Once, not every poll: the store's own breaker logs the outage.
 				failing = true
 				d.log.Warn("cannot claim webhook deliveries: retrying every poll", "err", err)
@@ -252,8 +247,7 @@ func (d *Dispatcher) loop() {
 			}
 			for _, del := range ds {
 				d.slots <- struct{}{} // never blocks: at most free were claimed, and only this loop takes slots
-				d.wg.Add(1)
-				go d.send(del)
+				sends.Go(func() { d.send(ctx, del) })
 			}
 			if len(ds) == free {
 				wait = 0 // more may be due; a full house is woken by the first freed slot
@@ -269,26 +263,25 @@ func (d *Dispatcher) loop() {
 	}
 }
 
-func (d *Dispatcher) countPending() {
-	ctx, cancel := context.WithTimeout(d.ctx, 5*time.Second)
+func (d *Dispatcher) countPending(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if n, err := d.st.PendingDeliveries(ctx); err == nil {
 		d.m.pending.Set(float64(n))
 	}
 }
 
-// send makes one attempt and settles it in the outbox.
-func (d *Dispatcher) send(del store.Delivery) {
-	defer d.wg.Done()
+// send makes one attempt and settles it in the outbox. ctx is Run's.
+func (d *Dispatcher) send(runCtx context.Context, del store.Delivery) {
 	defer func() {
 		<-d.slots
 		d.poke()
 	}()
 	log := d.log.With("event_id", del.EventID, "attempt", del.Attempts)
-	failure := d.attempt(del)
-	// Settling must not be cut short by Close: a cancelled attempt is
+	failure := d.attempt(runCtx, del)
+	// Settling must not be cut short by Run's end: a cancelled attempt is
 	// released so that it is sent again without waiting for its lease.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.ctx), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), 5*time.Second)
 	defer cancel()
 	now := d.cfg.Now()
 	var err error
@@ -296,7 +289,7 @@ func (d *Dispatcher) send(del store.Delivery) {
 	case failure == "":
 		d.m.outcomes.WithLabelValues(outcomeDelivered).Inc()
 		err = d.st.FinishDelivery(ctx, del.EventID, del.Gen, store.DeliveryDelivered, "", now)
-	case d.ctx.Err() != nil:
+	case runCtx.Err() != nil:
 		err = d.st.RetryDelivery(ctx, del.EventID, del.Gen, now, "not sent: the dispatcher closed during the attempt")
 	default:
 		next := now.Add(Jitter(Backoff(del.Attempts, d.cfg.BackoffBase, d.cfg.BackoffMax), rand.Float64()))
@@ -321,8 +314,8 @@ func (d *Dispatcher) send(del store.Delivery) {
 }
 
 // attempt POSTs the delivery once and returns "" on a 2xx, else why not.
-func (d *Dispatcher) attempt(del store.Delivery) string {
-	ctx, cancel := context.WithTimeout(d.ctx, d.cfg.AttemptTimeout)
+func (d *Dispatcher) attempt(ctx context.Context, del store.Delivery) string {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.AttemptTimeout)
 	defer cancel()
 	secret, err := d.st.WebhookSecret(ctx, del.AccountID, NewSecret())
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
 
 	"github.com/switchyard-dev/switchyard/internal/pgtest"
 	"github.com/switchyard-dev/switchyard/sdk"
@@ -65,14 +66,40 @@ func fast(instance string) Config {
 	}
 }
 
+// start builds a dispatcher and runs it until the test ends.
 func start(t *testing.T, cfg Config, ws store.WebhookStore) *Dispatcher {
+	t.Helper()
+	d, _ := startStop(t, cfg, ws)
+	return d
+}
+
+// startStop is start, with a stop that ends the dispatcher's Run and
+// returns once it has (it fails the test if Run fails).
+func startStop(t *testing.T, cfg Config, ws store.WebhookStore) (*Dispatcher, func()) {
 	t.Helper()
 	d, err := New(cfg, Deps{Store: ws})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.Close() })
-	return d
+	return d, run(t, d)
+}
+
+// run runs d until the returned stop is called, or the test ends.
+func run(t *testing.T, d *Dispatcher) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 type hit struct {
@@ -214,8 +241,8 @@ func (noClaims) ClaimDeliveries(context.Context, string, int, time.Duration, tim
 	return nil, nil
 }
 
-// A delivery enqueued, then its dispatcher and store closed before any
-// send, is sent by a new dispatcher on the reopened database.
+// A delivery enqueued, then its dispatcher stopped and its store closed
+// before any send, is sent by a new dispatcher on the reopened database.
 func TestDurableAcrossRestart(t *testing.T) {
 	dir := t.TempDir()
 	rcv := newReceiver(t, func(int) int { return 200 })
@@ -223,14 +250,11 @@ func TestDurableAcrossRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d1, err := New(fast("before"), Deps{Store: noClaims{outbox(t, st1)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d1, stop := startStop(t, fast("before"), noClaims{outbox(t, st1)})
 	if err := d1.Enqueue(testCtx(t), "acc", rcv.URL, "durable", []byte(`{"n":1}`)); err != nil {
 		t.Fatal(err)
 	}
-	d1.Close()
+	stop()
 	st1.Close()
 	if n := len(rcv.got()); n != 0 {
 		t.Fatalf("sent %d times before the restart", n)
@@ -244,7 +268,7 @@ func TestDurableAcrossRestart(t *testing.T) {
 	}
 }
 
-// A dispatcher closed in the middle of a send releases the delivery, and
+// A dispatcher stopped in the middle of a send releases the delivery, and
 // the next one sends it again at once (not after the lease) under the
 // same event id.
 func TestClosedDuringSend(t *testing.T) {
@@ -261,12 +285,12 @@ func TestClosedDuringSend(t *testing.T) {
 		w.WriteHeader(200)
 	}))
 	defer blocking.Close()
-	d1 := start(t, fast("first"), ws)
+	d1, stop := startStop(t, fast("first"), ws)
 	if err := d1.Enqueue(testCtx(t), "acc", blocking.URL, "mid", []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
 	<-arrived
-	d1.Close()
+	stop()
 	if d := status(t, ws, "mid"); d.Status != store.DeliveryPending || !strings.Contains(d.LastError, "closed") {
 		t.Fatalf("after closing mid-send: %+v", d)
 	}
@@ -563,5 +587,34 @@ func TestIdlePollsOncePerInterval(t *testing.T) {
 	eventually(t, "five polls", func() bool { return testutil.ToFloat64(d.m.polls) >= 5 })
 	if took := time.Since(begin); took < 4*cfg.PollInterval {
 		t.Fatalf("five idle polls in %s, want at least %s", took, 4*cfg.PollInterval)
+	}
+}
+
+// New starts nothing: a delivery enqueued before Run waits in the outbox,
+// and the first Run sends it. Run's goroutines are gone once it returns
+// (goleak, in TestMain, checks every test for the rest).
+func TestNewStartsNothingRunSends(t *testing.T) {
+	ws := outbox(t, openSQLite(t, t.TempDir()))
+	rcv := newReceiver(t, func(int) int { return 200 })
+	before := goleak.IgnoreCurrent()
+	d, err := New(fast("i1"), Deps{Store: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Enqueue(testCtx(t), "acc", rcv.URL, "early", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := goleak.Find(before); err != nil {
+		t.Fatalf("New or Enqueue started a goroutine: %v", err)
+	}
+	if n := len(rcv.got()); n != 0 {
+		t.Fatalf("sent %d times before Run", n)
+	}
+	stop := run(t, d)
+	eventually(t, "delivered once Run runs", func() bool { return status(t, ws, "early").Status == store.DeliveryDelivered })
+	stop()
+	rcv.Close() // its own goroutines, before the check
+	if err := goleak.Find(before); err != nil {
+		t.Errorf("Run left a goroutine behind: %v", err)
 	}
 }

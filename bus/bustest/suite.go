@@ -12,10 +12,29 @@ import (
 	"github.com/switchyard-dev/switchyard/bus"
 )
 
-// Factory returns a fresh bus for one test, and a way to make another
-// handle on the same network (a second instance's connection). For Memory
-// that is the same value; for Redis, a new client.
+// Factory returns a fresh bus for one test, running (see Start), and a way
+// to make another handle on the same network (a second instance's
+// connection). For Memory that is the same value; for Redis, a new client.
 type Factory func(t *testing.T) (b bus.Bus, peer func(t *testing.T) bus.Bus)
+
+// Start runs b until the test ends or the returned stop is called; stop
+// returns once b's Run has, and fails the test if Run failed.
+func Start(t testing.TB, b bus.Bus) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("bus Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
 
 // collector gathers delivered envelopes.
 type collector struct {

@@ -67,6 +67,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	// The orchestrator's grace period must be longer (docs/OPERATIONS.md).
+	cfg.Logger.Info("a stop (SIGTERM) drains within the stop budget; give the instance a longer grace period",
+		"stop_budget", cfg.StopBudget())
 	return app.Run(ctx)
 }
 
@@ -110,7 +113,10 @@ ws://HOST:PORT/ws/node; clients call http://HOST:PORT/api/v1/…`, cfg.Listen, c
 	fs.IntVar(&cfg.RegisterRate, "register-rate", cfg.RegisterRate, "sign-ups per hour per client IP with --open-registration (-1: no limit)")
 	fs.IntVar(&cfg.HandshakeRate, "handshake-rate", cfg.HandshakeRate, "node connections per minute per client IP (-1: no limit)")
 	fs.DurationVar(&cfg.PingInterval, "ping-interval", cfg.PingInterval, "ping a node socket silent this long (no message, ping or pong from the node), to notice dead ones")
+	fs.DurationVar(&cfg.DrainWithdrawTimeout, "drain-withdraw-timeout", cfg.DrainWithdrawTimeout, "on SIGTERM, first, how long withdrawing this instance's nodes from the cluster's directory may take")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "on SIGTERM, how long to let tasks in flight finish")
+	fs.DurationVar(&cfg.DrainCloseTimeout, "drain-close-timeout", cfg.DrainCloseTimeout, "on SIGTERM, after the tasks, how long closing node sockets and HTTP connections and deregistering may take")
+	fs.DurationVar(&cfg.DrainFlushTimeout, "drain-flush-timeout", cfg.DrainFlushTimeout, "on SIGTERM, last, how long writing the buffered task records may take; the four drain budgets together are the stop budget, logged at start: set the orchestrator's grace period above it")
 	fs.DurationVar(&cfg.ReadHeaderTimeout, "read-header-timeout", cfg.ReadHeaderTimeout, "a request's line and headers must arrive within this")
 	fs.DurationVar(&cfg.BodyReadTimeout, "body-read-timeout", cfg.BodyReadTimeout, "a request's body must arrive within this, from the end of its headers (a client that trickles a body is cut off)")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "close keep-alive connections unused for this long")

@@ -164,6 +164,11 @@ func TestServeRunsAndDrains(t *testing.T) {
 	if !strings.Contains(s.stderr.String(), `"msg":"stopped"`) {
 		t.Errorf("serve did not log its stop:\n%s", s.stderr.String())
 	}
+	// The stop budget was logged at start: what the orchestrator's grace
+	// period must exceed.
+	if !strings.Contains(s.stderr.String(), `"stop_budget":57000000000`) {
+		t.Errorf("serve did not log its stop budget (57s with the defaults):\n%s", s.stderr.String())
+	}
 	// The port is let go.
 	if resp, err := s.client.Get(s.base + "/livez"); err == nil {
 		resp.Body.Close()
