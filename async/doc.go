@@ -1,4 +1,4 @@
-// Package async runs the async tasks of POST /api/v1/tasks (issue 11):
+// Package async runs the async tasks of POST /api/v1/tasks:
 // tasks that wait durably in the store's queue (store.AsyncQueue) until a
 // node is free, and outlive the HTTP request that asked for them.
 //

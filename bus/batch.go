@@ -15,7 +15,7 @@ import (
 // connection each. Taking a pooled connection per publish, a burst at
 // 2,500 cross-instance requests/s on two cores drained the pool (20
 // connections), the waiters timed out after a second, and the instance
-// never caught up (issue 13).
+// never caught up.
 const (
 	// batchMax is the most publishes one pipeline carries.
 	batchMax = 128

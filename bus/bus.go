@@ -26,7 +26,7 @@ type Bus interface {
 
 	// Publish sends e to instance to and returns how many subscribers
 	// received it. Zero means nobody is listening there: the instance is
-	// gone, and the caller acts on that at once (DESIGN §5, invariants 4, 5).
+	// gone, and the caller acts on that at once (invariants 4 and 5).
 	Publish(ctx context.Context, to string, e *Envelope) (int, error)
 
 	// Receivers reports how many subscribers each instance has right now

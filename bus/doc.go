@@ -1,4 +1,4 @@
-// Package bus carries envelopes between switchyard instances (DESIGN §1, §4).
+// Package bus carries envelopes between switchyard instances.
 //
 // It owns:
 //   - the envelope kinds and their msgpack codec (envelope.go), whose kind

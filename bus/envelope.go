@@ -7,7 +7,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// Kind says what an envelope carries (DESIGN §1).
+// Kind says what an envelope carries (docs/PROTOCOL.md, between instances).
 type Kind uint8
 
 // The envelope kinds. Their numbers are on the wire: append, never renumber.

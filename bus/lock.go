@@ -13,8 +13,8 @@ import (
 // ErrLockHeld is returned by Lock.Acquire while another instance holds it.
 var ErrLockHeld = errors.New("the single-instance lock is held by another instance")
 
-// Lock is the single-instance lock of multi_instance=false (the seed's
-// rollback switch): {ns}:lock holds the InstanceInfo of its holder, with a
+// Lock is the single-instance lock of multi_instance=false (the rollback
+// switch): {ns}:lock holds the InstanceInfo of its holder, with a
 // TTL the holder keeps refreshing.
 type Lock struct {
 	rdb  redis.UniversalClient

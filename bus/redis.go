@@ -237,7 +237,7 @@ func (r *Redis) Receivers(ctx context.Context, ids []string) (map[string]int, er
 // shardNumSub asks PUBSUB SHARDNUMSUB of the node that owns each channel.
 // A cluster node answers it for any channel without a redirect, counting
 // only its own subscribers, so a question sent to a node of the client's
-// choosing reads 0 for a live instance whose slot is elsewhere (issue 9).
+// choosing reads 0 for a live instance whose slot is elsewhere.
 // Channels are grouped by their slot's master: one command per master.
 func (r *Redis) shardNumSub(ctx context.Context, chans []string) (map[string]int64, error) {
 	cc, ok := r.rdb.(*redis.ClusterClient)

@@ -56,7 +56,7 @@ func redisFactory(newClient func(testing.TB) redis.UniversalClient, newNS func(t
 // so on one of the masters. The counts the liveness watcher acts on
 // (Receivers, and Publish's) must be right wherever it lives: a live
 // instance counted 0 looks dead to the others, and an instance's own
-// channel counted 0 keeps the watcher in its grace period (issue 9).
+// channel counted 0 keeps the watcher in its grace period.
 func TestRedisClusterReceiverCounts(t *testing.T) {
 	c := redistest.StartCluster(t, redistest.ClusterOptions{})
 	ctx := context.Background()

@@ -41,7 +41,7 @@ type RegistryConfig struct {
 	Now        func() time.Time // default time.Now; tests step it
 }
 
-// Registry is the set of live instances (DESIGN §4):
+// Registry is the set of live instances (docs/OPERATIONS.md lists its keys):
 //
 //	{ns}:inst:alive:{id}  string, the InstanceInfo JSON, TTL RegistryConfig.TTL
 //	{ns}:inst:index       set of every instance id; the sweeper removes dead ones

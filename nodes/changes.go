@@ -7,7 +7,7 @@ import "sync"
 // when it arrives or leaves, takes or gives back a slot, reports its CPU in
 // a heartbeat, or gets a benchmark profile. The directory takes the set
 // when it flushes, so it looks at the nodes that changed and never at the
-// idle ones (DESIGN §5, invariant 12: idle costs nothing per node).
+// idle ones (invariant 12: idle costs nothing per node).
 //
 // Like a Signal, it is made before the Hub and the directory and given to
 // both at construction. Mark never blocks. A nil *Changes marks nothing.

@@ -18,7 +18,7 @@ type Claim struct {
 }
 
 // Claims decides which connection owns a node identity, cluster-wide
-// (DESIGN §5, invariant 1): a claim takes the next generation and replaces
+// (invariant 1): a claim takes the next generation and replaces
 // any earlier holder; the per-account cap counts node ids, so a reconnect
 // under the same id does not count twice. Memory implements it for one
 // instance; the Redis implementation fences with a Lua compare-and-set.

@@ -27,7 +27,7 @@ type RedisClaimsConfig struct {
 	Registerer prometheus.Registerer
 }
 
-// RedisClaims is Claims for a cluster (DESIGN §4, invariant 1). Its keys:
+// RedisClaims is Claims for a cluster (invariant 1). Its keys:
 //
 //	{ns}:node:{<node_id>}:gen        integer, the node's fencing generation (no TTL)
 //	{ns}:node:{<node_id>}:owner      "<instance id>:<gen>" (no TTL)

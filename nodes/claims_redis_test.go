@@ -53,7 +53,7 @@ func TestRedisClaimsCompareAndSet(t *testing.T) {
 	}
 }
 
-// The owner key says which connection holds the node, as DESIGN §4 shows
+// The owner key says which connection holds the node, as docs/OPERATIONS.md shows
 // operators: "<instance>:<gen>", untouched by a stale release, gone after
 // the current one. (What the hub relies on is in claimstest.)
 func TestRedisClaimsOwnerKey(t *testing.T) {

@@ -100,7 +100,7 @@ var _ LocalNodes = (*Hub)(nil)
 
 // ClusterDirectory is the Directory of a cluster: this instance's nodes,
 // live from its Hub, plus every other live instance's, kept in memory from
-// a change feed (DESIGN §4):
+// a change feed (docs/OPERATIONS.md lists its keys):
 //
 //	{ns}:dir:{<instance id>}  hash node id → entry JSON, written by that instance only,
 //	                          when a node arrives, leaves or changes; fields _seq (the

@@ -1,4 +1,4 @@
-// Package nodes owns the node side of an instance (DESIGN §2):
+// Package nodes owns the node side of an instance:
 //   - one Session per node WebSocket: a reader loop and one writer goroutine
 //     behind a bounded send queue that drops a node too slow to keep up
 //     (invariant 13), speaking the node protocol that sdk/wire defines for

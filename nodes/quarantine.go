@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Automatic quarantine (issue 12): a node whose tasks keep failing is
+// Automatic quarantine: a node whose tasks keep failing is
 // taken out of service on its own, so requests stop going to it, and serves again
 // after a cool-off or when an operator resumes it. It counts the tasks that
 // ended on the node in a row as failed — the node answered "failed", sent

@@ -28,7 +28,7 @@ type Pick struct {
 	Exclude    []string // nodes already tried for this request
 }
 
-// Select picks the best candidate by GemmaNet's score (GEMMANET-WIRE §3),
+// Select picks the best candidate by GemmaNet's score (docs/PROTOCOL.md),
 // among nodes that are not suspended, not excluded, of the demanded trust,
 // and with a free slot. When none qualifies, found is false and busy says
 // whether some node would have, but for its slots being full.

@@ -85,7 +85,7 @@ type Session struct {
 func (s *Session) held() Held { return Held{NodeID: s.NodeID, AccountID: s.Info.AccountID, Gen: s.Gen} }
 
 // TryAcquire takes one of the node's slots for a task. It fails when the
-// node is at its max_concurrency or closing (DESIGN §5, invariant 7).
+// node is at its max_concurrency or closing (invariant 7).
 func (s *Session) TryAcquire() bool {
 	maxc := int32(s.Info.MaxConcurrency)
 	for {

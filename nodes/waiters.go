@@ -12,10 +12,10 @@ import (
 // capabilities, not every waiter: with thousands waiting, waking them all
 // on each slot (each to pick again and all but one to find nothing) took
 // more CPU than the tasks themselves, which freed slots more slowly still
-// (issue 13: at 2,000 requests/s on one instance, 54 % of its CPU went
+// (at 2,000 requests/s on one instance, 54 % of its CPU went
 // into waiters picking and re-arming their timers).
 //
-// Who is next (issue 11): the highest priority first; within a priority,
+// Who is next: the highest priority first; within a priority,
 // the accounts waiting take turns, one waiter each, so an account with
 // 200 waiting cannot starve one with 5; within an account, the oldest.
 //

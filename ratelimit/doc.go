@@ -1,5 +1,5 @@
 // Package ratelimit counts events per key with GCRA and refuses those over a
-// Limit (DESIGN §5, invariant 8).
+// Limit (invariant 8).
 //
 // It owns:
 //   - the Limiter interface and its two implementations: Memory, for one

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// InFlight caps what one key holds at once (issue 11: tasks in flight per
+// InFlight caps what one key holds at once (tasks in flight per
 // API key, --max-inflight-per-key), where a Limiter caps a rate. Each
 // holding has an id and a lease: a holder that dies without releasing
 // (an instance killed) stops counting when its lease ends, so a crash never

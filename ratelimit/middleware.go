@@ -137,7 +137,7 @@ type errorBody struct {
 }
 
 // DefaultDeny is the Deny used when none is configured: 429 with the
-// DESIGN.md §6 error shape, code "rate_limited".
+// the API's error shape (docs/PROTOCOL.md, Errors), code "rate_limited".
 func DefaultDeny(c echo.Context, r Result) error {
 	var body errorBody
 	body.Error.Code = "rate_limited"

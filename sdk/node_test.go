@@ -495,7 +495,7 @@ func TestIgnoresMalformedAndUnknownMessages(t *testing.T) {
 	}
 }
 
-// A task_assign the node cannot decode (issue 10, point 2: a number beyond
+// A task_assign the node cannot decode (a number beyond
 // float64 in params) is answered at once with status "rejected" naming the
 // task, instead of being dropped to time out on the server; the handler
 // never sees it and the node keeps serving.

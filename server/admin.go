@@ -13,7 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// The operator-only view (issue 10, point 6). Public answers say what
+// The operator-only view. Public answers say what
 // failed and nothing of where: no instance ids, host names, addresses or
 // the store's and Redis's errors. Operators see all of that here, behind
 // Config.AdminToken; with no token set, none of these routes exist.

@@ -14,7 +14,7 @@ import (
 const testAdmin = "admin-token-for-the-tests-0123"
 
 // leaks fails the test if body names any of what public answers must not
-// (issue 10, point 6): the instance's id, its name or host, addresses.
+// name: the instance's id, its name or host, addresses.
 func leaks(t *testing.T, what string, body []byte, secrets ...string) {
 	t.Helper()
 	for _, s := range secrets {

@@ -194,7 +194,7 @@ func (a *App) openStore(ctx context.Context) error {
 	return err
 }
 
-// connect sets up what the mode (DESIGN §3) decides: the bus, the
+// connect sets up what the mode (the modes in docs/OPERATIONS.md) decides: the bus, the
 // limiter and the node claims, in memory or (with Redis) shared.
 func (a *App) connect(ctx context.Context) (nodes.Claims, error) {
 	if a.cfg.RedisURL == "" {
@@ -307,7 +307,7 @@ func (a *App) Store() store.Store { return a.store }
 // and tests).
 func (a *App) Webhooks() *webhooks.Dispatcher { return a.webhooks }
 
-// Run serves until ctx ends, then drains (DESIGN §5, invariant 9): it stops
+// Run serves until ctx ends, then drains (invariant 9): it stops
 // taking requests and nodes, reports not ready, lets tasks in flight
 // finish up to the drain timeout, closes node sockets with 1001, flushes
 // the store and closes everything. Every component runs in one errgroup
@@ -493,7 +493,7 @@ func (a *App) nodeArriving(ctx context.Context, nodeID, accountID, name string) 
 
 // handleEnvelope is the bus handler: task traffic goes to the engine; a
 // replace (another instance has a newer connection of a node) is node
-// ownership, so it goes to the hub (DESIGN §5, invariant 1). Neither blocks.
+// ownership, so it goes to the hub (invariant 1). Neither blocks.
 func (a *App) handleEnvelope(e *bus.Envelope) {
 	if e.Kind == bus.KindReplace {
 		if a.hub.CloseReplaced(e.NodeID, e.Gen) {

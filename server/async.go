@@ -19,7 +19,7 @@ import (
 	"github.com/switchyard-dev/switchyard/store"
 )
 
-// Async tasks (POST /api/v1/tasks, issue 11): the pump (package async)
+// Async tasks (POST /api/v1/tasks): the pump (package async)
 // runs them; this file is their HTTP side and the pump's view of this
 // instance (its nodes, the cluster's events, the lost instances).
 

@@ -271,8 +271,8 @@ func TestAsyncSDK(t *testing.T) {
 	}
 }
 
-// A PostgreSQL stopped by SIGSTOP does not wedge the instance (DESIGN §5,
-// invariant 14): a submit gets 503 store_unavailable within the store's
+// A PostgreSQL stopped by SIGSTOP does not wedge the instance (invariant
+// 14): a submit gets 503 store_unavailable within the store's
 // deadline, synchronous requests of a cached key are served meanwhile,
 // and an async task whose node answered during the stall ends completed
 // once PostgreSQL runs again (its end is retried, its lease kept).

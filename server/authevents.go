@@ -11,7 +11,7 @@ import (
 	"github.com/switchyard-dev/switchyard/store"
 )
 
-// Revocations reach every instance within a second (DESIGN §5, invariant
+// Revocations reach every instance within a second (invariant
 // 15), from the database itself: RevokeKey and DeleteAccount raise the
 // store's AuthSeq in their transactions, and each instance reads it every
 // authPoll while it has nodes connected or keys cached; when it changed,

@@ -13,7 +13,7 @@ import (
 // Cluster of three masters (sharded pub/sub); a node registers on A, and
 // the moment it has node_registered a request sent to B for its task type
 // (one no other node has) is served by it, never 404: 100 rounds each
-// (issue 9's bar: 0 of 100 refused). Each round uses a fresh task type,
+// (the bar: 0 of 100 refused). Each round uses a fresh task type,
 // so B cannot have learned of it earlier.
 func TestRoutableEverywhereOnceRegistered(t *testing.T) {
 	run := func(t *testing.T, url string, cluster bool) {

@@ -274,7 +274,7 @@ func (c Config) Validate() error {
 	if strings.ContainsAny(c.Namespace, " {}:") {
 		bad("--namespace %q must not contain spaces, braces or ':'", c.Namespace)
 	}
-	// DESIGN §3 refuses a heartbeat not less than half the TTL: at exactly
+	// Boot refuses a heartbeat not less than half the TTL: at exactly
 	// half, one late refresh already lets the alive key expire.
 	if c.HeartbeatInterval <= 0 || 2*c.HeartbeatInterval >= c.LivenessTTL {
 		bad("--heartbeat-interval (%s) must be positive and less than half of --liveness-ttl (%s): lower the interval or raise the TTL, or one late refresh lets a live instance be taken for dead", c.HeartbeatInterval, c.LivenessTTL)
@@ -362,7 +362,7 @@ func (c Config) StopBudget() time.Duration {
 // Multi reports whether the configuration runs in multi-instance mode.
 func (c Config) Multi() bool { return c.RedisURL != "" && !c.SingleInstance }
 
-// Mode names the configuration's mode (DESIGN §3) for status and logs.
+// Mode names the configuration's mode (the modes in docs/OPERATIONS.md) for status and logs.
 func (c Config) Mode() string {
 	switch {
 	case c.Multi():

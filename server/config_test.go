@@ -75,7 +75,7 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"the defaults", Config{}, ""},
 		{"heartbeat just under half the TTL", Config{HeartbeatInterval: 7499 * time.Millisecond, LivenessTTL: 15 * time.Second}, ""},
-		// DESIGN §3: not less than half is refused, so exactly half is too.
+		// Not less than half is refused, so exactly half is too.
 		{"heartbeat exactly half the TTL", Config{HeartbeatInterval: 5 * time.Second, LivenessTTL: 10 * time.Second}, "--heartbeat-interval (5s) must be positive and less than half of --liveness-ttl (10s)"},
 		{"heartbeat over half the TTL", Config{HeartbeatInterval: 6 * time.Second, LivenessTTL: 10 * time.Second}, "less than half of --liveness-ttl"},
 		{"negative heartbeat", Config{HeartbeatInterval: -time.Second}, "--heartbeat-interval (-1s) must be positive"},

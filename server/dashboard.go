@@ -8,7 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// The operator's dashboard (issue 12): a page served from files embedded
+// The operator's dashboard: a page served from files embedded
 // in the binary (no CDN, no build step) at /dashboard, with the admin token
 // set. The page itself is a sign-in form and a script: it holds no data,
 // so it is served to anyone; everything it shows comes from

@@ -1,5 +1,5 @@
 // Package server is the HTTP face of an instance and the owner of every
-// component's lifecycle (DESIGN §2).
+// component's lifecycle.
 //
 // It owns:
 //   - Config: DefaultConfig (the one place defaults are written; the CLI's
@@ -7,7 +7,7 @@
 //     configuration at boot with one sentence per problem (config.go);
 //   - the App (app.go): New builds the store, the task-record writer and
 //     reputation, the webhook dispatcher, the limiter, the bus, the node hub
-//     and the task components from the mode (DESIGN §3) and binds the
+//     and the task components from the mode (the modes in docs/OPERATIONS.md) and binds the
 //     listeners, starting nothing; Run runs every component's Run in one
 //     errgroup (lifecycle.go) and serves until its context ends, then
 //     drains (invariant 9), ending the components in order, and closes

@@ -12,7 +12,7 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/nodetest"
 )
 
-// HEAD is answered wherever GET is (issue 10, point 9), with GET's status
+// HEAD is answered wherever GET is, with GET's status
 // and headers and no body; it stays 405 where GET would be.
 func TestHEADOnGETRoutes(t *testing.T) {
 	ta := startApp(t, nil)

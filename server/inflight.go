@@ -13,7 +13,7 @@ import (
 	"github.com/switchyard-dev/switchyard/ratelimit"
 )
 
-// The per-key cap on tasks in flight (issue 11, --max-inflight-per-key):
+// The per-key cap on tasks in flight (--max-inflight-per-key):
 // one API key's requests running or waiting for a slot at once, across
 // the cluster (in Redis) or on one instance. One more is answered 429 at
 // once with Retry-After, before it takes a place in the queue: a tenant

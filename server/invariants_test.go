@@ -345,7 +345,7 @@ func gaugeValue(t *testing.T, ta *testApp, name string) float64 {
 // Requests waiting for a busy node are served in the order they came, one
 // woken per freed slot: before, every freed slot woke every waiter, which
 // served them in no order and, with thousands waiting, spent an instance's
-// CPU on picking (issue 13).
+// CPU on picking.
 func TestWaitingRequestsServedInOrder(t *testing.T) {
 	ta := startApp(t, func(c *Config) { c.QueueTimeout = 10 * time.Second })
 	key := ta.account(t, "alice", "")

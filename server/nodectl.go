@@ -14,7 +14,7 @@ import (
 	"github.com/switchyard-dev/switchyard/nodes"
 )
 
-// Node maintenance (issue 12): POST /api/v1/nodes/{id}/pause, /resume and
+// Node maintenance: POST /api/v1/nodes/{id}/pause, /resume and
 // /drain, by the node's own account key or the admin token, from any
 // instance. The instance that takes the request checks who may; the one
 // holding the node's socket applies it (over the bus when that is another).

@@ -20,7 +20,7 @@ import (
 )
 
 // The OpenAI-compatible routes, POST /v1/chat/completions and GET /v1/models
-// (GEMMANET-WIRE §2). They run tasks exactly as /api/v1/request does; what
+// (docs/PROTOCOL.md). They run tasks exactly as /api/v1/request does; what
 // differs is the shape of bodies, streams and errors, which follow OpenAI's
 // so that its client libraries work with only a new base URL and key.
 

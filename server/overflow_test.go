@@ -24,7 +24,7 @@ func heapInuse() uint64 {
 	return m.HeapInuse
 }
 
-// Invariant 13 end to end (issue 10, point 1): a node answers a streaming
+// Invariant 13 end to end: a node answers a streaming
 // request with up to 2 million empty deltas while the client, a raw TCP
 // connection, reads a few bytes at a time. The instance buffers up to the
 // stream queue's bound, then fails the task with stream_overflow (the SSE

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// The profiling endpoint is for operators (issue 13): net/http/pprof on a
+// The profiling endpoint is for operators: net/http/pprof on a
 // listener of its own, never on the API's, so no route, middleware or rate
 // limit of the API is involved and the API never exposes it. It has no
 // authentication; the address is what keeps it private, which is why

@@ -39,7 +39,7 @@ func (ta *testApp) timed(t *testing.T, method, path, key string, body any) (int,
 }
 
 // A PostgreSQL stopped by SIGSTOP (nothing refuses, nothing answers) is not
-// a hang (DESIGN §5, invariant 14): a key never seen gets 503 within the
+// a hang (invariant 14): a key never seen gets 503 within the
 // store's deadline, then at once once the breaker is open; the leaderboard,
 // task lookups and reputation answer 503 fast; a cached key keeps serving
 // requests; after SIGCONT the same never-seen key works, and the records of

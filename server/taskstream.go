@@ -16,7 +16,7 @@ import (
 	"github.com/switchyard-dev/switchyard/streamlog"
 )
 
-// Resumable streams (issue 11): GET /api/v1/tasks/{id}/stream replays and
+// Resumable streams: GET /api/v1/tasks/{id}/stream replays and
 // follows a task's chunk log (package streamlog) as server-sent events,
 // each with its seq as the event id, so that a client cut off reconnects
 // with Last-Event-ID and gets exactly what it missed, on any instance.
@@ -48,7 +48,7 @@ var (
 // so that proxies with an idle timeout (60 s is common) keep it open.
 const defaultKeepAlive = 15 * time.Second
 
-// newStreamLog is the chunk log of the mode (DESIGN §3): shared in Redis
+// newStreamLog is the chunk log of the mode (the modes in docs/OPERATIONS.md): shared in Redis
 // in multi-instance mode, in memory otherwise.
 func (a *App) newStreamLog() streamlog.Log {
 	if a.cfg.Multi() {

@@ -180,7 +180,7 @@ func feed(t *testing.T, l streamlog.Log, task string, from, to int) {
 	}
 }
 
-// resumeScenario is issue 11's bar: 10 chunks, 4 read on a, the
+// resumeScenario is the bar: 10 chunks, 4 read on a, the
 // connection cut; chunks go on meanwhile; resumed on b with Last-Event-ID
 // 4, exactly 5..10 and the result arrive, partly replayed and partly live.
 func resumeScenario(t *testing.T, a, b *testApp, o *owners) {

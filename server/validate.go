@@ -14,7 +14,7 @@ import (
 	"github.com/switchyard-dev/switchyard/nodes"
 )
 
-// Limits of POST /api/v1/request (GEMMANET-WIRE §2).
+// Limits of POST /api/v1/request (docs/PROTOCOL.md).
 const (
 	maxTaskTypeChars    = 64
 	maxContentChars     = 200_000
@@ -127,7 +127,7 @@ func decodeObject(b []byte, v any) error {
 // identifiers and never "content". Everything accepted here must decode on
 // a node as it will decode it: a request a node cannot read would wait for
 // its deadline and be counted against a node of another account
-// (DESIGN §5, invariant 15), so it is refused here with 422 instead.
+// (invariant 15), so it is refused here with 422 instead.
 func checkParams(p json.RawMessage) (json.RawMessage, error) {
 	p = bytes.TrimSpace(p)
 	if len(p) == 0 || string(p) == "null" {

@@ -45,7 +45,7 @@ func TestParseTaskBody(t *testing.T) {
 	}
 }
 
-// Params are checked as a node will decode them (issue 10, point 2): a
+// Params are checked as a node will decode them: a
 // number a node cannot hold is refused at the door.
 func TestParamsANodeCanDecode(t *testing.T) {
 	for _, c := range []struct {
@@ -79,7 +79,7 @@ func TestParamsANodeCanDecode(t *testing.T) {
 	}
 }
 
-// The attack of issue 10, point 2: a request whose params another
+// The attack: a request whose params another
 // account's node cannot decode is refused with 422 before any node sees it.
 func TestUndecodableParamsAre422(t *testing.T) {
 	ta := startApp(t, nil)

@@ -1,4 +1,4 @@
-// Package store is switchyard's persistence (DESIGN §7).
+// Package store is switchyard's persistence.
 //
 // It owns:
 //   - the Store interface — accounts and their API keys, records of finished

@@ -72,8 +72,8 @@ func (s BreakerState) String() string {
 	return "closed"
 }
 
-// Guard wraps a Store so that a stalled database is never a hang (DESIGN §5,
-// invariant 14): every call carries a deadline, and after Failures
+// Guard wraps a Store so that a stalled database is never a hang (invariant
+// 14): every call carries a deadline, and after Failures
 // consecutive calls that timed out or could not reach the database the
 // breaker opens and every call fails at once with ErrUnavailable, until a
 // background probe (Ping) sees the store answer again. Open wraps every store

@@ -59,7 +59,7 @@ type ReputationConfig struct {
 	// seen the node fail within FailureWindow before it can be suspended:
 	// failures caused by one account (say, requests built so that the node
 	// cannot run them) lower the node's score but can never take it out of
-	// routing (DESIGN §5, invariant 15). Default 3.
+	// routing (invariant 15). Default 3.
 	SuspendMinAccounts int
 	// FailureWindow is how long a failure keeps counting toward
 	// SuspendMinAccounts. Default 1h.

@@ -188,7 +188,7 @@ func TestReputationSuspends(t *testing.T) {
 	}
 }
 
-// No single account can get a node suspended (DESIGN §5, invariant 15):
+// No single account can get a node suspended (invariant 15):
 // however many of its requests fail, and however low the score falls,
 // suspension needs failures seen by SuspendMinAccounts distinct accounts
 // within FailureWindow.

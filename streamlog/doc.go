@@ -1,4 +1,4 @@
-// Package streamlog keeps the chunks of resumable streams (issue 11): per
+// Package streamlog keeps the chunks of resumable streams: per
 // task, an append-only log of chunks numbered 1, 2, 3…, closed by one end
 // entry that carries the task's final JSON, kept for the task's lifetime
 // plus a grace period. A reader replays what follows a given number and

@@ -465,8 +465,8 @@ func (r *run) result(res *bus.Result) (Outcome, error) {
 	return out, nil
 }
 
-// cancel tells the owner to stop the current attempt (DESIGN §5,
-// invariant 6). ctx is the request's.
+// cancel tells the owner to stop the current attempt (invariant
+// 6). ctx is the request's.
 func (r *run) cancel(ctx context.Context, reason string) {
 	owner, nodeID, gen := r.p.target()
 	if owner == "" {

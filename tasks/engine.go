@@ -30,13 +30,13 @@ type Config struct {
 	NoWatcher bool
 	// OutboundQueue (default 1024 envelopes) bounds the replies the bus
 	// handler hands to the publisher instead of publishing them itself
-	// (DESIGN §5, invariant 13). Overflow drops the reply and counts it.
+	// (invariant 13). Overflow drops the reply and counts it.
 	OutboundQueue int
 	// StreamQueueBytes (default 256 KiB) bounds the chunks waiting for one
 	// streaming task's client on the requesting instance, each charged its
 	// delta plus ChunkOverhead (so at most StreamQueueBytes/ChunkOverhead
 	// of them). A client that falls further behind its node fails with
-	// stream_overflow, and the node is told to stop (DESIGN §5, invariant 13).
+	// stream_overflow, and the node is told to stop (invariant 13).
 	StreamQueueBytes int64
 	// StreamBufferBytes (default 64 MiB) bounds the same over every task
 	// of this instance together: one instance's memory for unread chunks.
@@ -181,7 +181,7 @@ type Deps struct {
 //
 // The Engine is the nodes.Events of this instance's Hub (see Deps.Nodes).
 // Closing the socket of a node replaced elsewhere (a replace envelope) is
-// node ownership, the Hub's business (DESIGN §2): HandleEnvelope does not
+// node ownership, the Hub's business: HandleEnvelope does not
 // take it.
 type Engine struct {
 	cfg     Config
@@ -304,7 +304,7 @@ func (e *Engine) Stats() StatsSnapshot { return e.disp.stats.snapshot(time.Now()
 // lost and is back (Redis restarted or dropped us). Whatever other
 // instances published to it meanwhile is lost, answers included, so every
 // task already waiting on another instance fails now with 503 unavailable
-// rather than at its deadline (DESIGN §5, invariant 10): a Redis restart
+// rather than at its deadline (invariant 10): a Redis restart
 // too short for the watcher to see Redis unreachable for a second would
 // otherwise leave such a task waiting for its timeout. The watcher then
 // judges nobody gone for grace: the others may still be reconnecting.

@@ -40,7 +40,7 @@ const (
 // statusRejected is the task_result status of a node that could not read
 // the assign (its params, say), as bus.Result carries it. The task fails
 // with CodeRejected, and the failure is not held against the node: a
-// request it cannot decode is the requester's doing (DESIGN §5, invariant 15).
+// request it cannot decode is the requester's doing (invariant 15).
 const statusRejected = string(wire.StatusRejected)
 
 // Error is a task failure with a code that maps to one HTTP status.

@@ -17,7 +17,7 @@ const (
 	// stateHeld: the task was cancelled, but its node did not declare
 	// task_cancel (GemmaNet's SDK cannot parse it), so it was told nothing
 	// and runs the task to its end. The entry stays, and with it the
-	// node's slot (DESIGN §5, invariant 7), until the node answers (the
+	// node's slot (invariant 7), until the node answers (the
 	// answer is discarded), its connection ends, or holdUntil passes.
 	stateHeld
 )
@@ -52,7 +52,7 @@ type stopped struct {
 
 // forwardTable maps task id → entry for the tasks this instance's nodes
 // hold. An entry leaves it exactly once (take), and whoever takes it owns
-// the task's last word to the requester (DESIGN §5, invariant 3).
+// the task's last word to the requester (invariant 3).
 type forwardTable struct {
 	mu        sync.Mutex
 	hold      time.Duration // how long a held task may go unanswered (the task timeout); 0: nothing is held
@@ -232,7 +232,7 @@ const (
 // chunk accounts one chunk with a delta of n bytes from sess against the
 // cap. Each chunk costs ChunkOverhead more than its delta, so empty deltas
 // cannot stream for ever: at most limit/ChunkOverhead chunks per task
-// (DESIGN §5, invariant 13).
+// (invariant 13).
 func (t *forwardTable) chunk(taskID string, sess *nodes.Session, n int, limit int64) (fwdEntry, chunkResult) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

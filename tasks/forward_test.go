@@ -10,7 +10,7 @@ import (
 )
 
 // The forwarding table's transitions: whoever takes an entry has the last
-// word (DESIGN §5, invariant 3), only the assigned connection answers
+// word (invariant 3), only the assigned connection answers
 // (invariant 2), and no entry outlives its task.
 func TestForwardTableTransitions(t *testing.T) {
 	s1, s2 := &nodes.Session{}, &nodes.Session{}

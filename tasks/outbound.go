@@ -15,8 +15,8 @@ import (
 // and one slow publish must not hold the others back.
 const outboundWorkers = 4
 
-// publishTimeout bounds one publish of a queued envelope (DESIGN §5,
-// invariant 14).
+// publishTimeout bounds one publish of a queued envelope (invariant
+// 14).
 const publishTimeout = 2 * time.Second
 
 // outbound publishes, off the bus's receive loop, the envelopes that loop

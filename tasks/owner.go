@@ -43,7 +43,7 @@ func newOwner(cfg Config, b Bus, local func(*bus.Envelope) bool, out *outbound, 
 
 // assign admits a task for one of this instance's nodes, or refuses it
 // (with a *refusal) when the node is not connected here at that generation
-// or has no free slot (DESIGN §5, invariant 7). Once it returns nil, the
+// or has no free slot (invariant 7). Once it returns nil, the
 // requester hears from this owner exactly once more: a result or
 // node_gone. It never blocks: the bus's receive loop calls it, and the
 // node's session writer sends the assign.
@@ -103,7 +103,7 @@ func (o *owner) admit(e *bus.Envelope, send func(*nodes.Session, []byte) bool) e
 // reasonDeadline is the cancel reason of a task whose timeout passed.
 const reasonDeadline = "deadline passed"
 
-// cancel stops a task at the requester's word (DESIGN §5, invariant 6).
+// cancel stops a task at the requester's word (invariant 6).
 func (o *owner) cancel(e *bus.Envelope) {
 	// Once the task's timeout has passed, its slot is not held for an
 	// answer any longer, even on a node that cannot be told to stop.
@@ -297,7 +297,7 @@ func (o *owner) sweep(now time.Time) {
 }
 
 // requesterGone cancels every task of a requester instance that is gone
-// (DESIGN §5, invariant 5). Each task's failure is still posted to the
+// (invariant 5). Each task's failure is still posted to the
 // requester: if it was taken for gone wrongly (Redis lost its alive key
 // and it kept its subscription), its clients hear at once rather than at
 // the task timeout; if it is gone, the publish reaches nobody.

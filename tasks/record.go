@@ -16,7 +16,7 @@ func (d *dispatcher) newRecord(req *Request, start time.Time) store.TaskRecord {
 
 // record completes rec with the task's end (its outcome, or its error),
 // counts it, and hands it to the recorder: once per request, for a plain
-// task (finish) and a split one (runSplit) alike (DESIGN §5, invariant 3).
+// task (finish) and a split one (runSplit) alike (invariant 3).
 func (d *dispatcher) record(rec *store.TaskRecord, start, now time.Time, out Outcome, err error) {
 	rec.FinishedAt = now.UTC()
 	outcome := string(out.Status)

@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 )
 
-// The operator's figures (the dashboard, issue 12): per task type, the
+// The operator's figures (the dashboard): per task type, the
 // requests this instance finished over the last five minutes, how many of
 // them failed and how long they took, in ten-second slots; and its last
 // failures. Each instance keeps its own; the server publishes them and

@@ -11,7 +11,7 @@ import (
 
 // ChunkOverhead is what one chunk costs beyond its delta's bytes, against
 // the result cap (Config.ResultMaxBytes) on the owner side and against the
-// stream queues on the requester side (DESIGN §5, invariant 13: an empty
+// stream queues on the requester side (invariant 13: an empty
 // message still costs something). It bounds the chunks of one task too:
 // at most ResultMaxBytes / ChunkOverhead (16,384 at the default 1 MiB). It
 // is part of the protocol: docs/PROTOCOL.md states it.
@@ -128,8 +128,8 @@ func (t *Tracker) Queued() int64 { return t.queued.Load() }
 
 // deliver hands an owner's envelope (chunk, result, node_gone) to the task
 // waiting for it. It reports false, and the envelope is dropped, when no
-// task here waits for it from that owner, node and connection (DESIGN §5,
-// invariant 2, on the requester side), or the task has already failed for
+// task here waits for it from that owner, node and connection (invariant
+// 2, on the requester side), or the task has already failed for
 // going over its queue's bound.
 //
 // Only chunks are charged against the bounds: a result or node_gone comes

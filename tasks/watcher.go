@@ -15,7 +15,7 @@ import (
 //
 //   - a requester whose tasks wait on an owner with no subscriber, seen on
 //     two checks in a row, fails them with node_disconnected
-//     (DESIGN §5, invariant 4);
+//     (invariant 4);
 //   - an owner whose tasks' requester has no subscriber, twice in a row,
 //     cancels them on their nodes (invariant 5).
 //

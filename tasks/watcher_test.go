@@ -106,7 +106,7 @@ func TestWatcherStepped(t *testing.T) {
 	// no master until a replica takes over, so no answer can reach it. The
 	// grace keeps others from being judged dead, not this from failing
 	// what cannot be answered.
-	t.Run("Redis unreachable during a grace still fails remote tasks (issue 9)", func(t *testing.T) {
+	t.Run("Redis unreachable during a grace still fails remote tasks", func(t *testing.T) {
 		w, b, dir, p := stepped(t)
 		w.graceTo.Store(step(20).UnixNano())
 		b.fail(errors.New("dial tcp: connection refused"))

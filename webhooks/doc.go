@@ -1,4 +1,4 @@
-// Package webhooks delivers signed HTTP callbacks (issue 11: an async task's
+// Package webhooks delivers signed HTTP callbacks (an async task's
 // end announced to its webhook_url) at least once, durably and cluster-wide.
 //
 // It owns:

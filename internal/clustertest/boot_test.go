@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// DESIGN §3, the rollback switch: with --multi-instance=false and a Redis
+// The rollback switch (the modes in docs/OPERATIONS.md): with --multi-instance=false and a Redis
 // URL, an instance takes the single-instance lock. A second one on the same
 // Redis and namespace refuses to start and names the holder; once the
 // first has drained (SIGTERM releases the lock), a third starts.
@@ -41,7 +41,7 @@ func TestSecondInstanceInLockModeIsRefused(t *testing.T) {
 	}
 }
 
-// DESIGN §3: multi-instance mode (the default with a Redis URL) needs
+// Multi-instance mode (the default with a Redis URL) needs
 // PostgreSQL. Without --database-url, serve refuses to start with one clear
 // sentence that names the flag.
 func TestMultiInstanceRequiresPostgres(t *testing.T) {

@@ -28,7 +28,7 @@ import (
 //     is asked for through B at the moment it logs its registration.
 //   - A client that gives up cancels its task, and the SDK, which knows no
 //     task_cancel, is never sent one: it never logs "Failed to parse
-//     message" (issue 12).
+//     message".
 func TestGemmaNetSDK(t *testing.T) {
 	sdkPath := os.Getenv("SWITCHYARD_GEMMANET_SDK")
 	if sdkPath == "" {

@@ -149,7 +149,7 @@ func New(t testing.TB, cfg Config) *Cluster {
 // OnEachRedis runs f twice, as the subtests "redis" (the shared single
 // Redis) and "cluster" (a private Redis Cluster of three masters, started
 // for the subtest): the promises of the multi-instance mode hold on both
-// (issue 9). f gets the Config to pass to New; it may add to it.
+// f gets the Config to pass to New; it may add to it.
 func OnEachRedis(t *testing.T, f func(t *testing.T, cfg Config)) {
 	t.Run("redis", func(t *testing.T) { f(t, Config{}) })
 	t.Run("cluster", func(t *testing.T) {

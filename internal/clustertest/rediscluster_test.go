@@ -8,7 +8,7 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/redistest"
 )
 
-// The Redis Cluster's own failures (issue 9): a master restarted, a
+// The Redis Cluster's own failures: a master restarted, a
 // coordinated failover, a master killed and replaced by its replica, each
 // under a steady stream of requests at B (20/s) for a type whose node is on
 // A and a type whose node is on B. Nothing hangs, nothing fails in

@@ -1,5 +1,5 @@
 // Package claimstest is the behavioural suite every nodes.Claims
-// implementation must pass (DESIGN §5, invariant 1): what the hub relies
+// implementation must pass (invariant 1): what the hub relies
 // on, whoever keeps the claims. Implementation details (Redis scripts and
 // keys, compare-and-set races) are tested beside each implementation.
 package claimstest

@@ -120,7 +120,7 @@ func sweepKnee(rows []SweepRow, mode string, limitMs float64) float64 {
 // writeSweep is the sweep profile's part of the text report.
 func (r *Report) writeSweep(w io.Writer) {
 	s := r.Sweep
-	fmt.Fprintf(w, "open-loop rate sweep (issue 13): %d echo workers per mode; switchyard nodes with %d slots each (%d in all); each rate %.0f s warm-up (not counted), then %g s counted\n",
+	fmt.Fprintf(w, "open-loop rate sweep: %d echo workers per mode; switchyard nodes with %d slots each (%d in all); each rate %.0f s warm-up (not counted), then %g s counted\n",
 		s.Nodes, s.NodeConcurrency, s.Nodes*s.NodeConcurrency, s.WarmupS, s.CountedS)
 	if s.NATSClient != "" {
 		fmt.Fprintf(w, "nats: %s\n", s.NATSClient)

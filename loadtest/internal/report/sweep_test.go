@@ -196,7 +196,7 @@ func TestSweepReportTextAndJSON(t *testing.T) {
 		"local at 10000/s, not ok: 503 nodes_busy ×7",
 		"e.g. 503 nodes_busy: every node that can run this task type is busy",
 		"may be the limit of: local at 10000/s (up to 80 in flight)",
-		"PASS  5000/s  local p99 vs NATS", "criteria (issue 13's bars)", "the latency is the overhead",
+		"PASS  5000/s  local p99 vs NATS", "criteria (the sweep's bars)", "the latency is the overhead",
 		"nats: one shared client connection", "result: PASS",
 	} {
 		if !strings.Contains(out, want) {

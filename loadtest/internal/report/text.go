@@ -103,9 +103,9 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 
 	if r.Sweep != nil {
-		fmt.Fprintln(w, "\ncriteria (issue 13's bars):")
+		fmt.Fprintln(w, "\ncriteria (the sweep's bars):")
 	} else {
-		fmt.Fprintln(w, "\ncriteria (DESIGN §8, our bars):")
+		fmt.Fprintln(w, "\ncriteria (the bars of README.md's Load test section):")
 	}
 	for _, c := range r.Criteria {
 		fmt.Fprintf(w, "  %-4s  %-7s %-28s %s (bar: %s)\n", c.Status, c.scope(), c.Name, c.Figure, c.Bar)
