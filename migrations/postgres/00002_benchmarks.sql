@@ -1,4 +1,4 @@
--- Node benchmarks: the last profile each node produced (issue 5).
+-- Node benchmarks: the last profile each node produced.
 
 -- +goose Up
 CREATE TABLE benchmarks (

@@ -1,4 +1,4 @@
--- Async tasks (issue 11): the durable queue behind POST /api/v1/tasks.
+-- Async tasks: the durable queue behind POST /api/v1/tasks.
 --
 -- A task is queued, then running under a lease (owner, gen, lease_until)
 -- held by the instance whose node runs it, then final (completed, failed,

@@ -1,4 +1,4 @@
--- Webhooks (issue 11): durable deliveries and per-account signing secrets.
+-- Webhooks: durable deliveries and per-account signing secrets.
 --
 -- A delivery is pending until an attempt gets a 2xx (delivered) or its
 -- retries run past 24 h after the first attempt (given_up). A due pending

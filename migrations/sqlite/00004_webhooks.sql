@@ -1,4 +1,4 @@
--- Webhooks (issue 11): durable deliveries and per-account signing secrets,
+-- Webhooks: durable deliveries and per-account signing secrets,
 -- SQLite dialect (times INTEGER unix microseconds UTC).
 --
 -- A delivery is pending until an attempt gets a 2xx (delivered) or its
