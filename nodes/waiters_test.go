@@ -134,7 +134,7 @@ func wakeOrder(t *testing.T, ws *Waiters, names map[*Waiter]string) []string {
 	return got
 }
 
-// Issue 11: the highest priority first; within one, accounts take turns
+// The highest priority first; within one, accounts take turns
 // (one with many waiting cannot starve one with a few); within an account,
 // the oldest first.
 func TestWaitersPriorityThenAccountsInTurn(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/redistest"
 )
 
-// Issue 11's resume bar, end to end: an async task submitted with stream:
+// The resume bar, end to end: an async task submitted with stream:
 // true on A, its node on A sending 10 chunks; 4 read on A, the connection
 // cut, chunks going on meanwhile; resumed on B with Last-Event-ID 4:
 // exactly 5..10 arrive, then the result event with the task's final view,

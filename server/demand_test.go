@@ -29,7 +29,7 @@ func (ta *testApp) capabilitiesOf(t *testing.T) map[string]capabilityItem {
 	return out
 }
 
-// Issue 12's bar: while three requests wait on a busy single-slot node,
+// The bar: while three requests wait on a busy single-slot node,
 // another instance than the node's shows them waiting; then their service
 // shows in served_1m, everywhere.
 func TestCapabilitiesShowWaitingAcrossInstances(t *testing.T) {

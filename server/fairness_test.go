@@ -8,7 +8,7 @@ import (
 // waitingFor is how many requests wait here for a slot of taskType.
 func (ta *testApp) waitingFor(taskType string) int { return ta.hub.Waiting()[taskType].N }
 
-// Issue 11's fairness bar: account X with 200 requests waiting and Y with
+// The fairness bar: account X with 200 requests waiting and Y with
 // 5, on one busy node: Y's five are served within the first ten. A
 // request of a higher priority goes before all of them.
 func TestWaitingAccountsTakeTurns(t *testing.T) {

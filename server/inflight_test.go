@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Issue 11: --max-inflight-per-key caps one key's requests running or
+// --max-inflight-per-key caps one key's requests running or
 // waiting; one more is 429 with Retry-After at once, another key is not
 // touched, and a place frees when a request ends.
 func TestInflightCapPerKey(t *testing.T) {

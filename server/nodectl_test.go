@@ -43,7 +43,7 @@ func (ta *testApp) viewOf(t *testing.T, id string) (state, reason string) {
 	return "", ""
 }
 
-// Issue 12's bar: a paused node gets no new task while others of its type
+// The bar: a paused node gets no new task while others of its type
 // do, and its running task completes; resumed, it gets tasks again.
 func TestPausedNodeGetsNoNewTask(t *testing.T) {
 	ta := startApp(t, func(c *Config) { c.QueueTimeout = 10 * time.Second })

@@ -30,7 +30,7 @@ func metricValue(t *testing.T, ta *testApp, name string) float64 {
 	return 0 // a counter with labels is absent until first counted
 }
 
-// Issue 12: a node failing several tasks in a row, for different
+// A node failing several tasks in a row, for different
 // accounts, is quarantined with a reason; one account alone cannot do it, a
 // completed task ends the run, and the cool-off lets it serve again.
 func TestFailingNodeIsQuarantined(t *testing.T) {

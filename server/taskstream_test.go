@@ -219,7 +219,7 @@ func TestTaskStreamResumesWithLastEventID(t *testing.T) {
 	resumeScenario(t, ta, ta, o)
 }
 
-// Issue 11's bar across instances: read on A, resumed on B, the log in
+// Across instances: read on A, resumed on B, the log in
 // the shared Redis.
 func TestTaskStreamResumesOnAnotherInstance(t *testing.T) {
 	o := &owners{}

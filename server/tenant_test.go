@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Issue 10's bar, end to end: nothing one account sends gets another
+// The bar, end to end: nothing one account sends gets another
 // account's node out of routing (invariant 15). Account A, the attacker,
 // sends 12 requests with params the node cannot decode (refused at the
 // door, 422: the node never sees them), 12 the node says it cannot run

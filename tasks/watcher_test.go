@@ -121,7 +121,7 @@ func TestWatcherStepped(t *testing.T) {
 	})
 }
 
-// Issue 9, point 4: Redis restarts too fast for the watcher to see it
+// Redis restarts too fast for the watcher to see it
 // unreachable for a second; the owner's answer, published meanwhile, is
 // lost. When the subscription is back, the tasks waiting on another
 // instance fail at once with 503, not at their task timeout; a task handed

@@ -157,7 +157,7 @@ func status(t *testing.T, ws store.WebhookStore, id string) store.Delivery {
 	return d
 }
 
-// Issue 11's bar: a receiver that answers 500 twice then 200 gets the
+// The bar: a receiver that answers 500 twice then 200 gets the
 // delivery on the third try, each signed and carrying the same event id.
 func TestRetriedUntilDelivered(t *testing.T) {
 	ctx := testCtx(t)

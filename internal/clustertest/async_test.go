@@ -57,7 +57,7 @@ func (i *Instance) awaitTask(t *testing.T, key, id string, d time.Duration) asyn
 	}
 }
 
-// Issue 11's bar: an async task submitted on A while no node is free
+// The bar: an async task submitted on A while no node is free
 // survives kill -9 of A (it waits in PostgreSQL, not in A), and completes
 // on B's node once that is free.
 func TestAsyncSurvivesKillOfItsInstance(t *testing.T) {
@@ -98,7 +98,7 @@ func TestAsyncSurvivesKillOfItsInstance(t *testing.T) {
 	}
 }
 
-// Issue 11's bar: 1,000 async tasks through 10 nodes on three instances,
+// The bar: 1,000 async tasks through 10 nodes on three instances,
 // one instance killed mid-run: every task ends completed (or failed
 // instance_lost, only once its retry was spent), none lost, and no task
 // ran on nodes more times than its recorded attempts.

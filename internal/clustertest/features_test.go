@@ -11,7 +11,7 @@ import (
 	"github.com/switchyard-dev/switchyard/sdk"
 )
 
-// Issue 5's features work across instances: with the nodes on A and the
+// The features work across instances: with the nodes on A and the
 // requests on B, trust tiers, the OpenAI-compatible API, node benchmarks and
 // splitting behave as they do on one instance.
 func TestFeaturesAcrossInstances(t *testing.T) { OnEachRedis(t, testFeaturesAcrossInstances) }
