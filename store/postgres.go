@@ -110,11 +110,14 @@ func (c *pgConn) writeTasks(ctx context.Context, recs []TaskRecord) error {
 	// column and are unnested on the server, where an INSERT per row (even
 	// sent together) was parsed, planned and run once per task. At 2,500
 	// tasks/s the PostgreSQL backends used 13 % of a core before, 10 %
-	// after (one run each; the indexes' work is the rest).
+	// after (one run each; the indexes' work is the rest). The same
+	// statement adds the tasks it inserted, and only those (a retried batch
+	// inserts nothing twice), to usage_daily: the usage totals are the task
+	// history's, whatever happens between the two.
 	n := len(recs)
 	var (
-		ids, accounts, types, statuses, codes = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		nodeIDs, requesters, owners           = make([]string, n), make([]string, n), make([]string, n)
+		ids, accounts, keys, types, statuses  = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		codes, nodeIDs, requesters, owners    = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		streams                               = make([]bool, n)
 		attempts                              = make([]int32, n)
 		created, finished                     = make([]time.Time, n), make([]time.Time, n)
@@ -130,28 +133,45 @@ func (c *pgConn) writeTasks(ctx context.Context, recs []TaskRecord) error {
 		if err != nil {
 			return err
 		}
-		ids[i], accounts[i], types[i], statuses[i], codes[i] = r.ID, r.AccountID, r.TaskType, r.Status, r.ErrorCode
-		nodeIDs[i], requesters[i], owners[i] = string(ns), r.Requester, r.Owner
+		ids[i], accounts[i], keys[i], types[i], statuses[i] = r.ID, r.AccountID, r.KeyID, r.TaskType, r.Status
+		codes[i], nodeIDs[i], requesters[i], owners[i] = r.ErrorCode, string(ns), r.Requester, r.Owner
 		streams[i], attempts[i] = r.Stream, int32(r.Attempts)
 		created[i], finished[i], assigned[i] = dbTime(r.CreatedAt), dbTime(r.FinishedAt), optTime(dbTime(r.AssignedAt))
 		procMs[i], contentB[i], resultB[i] = r.ProcessingMs, r.ContentBytes, r.ResultBytes
 		promptT[i], completionT[i] = r.Usage.PromptTokens, r.Usage.CompletionTokens
 	}
-	_, err := c.pool.Exec(ctx, `INSERT INTO tasks (id, account_id, task_type, stream, status, error_code,
-		node_ids, requester_instance, owner_instance, attempts, created_at, assigned_at, finished_at,
-		processing_ms, content_bytes, result_bytes, prompt_tokens, completion_tokens)
-		SELECT u.id, u.account_id, u.task_type, u.stream, u.status, u.error_code,
+	// The usage rows are upserted in key order, so that two batches
+	// touching the same rows lock them in the same order (no deadlock).
+	_, err := c.pool.Exec(ctx, `WITH ins AS (
+		INSERT INTO tasks (id, account_id, key_id, task_type, stream, status, error_code,
+			node_ids, requester_instance, owner_instance, attempts, created_at, assigned_at, finished_at,
+			processing_ms, content_bytes, result_bytes, prompt_tokens, completion_tokens)
+		SELECT u.id, u.account_id, u.key_id, u.task_type, u.stream, u.status, u.error_code,
 			ARRAY(SELECT x.e FROM jsonb_array_elements_text(u.node_ids::jsonb) WITH ORDINALITY AS x(e, o) ORDER BY x.o), u.requester, u.owner, u.attempts,
 			u.created_at, u.assigned_at, u.finished_at,
 			u.processing_ms, u.content_bytes, u.result_bytes, u.prompt_tokens, u.completion_tokens
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::boolean[], $5::text[], $6::text[],
-			$7::text[], $8::text[], $9::text[], $10::integer[], $11::timestamptz[], $12::timestamptz[], $13::timestamptz[],
-			$14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[], $18::bigint[])
-			AS u(id, account_id, task_type, stream, status, error_code,
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::boolean[], $6::text[], $7::text[],
+			$8::text[], $9::text[], $10::text[], $11::integer[], $12::timestamptz[], $13::timestamptz[], $14::timestamptz[],
+			$15::bigint[], $16::bigint[], $17::bigint[], $18::bigint[], $19::bigint[])
+			AS u(id, account_id, key_id, task_type, stream, status, error_code,
 			node_ids, requester, owner, attempts, created_at, assigned_at, finished_at,
 			processing_ms, content_bytes, result_bytes, prompt_tokens, completion_tokens)
-		ON CONFLICT (id) DO NOTHING`,
-		ids, accounts, types, streams, statuses, codes,
+		ON CONFLICT (id) DO NOTHING
+		RETURNING account_id, key_id, task_type, status, finished_at,
+			processing_ms, content_bytes, result_bytes, prompt_tokens, completion_tokens)
+	INSERT INTO usage_daily AS d (account_id, day, key_id, task_type, requests, completed,
+		prompt_tokens, completion_tokens, node_ms, content_bytes, result_bytes)
+	SELECT account_id, to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, key_id, task_type,
+		count(*), count(*) FILTER (WHERE status = 'completed'),
+		sum(prompt_tokens), sum(completion_tokens), sum(processing_ms), sum(content_bytes), sum(result_bytes)
+	FROM ins GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
+	ON CONFLICT (account_id, day, key_id, task_type) DO UPDATE SET
+		requests = d.requests + EXCLUDED.requests, completed = d.completed + EXCLUDED.completed,
+		prompt_tokens = d.prompt_tokens + EXCLUDED.prompt_tokens,
+		completion_tokens = d.completion_tokens + EXCLUDED.completion_tokens,
+		node_ms = d.node_ms + EXCLUDED.node_ms, content_bytes = d.content_bytes + EXCLUDED.content_bytes,
+		result_bytes = d.result_bytes + EXCLUDED.result_bytes`,
+		ids, accounts, keys, types, streams, statuses, codes,
 		nodeIDs, requesters, owners, attempts, created, assigned, finished,
 		procMs, contentB, resultB, promptT, completionT)
 	return err

@@ -152,7 +152,7 @@ func cleanText(s string) string {
 // cleanRecord applies cleanText to a record's strings, identically in both
 // dialects so that they store the same thing.
 func cleanRecord(r TaskRecord) TaskRecord {
-	r.ID, r.AccountID, r.TaskType = cleanText(r.ID), cleanText(r.AccountID), cleanText(r.TaskType)
+	r.ID, r.AccountID, r.KeyID, r.TaskType = cleanText(r.ID), cleanText(r.AccountID), cleanText(r.KeyID), cleanText(r.TaskType)
 	r.Status, r.ErrorCode = cleanText(r.Status), cleanText(r.ErrorCode)
 	r.Requester, r.Owner = cleanText(r.Requester), cleanText(r.Owner)
 	if r.NodeIDs != nil {

@@ -147,29 +147,38 @@ func (c *sqliteConn) writeTasks(ctx context.Context, recs []TaskRecord) error {
 	// through a statement prepared once. Its placeholders are anonymous (?):
 	// the driver looks up a numbered one's name ($n) at every execution, an
 	// allocation per parameter per row here (BenchmarkWriteTasks256: 7,457
-	// allocations with ?, 12,064 with $n).
+	// allocations with ?, 12,064 with $n). The tasks it inserted, and only
+	// those (a retried batch inserts nothing twice), are added to
+	// usage_daily in the same transaction.
 	return c.sqlTx(ctx, func(tx *sql.Tx) error {
-		stmt, err := tx.PrepareContext(ctx, `INSERT INTO tasks (id, account_id, task_type, stream, status, error_code,
+		stmt, err := tx.PrepareContext(ctx, `INSERT INTO tasks (id, account_id, key_id, task_type, stream, status, error_code,
 			node_ids, requester_instance, owner_instance, attempts, created_at, assigned_at, finished_at,
 			processing_ms, content_bytes, result_bytes, prompt_tokens, completion_tokens)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO NOTHING`)
 		if err != nil {
 			return err
 		}
 		defer stmt.Close()
+		var usage usageSums
 		for _, r := range recs {
 			r = cleanRecord(r)
 			nodes, err := json.Marshal(nonNil(r.NodeIDs))
 			if err != nil {
 				return err
 			}
-			if _, err := stmt.ExecContext(ctx, r.ID, r.AccountID, r.TaskType, r.Stream, r.Status, r.ErrorCode,
+			res, err := stmt.ExecContext(ctx, r.ID, r.AccountID, r.KeyID, r.TaskType, r.Stream, r.Status, r.ErrorCode,
 				string(nodes), r.Requester, r.Owner, r.Attempts, dbTime(r.CreatedAt), optTime(dbTime(r.AssignedAt)), dbTime(r.FinishedAt),
-				r.ProcessingMs, r.ContentBytes, r.ResultBytes, r.Usage.PromptTokens, r.Usage.CompletionTokens); err != nil {
+				r.ProcessingMs, r.ContentBytes, r.ResultBytes, r.Usage.PromptTokens, r.Usage.CompletionTokens)
+			if err != nil {
 				return err
 			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 1 {
+				usage.add(r)
+			}
 		}
-		return nil
+		return usage.write(ctx, tx)
 	})
 }

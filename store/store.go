@@ -62,6 +62,7 @@ type Usage struct {
 type TaskRecord struct {
 	ID           string    `json:"task_id"`
 	AccountID    string    `json:"account_id"`
+	KeyID        string    `json:"key_id,omitempty"` // the API key that asked for it ("" when unknown)
 	TaskType     string    `json:"task_type"`
 	Stream       bool      `json:"stream"`
 	Status       string    `json:"status"`               // one of the Status constants
@@ -153,6 +154,10 @@ type Store interface {
 	// ID fails the batch with ErrInvalid. NUL bytes are removed from strings
 	// and invalid UTF-8 replaced, as PostgreSQL cannot store them.
 	WriteTasks(ctx context.Context, recs []TaskRecord) error
+	// Usage returns the usage of the tasks stored by WriteTasks, a row per
+	// account, UTC day, key and task type (usage.go). Each task is counted
+	// once, in the same transaction that stores it.
+	Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error)
 	// Task returns a stored task (NodeIDs never nil); ErrNotFound if unknown.
 	Task(ctx context.Context, id string) (TaskRecord, error)
 	// CountCompletedSince counts tasks with status completed finished at or after t.

@@ -22,10 +22,10 @@ func (s *sqlStore) WriteTasks(ctx context.Context, recs []TaskRecord) error {
 func (s *sqlStore) Task(ctx context.Context, id string) (TaskRecord, error) {
 	var r TaskRecord
 	var nodes string
-	err := s.db.queryRow(ctx, `SELECT id, account_id, task_type, stream, status, error_code, `+s.d.nodeIDs+`,
+	err := s.db.queryRow(ctx, `SELECT id, account_id, key_id, task_type, stream, status, error_code, `+s.d.nodeIDs+`,
 		requester_instance, owner_instance, attempts, created_at, assigned_at, finished_at,
 		processing_ms, content_bytes, result_bytes, prompt_tokens, completion_tokens
-		FROM tasks WHERE id = $1`, id).Scan(&r.ID, &r.AccountID, &r.TaskType, &r.Stream, &r.Status, &r.ErrorCode, &nodes,
+		FROM tasks WHERE id = $1`, id).Scan(&r.ID, &r.AccountID, &r.KeyID, &r.TaskType, &r.Stream, &r.Status, &r.ErrorCode, &nodes,
 		&r.Requester, &r.Owner, &r.Attempts, (*timeCol)(&r.CreatedAt), (*timeCol)(&r.AssignedAt), (*timeCol)(&r.FinishedAt),
 		&r.ProcessingMs, &r.ContentBytes, &r.ResultBytes, &r.Usage.PromptTokens, &r.Usage.CompletionTokens)
 	if err != nil {

@@ -14,6 +14,7 @@ func fullRecord(id, account string, finished time.Time) store.TaskRecord {
 	return store.TaskRecord{
 		ID:           id,
 		AccountID:    account,
+		KeyID:        "key_0123456789ab",
 		TaskType:     "chat",
 		Stream:       true,
 		Status:       store.StatusCompleted,

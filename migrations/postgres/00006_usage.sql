@@ -1,0 +1,26 @@
+-- Usage: what each key spent, per task type and UTC day. Every finished task
+-- adds to its row in the same statement (PostgreSQL) or transaction (SQLite)
+-- that stores it in tasks, and only when that task was not stored already, so
+-- the totals equal the task history's however often a batch is retried.
+
+-- +goose Up
+ALTER TABLE tasks ADD COLUMN key_id TEXT NOT NULL DEFAULT '';
+CREATE TABLE usage_daily (
+    account_id        TEXT NOT NULL,
+    day               TEXT NOT NULL, -- UTC, YYYY-MM-DD
+    key_id            TEXT NOT NULL,
+    task_type         TEXT NOT NULL,
+    requests          BIGINT NOT NULL DEFAULT 0,
+    completed         BIGINT NOT NULL DEFAULT 0,
+    prompt_tokens     BIGINT NOT NULL DEFAULT 0,
+    completion_tokens BIGINT NOT NULL DEFAULT 0,
+    node_ms           BIGINT NOT NULL DEFAULT 0,
+    content_bytes     BIGINT NOT NULL DEFAULT 0,
+    result_bytes      BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (account_id, day, key_id, task_type)
+);
+CREATE INDEX usage_daily_day ON usage_daily (day);
+
+-- +goose Down
+DROP TABLE usage_daily;
+ALTER TABLE tasks DROP COLUMN key_id;
