@@ -2,9 +2,10 @@
 //
 // It owns:
 //   - the Store interface — accounts and their API keys, records of finished
-//     tasks, ratings, the per-node counters reputation is computed from,
-//     suspensions, the nodes seen and their benchmark profiles — and its one
-//     implementation (sqlstore.go: accounts.go, tasks.go, nodes.go, async.go,
+//     tasks and the usage ledger they add to (usage.go), ratings, the
+//     per-node counters reputation is computed from, suspensions, the nodes
+//     seen and their benchmark profiles — and its one implementation
+//     (sqlstore.go: accounts.go, tasks.go, usage.go, nodes.go, async.go,
 //     webhooks.go), written once for the embedded SQLite default (a file in
 //     the data directory, no configuration) and PostgreSQL for a cluster:
 //     what the two spell differently is in dialect.go, how each is reached in

@@ -116,14 +116,14 @@ func (c *pgConn) writeTasks(ctx context.Context, recs []TaskRecord) error {
 	// history's, whatever happens between the two.
 	n := len(recs)
 	var (
-		ids, accounts, keys, types, statuses  = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		codes, nodeIDs, requesters, owners    = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		streams                               = make([]bool, n)
-		attempts                              = make([]int32, n)
-		created, finished                     = make([]time.Time, n), make([]time.Time, n)
-		assigned                              = make([]*time.Time, n)
-		procMs, contentB, resultB             = make([]int64, n), make([]int64, n), make([]int64, n)
-		promptT, completionT                  = make([]int64, n), make([]int64, n)
+		ids, accounts, keys, types, statuses = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		codes, nodeIDs, requesters, owners   = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		streams                              = make([]bool, n)
+		attempts                             = make([]int32, n)
+		created, finished                    = make([]time.Time, n), make([]time.Time, n)
+		assigned                             = make([]*time.Time, n)
+		procMs, contentB, resultB            = make([]int64, n), make([]int64, n), make([]int64, n)
+		promptT, completionT                 = make([]int64, n), make([]int64, n)
 	)
 	for i, r := range recs {
 		r = cleanRecord(r)
