@@ -491,7 +491,7 @@ func (p *Pump) run(run, ctx context.Context, t store.AsyncTask) {
 		p.mu.Unlock()
 		p.Nudge() // its slot is free
 	}()
-	req := tasks.Request{TaskID: t.ID, AccountID: t.AccountID, TaskType: t.TaskType, Content: t.Content,
+	req := tasks.Request{TaskID: t.ID, AccountID: t.AccountID, KeyID: t.KeyID, TaskType: t.TaskType, Content: t.Content,
 		Params: t.Params, Stream: t.Stream, Trust: t.Trust, Priority: t.Priority, LocalOnly: true}
 	var joined strings.Builder
 	first := time.Now()

@@ -111,7 +111,7 @@ func (a *App) submitTask(c echo.Context) error {
 		trust = "official"
 	}
 	t := store.AsyncTask{
-		ID: uuid.Must(uuid.NewV7()).String(), AccountID: accountOf(c).ID, TaskType: body.TaskType,
+		ID: uuid.Must(uuid.NewV7()).String(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, TaskType: body.TaskType,
 		Content: body.Content, Params: body.Params, Stream: body.Stream, Trust: trust, Priority: body.Priority,
 		WebhookURL: x.WebhookURL, TTL: x.TTL,
 	}

@@ -244,7 +244,7 @@ func (a *App) chatCompletions(c echo.Context) error {
 		trust = "official"
 	}
 	req := tasks.Request{
-		TaskID: uuid.NewString(), AccountID: accountOf(c).ID, TaskType: modelCapability(body.Model),
+		TaskID: uuid.NewString(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, TaskType: modelCapability(body.Model),
 		Content: flatten(body.Messages), Params: params, Stream: body.Stream, Trust: trust, Priority: nodes.DefaultPriority,
 	}
 	split := a.shouldSplit(req.TaskType, req.Content)

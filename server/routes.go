@@ -50,6 +50,7 @@ func (a *App) routes() *echo.Echo {
 	v1.DELETE("/tasks/:id", a.cancelTask, a.requireAccount, request)
 	a.routeTaskStream(v1, a.requireAccount, public) // only with a log and an authoriser (taskstream.go)
 	get(v1, "/account", a.account, a.requireAccount, public)
+	get(v1, "/usage", a.usage, a.requireAccount, public)
 	v1.DELETE("/account", a.deleteAccount, a.requireAccount, public)
 	v1.POST("/webhook-secret", a.rotateWebhookSecret, a.requireAccount, public)
 	get(v1, "/status", a.status, public)
@@ -70,6 +71,7 @@ func (a *App) routes() *echo.Echo {
 		get(adm, "/status", a.adminStatus)
 		get(adm, "/nodes", a.adminNodes)
 		get(adm, "/overview", a.adminOverview)
+		get(adm, "/usage", a.adminUsage)
 		a.dashboardRoutes(e) // the page signs in with the token and reads /admin/api
 	}
 	return e

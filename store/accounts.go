@@ -167,7 +167,9 @@ func (s *sqlStore) Authenticate(ctx context.Context, key string) (Account, error
 	if !looksLikeKey(key) {
 		return Account{}, fmt.Errorf("store: unknown API key: %w", ErrNotFound)
 	}
-	a, err := queryOne(ctx, s.db, scanAccount, `SELECT a.id, a.name, a.email, a.trust, a.created_at
+	a, err := queryOne(ctx, s.db, func(r row, a *Account) error {
+		return r.Scan(&a.ID, &a.Name, &a.Email, &a.Trust, (*timeCol)(&a.CreatedAt), &a.KeyID)
+	}, `SELECT a.id, a.name, a.email, a.trust, a.created_at, k.id
 		FROM api_keys k JOIN accounts a ON a.id = k.account_id
 		WHERE k.hash = $1 AND k.revoked_at IS NULL AND a.deleted_at IS NULL`, hashKey(key))
 	return a, notFound(err, "API key")

@@ -23,6 +23,7 @@ const (
 type AsyncTask struct {
 	ID        string
 	AccountID string
+	KeyID     string // the API key that submitted it (usage is metered under it)
 	TaskType  string
 	Content   string
 	Params    json.RawMessage // a JSON object; nil means {}
@@ -138,7 +139,7 @@ type AsyncQueue interface {
 const asyncColumns = `id, account_id, task_type, content, params, stream, trust, priority, webhook_url, ttl_ms,
 	status, attempts, owner, gen, lease_until, streamed, cancel_requested, webhook_pending,
 	node_id, result, error_code, error_message, processing_ms, prompt_tokens, completion_tokens,
-	created_at, started_at, finished_at, expires_at`
+	created_at, started_at, finished_at, expires_at, key_id`
 
 // checkSubmit is SubmitAsync's validation, the same in both dialects.
 func checkSubmit(t AsyncTask) error {
@@ -182,7 +183,7 @@ func scanAsync(r row, t *AsyncTask) error {
 		&t.WebhookURL, &ttlMs, &t.Status, &t.Attempts, &t.Owner, &t.Gen, (*timeCol)(&t.LeaseUntil), &t.Streamed,
 		&t.CancelRequested, &t.WebhookPending, &t.NodeID, &result, &t.ErrorCode, &t.ErrorMessage,
 		&t.ProcessingMs, &prompt, &completion, (*timeCol)(&t.CreatedAt),
-		optTimeCol{&t.StartedAt}, optTimeCol{&t.FinishedAt}, optTimeCol{&t.ExpiresAt})
+		optTimeCol{&t.StartedAt}, optTimeCol{&t.FinishedAt}, optTimeCol{&t.ExpiresAt}, &t.KeyID)
 	if err != nil {
 		return err
 	}
@@ -211,12 +212,12 @@ func (s *sqlStore) SubmitAsync(ctx context.Context, t AsyncTask) error {
 		params = t.Params
 	}
 	_, err := s.db.exec(ctx, `INSERT INTO async_tasks (id, account_id, task_type, content, params, stream, trust,
-		priority, turn, webhook_url, ttl_ms, status, created_at)
+		priority, turn, webhook_url, ttl_ms, status, created_at, key_id)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
 			(SELECT count(*) FROM async_tasks WHERE account_id = $2 AND task_type = $3 AND status = 'queued'),
-			$9, $10, 'queued', `+s.d.now+`)`,
+			$9, $10, 'queued', `+s.d.now+`, $11)`,
 		s.d.withNow([]any{t.ID, t.AccountID, cleanText(t.TaskType), []byte(t.Content), params, t.Stream, t.Trust, t.Priority,
-			cleanText(t.WebhookURL), t.TTL.Milliseconds()})...)
+			cleanText(t.WebhookURL), t.TTL.Milliseconds(), cleanText(t.KeyID)})...)
 	if s.d.isUnique(err) {
 		return fmt.Errorf("store: async task %s exists: %w", t.ID, ErrConflict)
 	}

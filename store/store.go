@@ -40,6 +40,9 @@ type Account struct {
 	Email     string    `json:"email,omitempty"`
 	Trust     string    `json:"trust"`
 	CreatedAt time.Time `json:"created_at"`
+	// KeyID is the key Authenticate matched (its usage is metered under
+	// it); empty from every other call.
+	KeyID string `json:"-"`
 }
 
 // APIKey is the stored view of a key; the key itself is only ever returned

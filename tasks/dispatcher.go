@@ -17,6 +17,7 @@ import (
 type Request struct {
 	TaskID    string
 	AccountID string
+	KeyID     string // the API key that asked (usage is metered under it)
 	TaskType  string
 	Content   string
 	Params    json.RawMessage // a JSON object; nil means {}

@@ -9,7 +9,7 @@ import (
 // newRecord starts the record of a task as the client asked for it.
 func (d *dispatcher) newRecord(req *Request, start time.Time) store.TaskRecord {
 	return store.TaskRecord{
-		ID: req.TaskID, AccountID: req.AccountID, TaskType: req.TaskType, Stream: req.Stream,
+		ID: req.TaskID, AccountID: req.AccountID, KeyID: req.KeyID, TaskType: req.TaskType, Stream: req.Stream,
 		Requester: d.cfg.Instance, CreatedAt: start.UTC(), ContentBytes: int64(len(req.Content)),
 	}
 }

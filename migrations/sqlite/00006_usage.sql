@@ -5,6 +5,7 @@
 
 -- +goose Up
 ALTER TABLE tasks ADD COLUMN key_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE async_tasks ADD COLUMN key_id TEXT NOT NULL DEFAULT '';
 CREATE TABLE usage_daily (
     account_id        TEXT NOT NULL,
     day               TEXT NOT NULL, -- UTC, YYYY-MM-DD
@@ -23,4 +24,5 @@ CREATE INDEX usage_daily_day ON usage_daily (day);
 
 -- +goose Down
 DROP TABLE usage_daily;
+ALTER TABLE async_tasks DROP COLUMN key_id;
 ALTER TABLE tasks DROP COLUMN key_id;

@@ -323,6 +323,16 @@ func testAuthenticate(t *testing.T, st store.Store) {
 	if got.ID != a.ID {
 		t.Fatalf("Authenticate = %s, want %s", got.ID, a.ID)
 	}
+	keys, err := st.ListKeys(c, a.ID)
+	noErr(t, err, "ListKeys")
+	if len(keys) != 1 || got.KeyID != keys[0].ID {
+		t.Errorf("Authenticate's KeyID = %q, want the account's key %+v", got.KeyID, keys)
+	}
+	second, key2, err := st.CreateKey(c, a.ID)
+	noErr(t, err, "CreateKey")
+	if got, err := st.Authenticate(c, key2); err != nil || got.ID != a.ID || got.KeyID != second.ID {
+		t.Errorf("Authenticate(second key) = %+v, %v; want account %s, key %s", got, err, a.ID, second.ID)
+	}
 	for _, bad := range []string{
 		"",
 		"gn_",

@@ -31,7 +31,7 @@ func claim(t *testing.T, st store.Store, owner string, types ...string) store.As
 
 func testAsyncSubmitAndRead(t *testing.T, st store.Store) {
 	c := ctx(t)
-	in := store.AsyncTask{ID: "t1", AccountID: "acc", TaskType: "llm", Content: "a\x00b \xff",
+	in := store.AsyncTask{ID: "t1", AccountID: "acc", KeyID: "key_1", TaskType: "llm", Content: "a\x00b \xff",
 		Params: []byte(`{"max_tokens":5}`), Stream: true, Trust: "official", Priority: 7,
 		WebhookURL: "https://example.com/hook", TTL: 90 * time.Minute}
 	before := time.Now().Add(-time.Second)
@@ -39,7 +39,7 @@ func testAsyncSubmitAndRead(t *testing.T, st store.Store) {
 	got, err := st.AsyncTask(c, "t1")
 	noErr(t, err, "AsyncTask")
 	if got.Content != in.Content || string(got.Params) != string(in.Params) || !got.Stream || got.Trust != "official" ||
-		got.Priority != 7 || got.WebhookURL != in.WebhookURL || got.TTL != in.TTL || got.AccountID != "acc" || got.TaskType != "llm" {
+		got.Priority != 7 || got.WebhookURL != in.WebhookURL || got.TTL != in.TTL || got.AccountID != "acc" || got.KeyID != "key_1" || got.TaskType != "llm" {
 		t.Fatalf("read back %+v, want what was submitted %+v", got, in)
 	}
 	if got.Status != store.AsyncQueued || got.Attempts != 0 || got.Gen != 0 || got.Owner != "" ||

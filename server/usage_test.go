@@ -1,0 +1,187 @@
+package server
+
+import (
+	"context"
+	"encoding/csv"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/store"
+)
+
+// The usage API's totals are what the nodes reported, per key, exactly: two
+// keys of one account and a key of another send tasks of two types to
+// nodes that report usage derived from the content; the account sees its
+// own usage only, by key, task type and day, as JSON and CSV; the operator
+// sees every account's.
+func TestUsageTotalsEqualWhatNodesReported(t *testing.T) {
+	ta := startApp(t, func(c *Config) { c.AdminToken = "admin-token-for-usage-tests" })
+	ctx := e2eCtx(t)
+	acct, key1, err := ta.store.CreateAccount(ctx, "metered", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, key2, err := ta.store.CreateKey(ctx, acct.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := ta.account(t, "other", "")
+	keys, err := ta.store.ListKeys(ctx, acct.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k1 string
+	for _, k := range keys {
+		if k.ID != k2.ID {
+			k1 = k.ID
+		}
+	}
+
+	// A node's usage for a content of n characters: n prompt tokens, 2n
+	// completion tokens.
+	handler := sdk.HandlerFunc(func(ctx context.Context, task *sdk.Task, emit func(string) error) (sdk.Result, error) {
+		n := len(task.Content)
+		res := sdk.Result{Text: task.Content, Usage: &sdk.Usage{PromptTokens: n, CompletionTokens: 2 * n}}
+		return res, nil
+	})
+	for _, caps := range [][]string{{"chat"}, {"embed"}} {
+		runSDKNode(t, ta, sdk.NodeConfig{APIKey: key1, Name: caps[0], Capabilities: caps, MaxConcurrency: 4, Handler: handler}).
+			WaitRegistered(t, 5*time.Second)
+	}
+
+	type want struct{ requests, prompt, completion int64 }
+	sent := map[[2]string]*want{} // by key id and task type
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i, c := range []struct {
+		key, keyID string
+		n          int
+	}{{key1, k1, 13}, {key2, k2.ID, 7}, {other, "", 5}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl := e2eClient(t, ta, c.key)
+			for j := range c.n {
+				tt := []string{"chat", "embed"}[j%2]
+				content := strings.Repeat("x", 1+i*10+j)
+				res, err := cl.Request(ctx, sdk.Request{TaskType: tt, Content: content})
+				if err != nil || res.Usage == nil {
+					t.Errorf("request %d of key %d: %+v, %v", j, i, res, err)
+					return
+				}
+				if c.keyID == "" {
+					continue
+				}
+				mu.Lock()
+				w := sent[[2]string{c.keyID, tt}]
+				if w == nil {
+					w = &want{}
+					sent[[2]string{c.keyID, tt}] = w
+				}
+				w.requests++
+				w.prompt += int64(res.Usage.PromptTokens)
+				w.completion += int64(res.Usage.CompletionTokens)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	if err := ta.writer.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	var v usageView
+	if code, _ := ta.call(t, "GET", "/api/v1/usage?group_by=key,task_type", key2, nil, &v); code != http.StatusOK {
+		t.Fatalf("GET /api/v1/usage: %d", code)
+	}
+	if len(v.Rows) != len(sent) {
+		t.Fatalf("%d rows %+v, want %d (each key and type of this account)", len(v.Rows), v.Rows, len(sent))
+	}
+	var total store.UsageTotals
+	for _, r := range v.Rows {
+		w := sent[[2]string{r.KeyID, r.TaskType}]
+		if w == nil || r.Requests != w.requests || r.Completed != w.requests || r.PromptTokens != w.prompt || r.CompletionTokens != w.completion {
+			t.Errorf("row %+v, want %+v", r, w)
+		}
+		if r.AccountID != "" || r.Day != "" {
+			t.Errorf("row %+v names an account or a day it was not grouped by", r)
+		}
+		total.Requests += r.Requests
+		total.PromptTokens += r.PromptTokens
+	}
+	if v.Total.Requests != 20 || v.Total.Requests != total.Requests || v.Total.PromptTokens != total.PromptTokens {
+		t.Errorf("total %+v, want the rows' sum (20 requests, %d prompt tokens)", v.Total, total.PromptTokens)
+	}
+	today := time.Now().UTC().Format(store.DayLayout)
+	if v.To != today || v.From != time.Now().UTC().AddDate(0, 0, -29).Format(store.DayLayout) {
+		t.Errorf("range %s..%s, want the last 30 days to %s", v.From, v.To, today)
+	}
+
+	// By day: one row, today's.
+	if code, _ := ta.call(t, "GET", "/api/v1/usage?group_by=day&from="+today+"&to="+today, key1, nil, &v); code != http.StatusOK ||
+		len(v.Rows) != 1 || v.Rows[0].Day != today || v.Rows[0].Requests != 20 {
+		t.Errorf("by day: %d %+v, want one row of 20 requests today", code, v.Rows)
+	}
+	// Another day: nothing.
+	if code, _ := ta.call(t, "GET", "/api/v1/usage?from=2020-01-01&to=2020-01-31", key1, nil, &v); code != http.StatusOK ||
+		len(v.Rows) != 0 || v.Total.Requests != 0 {
+		t.Errorf("January 2020: %d %+v, want no rows", code, v)
+	}
+
+	// CSV.
+	code, raw, h, err := ta.do("GET", "/api/v1/usage?group_by=key&format=csv", key1, nil)
+	if err != nil || code != http.StatusOK || !strings.HasPrefix(h.Get("Content-Type"), "text/csv") {
+		t.Fatalf("CSV: %d %v %q", code, err, h.Get("Content-Type"))
+	}
+	recs, err := csv.NewReader(strings.NewReader(string(raw))).ReadAll()
+	if err != nil || len(recs) != 3 || strings.Join(recs[0], ",") != "key_id,requests,completed,prompt_tokens,completion_tokens,node_ms,content_bytes,result_bytes" {
+		t.Fatalf("CSV %q (%v), want a header and a row per key", raw, err)
+	}
+	for _, rec := range recs[1:] {
+		var prompt int64
+		for tt := range []string{"chat", "embed"} {
+			if w := sent[[2]string{rec[0], []string{"chat", "embed"}[tt]}]; w != nil {
+				prompt += w.prompt
+			}
+		}
+		if rec[3] != fmt.Sprint(prompt) {
+			t.Errorf("CSV row %q: prompt tokens %s, want %d", rec, rec[3], prompt)
+		}
+	}
+
+	// The operator's view: every account, grouped by account.
+	code, raw, _, err = ta.do("GET", "/admin/api/usage?group_by=account", "admin-token-for-usage-tests", nil)
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("admin usage: %d %v %s", code, err, raw)
+	}
+	if code, _ := ta.call(t, "GET", "/admin/api/usage?group_by=account", "admin-token-for-usage-tests", nil, &v); code != http.StatusOK ||
+		len(v.Rows) != 2 || v.Total.Requests != 25 {
+		t.Errorf("admin by account: %d %+v, want two accounts, 25 requests", code, v)
+	}
+	if code, _ := ta.call(t, "GET", "/admin/api/usage?account_id="+acct.ID, "admin-token-for-usage-tests", nil, &v); code != http.StatusOK || v.Total.Requests != 20 {
+		t.Errorf("admin, one account: %d %+v, want 20 requests", code, v)
+	}
+
+	// Bad queries, and no key.
+	for _, q := range []string{"from=yesterday", "to=2026-13-01", "from=2026-02-01&to=2026-01-01", "from=2020-01-01&to=2026-01-01",
+		"group_by=colour", "group_by=account"} {
+		var e apiErr
+		if code, _ := ta.call(t, "GET", "/api/v1/usage?"+q, key1, nil, &e); code != http.StatusBadRequest || e.Error.Code != string(CodeInvalidRequest) {
+			t.Errorf("?%s: %d %+v, want 400 invalid_request", q, code, e)
+		}
+	}
+	if code, _, _, _ := ta.do("GET", "/api/v1/usage", "", nil); code != http.StatusUnauthorized {
+		t.Errorf("no key: %d, want 401", code)
+	}
+	if code, _, _, _ := ta.do("GET", "/admin/api/usage", key1, nil); code != http.StatusUnauthorized {
+		t.Errorf("an API key on the admin route: %d, want 401", code)
+	}
+}
