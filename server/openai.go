@@ -63,6 +63,9 @@ type chatBody struct {
 	MaxTokens   *int64
 	Temperature *float64
 	Stream      bool
+	// IncludeUsage is stream_options.include_usage: a streaming answer ends
+	// with a chunk that carries the usage and no choices.
+	IncludeUsage bool
 }
 
 // chatParams is what the node receives as params: the whole conversation,
@@ -86,8 +89,9 @@ func parseChatBody(b []byte) (chatBody, error) {
 			Content json.RawMessage `json:"content"`
 		} `json:"messages"`
 		MaxTokens   json.RawMessage `json:"max_tokens"`
-		Temperature json.RawMessage `json:"temperature"`
-		Stream      *bool           `json:"stream"`
+		Temperature   json.RawMessage `json:"temperature"`
+		Stream        *bool           `json:"stream"`
+		StreamOptions json.RawMessage `json:"stream_options"`
 	}
 	var body chatBody
 	if err := decodeObject(b, &raw); err != nil {
@@ -119,28 +123,57 @@ func parseChatBody(b []byte) (chatBody, error) {
 	if total > maxContentChars {
 		return body, errContextLength
 	}
-	if n, ok := number(raw.MaxTokens); ok {
-		i, err := integer(n)
-		if err != nil {
-			return body, invalid("max_tokens must be an integer")
-		}
-		body.MaxTokens = &i
-	} else if n != "" {
-		return body, invalid("max_tokens must be an integer")
-	}
-	if n, ok := number(raw.Temperature); ok {
-		f, err := n.Float64()
-		if err != nil || math.IsInf(f, 0) {
-			return body, invalid("temperature must be a number")
-		}
-		body.Temperature = &f
-	} else if n != "" {
-		return body, invalid("temperature must be a number")
+	var err error
+	if body.MaxTokens, body.Temperature, err = sampling(raw.MaxTokens, raw.Temperature); err != nil {
+		return body, err
 	}
 	if raw.Stream != nil {
 		body.Stream = *raw.Stream
 	}
+	if body.IncludeUsage, err = includeUsage(raw.StreamOptions); err != nil {
+		return body, err
+	}
 	return body, nil
+}
+
+// sampling reads max_tokens and temperature, each optional.
+func sampling(maxTokens, temperature json.RawMessage) (*int64, *float64, error) {
+	var mt *int64
+	var temp *float64
+	if n, ok := number(maxTokens); ok {
+		i, err := integer(n)
+		if err != nil {
+			return nil, nil, invalid("max_tokens must be an integer")
+		}
+		mt = &i
+	} else if n != "" {
+		return nil, nil, invalid("max_tokens must be an integer")
+	}
+	if n, ok := number(temperature); ok {
+		f, err := n.Float64()
+		if err != nil || math.IsInf(f, 0) {
+			return nil, nil, invalid("temperature must be a number")
+		}
+		temp = &f
+	} else if n != "" {
+		return nil, nil, invalid("temperature must be a number")
+	}
+	return mt, temp, nil
+}
+
+// includeUsage reads stream_options: absent, null or an object whose
+// include_usage, if there, is a boolean. Other options are ignored.
+func includeUsage(raw json.RawMessage) (bool, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return false, nil
+	}
+	var opts struct {
+		IncludeUsage *bool `json:"include_usage"`
+	}
+	if raw[0] != '{' || json.Unmarshal(raw, &opts) != nil {
+		return false, invalid("stream_options must be an object whose include_usage is a boolean")
+	}
+	return opts.IncludeUsage != nil && *opts.IncludeUsage, nil
 }
 
 // contentText is a message's content as text: a string as it is, a list of
@@ -250,7 +283,8 @@ func (a *App) chatCompletions(c echo.Context) error {
 	split := a.shouldSplit(req.TaskType, req.Content)
 	if body.Stream && !split {
 		sse := newSSE(c.Response())
-		return a.streamTask(c, req, sse, &chatStream{sse: sse, id: "chatcmpl-" + req.TaskID, created: time.Now().Unix(), model: body.Model})
+		return a.streamTask(c, req, sse, &chatStream{sse: sse, id: "chatcmpl-" + req.TaskID, created: time.Now().Unix(), model: body.Model,
+			includeUsage: body.IncludeUsage})
 	}
 	// A split task, as GemmaNet does, answers once every part is back, so a
 	// failure is a plain HTTP error even when the client asked for a stream,
@@ -268,11 +302,10 @@ func (a *App) chatCompletions(c echo.Context) error {
 		return c.JSON(http.StatusOK, newCompletion(req.TaskID, body.Model, out))
 	}
 	sse := newSSE(c.Response())
+	s := &chatStream{sse: sse, id: "chatcmpl-" + req.TaskID, created: time.Now().Unix(), model: body.Model, includeUsage: body.IncludeUsage}
 	stop := "stop"
-	err = sse.send(chunkJSON{ID: "chatcmpl-" + req.TaskID, Object: "chat.completion.chunk", Created: time.Now().Unix(), Model: body.Model,
-		Choices: []chunkChoice{{Delta: chunkDelta{Role: "assistant", Content: &out.Result}, FinishReason: &stop}}})
-	if err == nil {
-		_ = sendDone(sse)
+	if s.chunk(chunkDelta{Role: "assistant", Content: &out.Result}, &stop) == nil {
+		s.end(out)
 	}
 	return nil
 }
@@ -307,6 +340,19 @@ type chunkJSON struct {
 	Created int64         `json:"created"`
 	Model   string        `json:"model"`
 	Choices []chunkChoice `json:"choices"`
+	// Usage is absent unless the client asked for it
+	// (stream_options.include_usage): then null on every chunk but the
+	// last, which has the usage and no choices, as OpenAI sends it.
+	Usage json.RawMessage `json:"usage,omitempty"`
+}
+
+// nullUsage is the usage of a chunk before the last, when it is asked for.
+var nullUsage = json.RawMessage("null")
+
+// usageChunk is the last chunk of a stream that asked for usage.
+func usageChunk(id, object string, created int64, model string, u *store.Usage) (chunkJSON, error) {
+	b, err := json.Marshal(openAIUsage(u))
+	return chunkJSON{ID: id, Object: object, Created: created, Model: model, Choices: []chunkChoice{}, Usage: b}, err
 }
 
 type chunkChoice struct {
@@ -333,15 +379,32 @@ func openAIUsage(u *store.Usage) usageJSON {
 // node has the task, a chunk per delta, an empty chunk that says "stop",
 // then [DONE]. Like /api/v1/request, "no node" is still a plain HTTP error.
 type chatStream struct {
-	sse     *sseWriter
-	id      string
-	created int64
-	model   string
+	sse          *sseWriter
+	id           string
+	created      int64
+	model        string
+	includeUsage bool
 }
 
 func (s *chatStream) chunk(d chunkDelta, finish *string) error {
-	return s.sse.send(chunkJSON{ID: s.id, Object: "chat.completion.chunk", Created: s.created, Model: s.model,
-		Choices: []chunkChoice{{Delta: d, FinishReason: finish}}})
+	c := chunkJSON{ID: s.id, Object: "chat.completion.chunk", Created: s.created, Model: s.model,
+		Choices: []chunkChoice{{Delta: d, FinishReason: finish}}}
+	if s.includeUsage {
+		c.Usage = nullUsage
+	}
+	return s.sse.send(c)
+}
+
+// end follows the chunk that says "stop": the usage chunk if asked for,
+// then [DONE].
+func (s *chatStream) end(out tasks.Outcome) {
+	if s.includeUsage {
+		c, err := usageChunk(s.id, "chat.completion.chunk", s.created, s.model, out.Usage)
+		if err != nil || s.sse.send(c) != nil {
+			return
+		}
+	}
+	_ = sendDone(s.sse)
 }
 
 func (s *chatStream) begin() error              { return s.chunk(chunkDelta{Role: "assistant"}, nil) }
@@ -351,10 +414,10 @@ func (s *chatStream) fail(code tasks.Code, message string) {
 	_ = streamError(s.sse, string(code), message)
 }
 
-func (s *chatStream) done(tasks.Outcome) {
+func (s *chatStream) done(out tasks.Outcome) {
 	stop := "stop"
 	if s.chunk(chunkDelta{}, &stop) == nil {
-		_ = sendDone(s.sse)
+		s.end(out)
 	}
 }
 

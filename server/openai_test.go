@@ -693,11 +693,21 @@ func TestOpenAIClientLibrary(t *testing.T) {
 	key := ta.account(t, "alice", "")
 	var failures atomic.Int32
 	node := runSDKNode(t, ta, sdk.NodeConfig{
-		APIKey: key, Name: "echoer", Capabilities: []string{"echo", "fail"}, MaxConcurrency: 4,
+		APIKey: key, Name: "echoer", Capabilities: []string{"echo", "fail", "embed"}, MaxConcurrency: 4,
 		Handler: sdk.HandlerFunc(func(ctx context.Context, task *sdk.Task, emit func(string) error) (sdk.Result, error) {
 			if task.Type == "fail" {
 				failures.Add(1)
 				return sdk.Result{}, errors.New("deliberate failure")
+			}
+			if task.Type == "embed" {
+				in, _ := task.Params["input"].([]any)
+				vecs, chars := make([][]float64, len(in)), 0
+				for i, s := range in {
+					n := utf8.RuneCountInString(s.(string))
+					vecs[i], chars = []float64{float64(n), 0.5}, chars+n
+				}
+				b, err := json.Marshal(vecs)
+				return sdk.Result{Text: string(b), Usage: &sdk.Usage{PromptTokens: chars}}, err
 			}
 			msgs, _ := task.Params["messages"].([]any)
 			text := []rune(task.Content)

@@ -64,6 +64,8 @@ func (a *App) routes() *echo.Echo {
 	get(v1, "/benchmark/:node_id", a.benchmark, public)
 	v1.POST("/register", a.register, byIP("register", ratelimit.PerHour(a.cfg.RegisterRate)))
 	e.POST("/v1/chat/completions", a.chatCompletions, a.requireAccount, request, a.capInflight)
+	e.POST("/v1/completions", a.textCompletions, a.requireAccount, request, a.capInflight)
+	e.POST("/v1/embeddings", a.embeddings, a.requireAccount, request, a.capInflight)
 	get(e, "/v1/models", a.models, public)
 
 	if a.cfg.AdminToken != "" { // the operator-only view (admin.go)

@@ -6,7 +6,9 @@
 //   echo: answers the content it received, streamed in pieces when asked,
 //         with usage {prompt_tokens: number of messages in params,
 //         completion_tokens: characters of the answer};
-//   fail: reports a failure whose message contains "deliberate failure".
+//   fail: reports a failure whose message contains "deliberate failure";
+//   embed: answers, for each of params.input, the vector [its length, 0.5],
+//          with usage {prompt_tokens: the inputs' characters}.
 //
 // Exits 0 when every check passes; otherwise prints what failed and exits 1.
 import OpenAI from 'openai';
@@ -138,6 +140,72 @@ await check('models.list', async () => {
   for (const id of ['gemmanet/echo', 'gemmanet/fail', 'gemmanet/chat']) {
     expect(ids.includes(id), `${id} not in ${ids}`);
   }
+});
+
+await check('streaming completion with stream_options.include_usage', async () => {
+  const stream = await client.chat.completions.create({
+    model: 'gemmanet/echo', messages, stream: true, stream_options: { include_usage: true },
+  });
+  const deltas = [];
+  let usage = null;
+  let last = null;
+  for await (const chunk of stream) {
+    last = chunk;
+    if (chunk.choices.length > 0) {
+      expectEqual(chunk.usage, null, 'usage of a chunk with choices');
+      if (chunk.choices[0].delta.content) deltas.push(chunk.choices[0].delta.content);
+    } else {
+      usage = chunk.usage;
+    }
+  }
+  expectEqual(deltas.join(''), flattened, 'the deltas joined');
+  expectEqual(last.choices, [], 'the last chunk has no choices');
+  expectEqual(usage, { prompt_tokens: messages.length, completion_tokens: [...flattened].length,
+    total_tokens: messages.length + [...flattened].length }, 'usage of the last chunk');
+});
+
+await check('completions (legacy), plain', async () => {
+  const r = await client.completions.create({ model: 'gemmanet/echo', prompt: 'say this', max_tokens: 7 });
+  expectEqual(r.object, 'text_completion', 'object');
+  expect(r.id.startsWith('cmpl-'), `id ${r.id} does not start with cmpl-`);
+  expectEqual(r.choices[0].text, 'say this', 'text (the node echoes the prompt)');
+  expectEqual(r.choices[0].finish_reason, 'stop', 'finish_reason');
+  expectEqual(r.usage.completion_tokens, 8, 'usage.completion_tokens');
+});
+
+await check('completions (legacy), streaming with usage', async () => {
+  const stream = await client.completions.create({
+    model: 'gemmanet/echo', prompt: 'stream this please', stream: true, stream_options: { include_usage: true },
+  });
+  const texts = [];
+  let finish = null;
+  let usage = null;
+  for await (const chunk of stream) {
+    expectEqual(chunk.object, 'text_completion', 'chunk object');
+    if (chunk.choices.length === 0) {
+      usage = chunk.usage;
+      continue;
+    }
+    texts.push(chunk.choices[0].text);
+    if (chunk.choices[0].finish_reason) finish = chunk.choices[0].finish_reason;
+  }
+  expectEqual(texts.join(''), 'stream this please', 'the texts joined');
+  expect(texts.length >= 3, `the node streamed in pieces, but ${texts.length} chunk(s) arrived`);
+  expectEqual(finish, 'stop', 'finish_reason');
+  expectEqual(usage?.completion_tokens, 18, 'usage.completion_tokens of the last chunk');
+});
+
+await check('embeddings (the client asks for base64 and decodes it)', async () => {
+  const r = await client.embeddings.create({ model: 'gemmanet/embed', input: ['one', 'three'] });
+  expectEqual(r.object, 'list', 'object');
+  expectEqual(r.data.map((d) => d.index), [0, 1], 'indexes');
+  expectEqual(r.data.map((d) => Array.from(d.embedding)), [[3, 0.5], [5, 0.5]], 'vectors');
+  expectEqual(r.usage, { prompt_tokens: 8, total_tokens: 8 }, 'usage');
+});
+
+await check('embeddings as floats', async () => {
+  const r = await client.embeddings.create({ model: 'gemmanet/embed', input: 'four', encoding_format: 'float' });
+  expectEqual(r.data[0].embedding, [4, 0.5], 'vector');
 });
 
 if (failures > 0) {

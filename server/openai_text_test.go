@@ -1,0 +1,164 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+// Completions and embeddings over raw sockets: the task type the model
+// names, what the node receives, the answers' shapes, and the errors.
+func TestOpenAICompletionsAndEmbeddings(t *testing.T) {
+	ta := startApp(t, nil)
+	key := ta.account(t, "alice", "")
+	n := connectNode(t, ta.wsURL, reg(key, "n1", "completion", "embedding", "echo"))
+	post := func(path string, body any) <-chan reply {
+		return async(func() reply {
+			code, b, _, err := ta.do(http.MethodPost, path, key, body)
+			return reply{code, b, err}
+		})
+	}
+	result := func(taskID, text string, prompt, completion int) {
+		n.MustSend("task_result", map[string]any{"task_id": taskID, "node_id": n.ID, "status": "completed",
+			"result": text, "processing_time_ms": 1, "usage": map[string]int{"prompt_tokens": prompt, "completion_tokens": completion}})
+	}
+
+	t.Run("completion, default task type", func(t *testing.T) {
+		ch := post("/v1/completions", map[string]any{"model": "gpt-3.5-turbo-instruct", "prompt": []string{"once upon"}, "max_tokens": 5})
+		m := nextTask(t, n)
+		if m.Payload["task_type"] != "completion" || m.Payload["content"] != "once upon" {
+			t.Errorf("the node got %v", m.Payload)
+		}
+		if p, _ := m.Payload["params"].(map[string]any); p["prompt"] != "once upon" || p["max_tokens"] != 5.0 {
+			t.Errorf("params %v", m.Payload["params"])
+		}
+		result(m.TaskID(), " a time", 2, 3)
+		r := waitFor(t, ch, 5*time.Second)
+		var got struct {
+			Object  string `json:"object"`
+			Choices []struct {
+				Text         string  `json:"text"`
+				FinishReason *string `json:"finish_reason"`
+			} `json:"choices"`
+			Usage usageJSON `json:"usage"`
+		}
+		r.decode(t, &got)
+		if got.Object != "text_completion" || len(got.Choices) != 1 || got.Choices[0].Text != " a time" ||
+			got.Choices[0].FinishReason == nil || *got.Choices[0].FinishReason != "stop" || got.Usage != (usageJSON{2, 3, 5}) {
+			t.Errorf("answer %+v", got)
+		}
+	})
+
+	t.Run("embeddings", func(t *testing.T) {
+		for _, c := range []struct {
+			input  any
+			answer string
+			want   string
+		}{
+			{"one", `[1, 2]`, `[[1,2]]`},
+			{[]string{"a", "b"}, `[[1],[2]]`, `[[1],[2]]`},
+		} {
+			ch := post("/v1/embeddings", map[string]any{"model": "text-embedding-3-small", "input": c.input})
+			m := nextTask(t, n)
+			if m.Payload["task_type"] != "embedding" {
+				t.Errorf("task type %v", m.Payload["task_type"])
+			}
+			result(m.TaskID(), c.answer, 4, 0)
+			r := waitFor(t, ch, 5*time.Second)
+			var got struct {
+				Data []struct {
+					Index     int       `json:"index"`
+					Embedding []float64 `json:"embedding"`
+				} `json:"data"`
+				Usage map[string]int64 `json:"usage"`
+			}
+			r.decode(t, &got)
+			var vecs [][]float64
+			for i, d := range got.Data {
+				if d.Index != i {
+					t.Errorf("index %d at %d", d.Index, i)
+				}
+				vecs = append(vecs, d.Embedding)
+			}
+			if b, _ := json.Marshal(vecs); string(b) != c.want || got.Usage["prompt_tokens"] != 4 || got.Usage["total_tokens"] != 4 {
+				t.Errorf("input %v: vectors %s usage %v, want %s and 4 tokens", c.input, b, got.Usage, c.want)
+			}
+		}
+	})
+
+	t.Run("a node's answer that is no embedding is 502", func(t *testing.T) {
+		for _, answer := range []string{`hello`, `[[1],[2]]`, `[[]]`, `[]`} {
+			ch := post("/v1/embeddings", map[string]any{"model": "text-embedding-3-small", "input": "x"})
+			m := nextTask(t, n)
+			n.Result(m.TaskID(), "completed", answer)
+			r := waitFor(t, ch, 5*time.Second)
+			if r.code != http.StatusBadGateway || !strings.Contains(string(r.body), "not an embedding") {
+				t.Errorf("answer %q: %d %s, want 502 naming the answer", answer, r.code, r.body)
+			}
+		}
+	})
+
+	for _, c := range []struct{ path, body, want string }{
+		{"/v1/completions", `{"prompt":"x"}`, "model is required"},
+		{"/v1/completions", `{"model":"m"}`, "prompt is required"},
+		{"/v1/completions", `{"model":"m","prompt":["a","b"]}`, "a list of one string"},
+		{"/v1/completions", `{"model":"m","prompt":[1,2]}`, "a string or a list of strings"},
+		{"/v1/completions", `{"model":"m","prompt":"x","stream":true,"stream_options":true}`, "stream_options"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":1}}`, "stream_options"},
+		{"/v1/embeddings", `{"model":"m","input":[]}`, "input must have"},
+		{"/v1/embeddings", `{"model":"m","input":"x","encoding_format":"int8"}`, "encoding_format"},
+	} {
+		code, raw, _, err := ta.do("POST", c.path, key, c.body)
+		var e openAIError
+		if err != nil || code != http.StatusUnprocessableEntity || json.Unmarshal(raw, &e) != nil ||
+			e.Error.Code != string(CodeInvalidRequest) || !strings.Contains(e.Error.Message, c.want) {
+			t.Errorf("%s %s: %d %s (%v), want 422 invalid_request saying %q", c.path, c.body, code, raw, err, c.want)
+		}
+	}
+}
+
+func FuzzParseTextBody(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","prompt":"hi"}`, `{"model":"m","prompt":["hi"],"stream":true,"stream_options":{"include_usage":true}}`,
+		`{"model":"m","prompt":[1]}`, `{"model":"m","prompt":"x","max_tokens":1.5}`, `{`, `null`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		b, err := parseTextBody(data)
+		if err != nil {
+			if !errors.Is(err, errInvalidBody) && !errors.Is(err, errContextLength) {
+				t.Fatalf("error of the wrong kind: %v", err)
+			}
+			return
+		}
+		if utf8.RuneCountInString(b.Prompt) > maxContentChars {
+			t.Fatalf("a prompt of %d characters accepted", utf8.RuneCountInString(b.Prompt))
+		}
+	})
+}
+
+func FuzzParseEmbedBody(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","input":"hi"}`, `{"model":"m","input":["a","b"],"encoding_format":"base64"}`,
+		`{"model":"m","input":[]}`, `{"model":"m","input":[[1,2]]}`, `{`, `null`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		b, err := parseEmbedBody(data)
+		if err != nil {
+			if !errors.Is(err, errInvalidBody) && !errors.Is(err, errContextLength) {
+				t.Fatalf("error of the wrong kind: %v", err)
+			}
+			return
+		}
+		if len(b.Input) < 1 || len(b.Input) > maxEmbedInput {
+			t.Fatalf("%d inputs accepted", len(b.Input))
+		}
+	})
+}
