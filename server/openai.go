@@ -88,7 +88,7 @@ func parseChatBody(b []byte) (chatBody, error) {
 			Role    *string         `json:"role"`
 			Content json.RawMessage `json:"content"`
 		} `json:"messages"`
-		MaxTokens   json.RawMessage `json:"max_tokens"`
+		MaxTokens     json.RawMessage `json:"max_tokens"`
 		Temperature   json.RawMessage `json:"temperature"`
 		Stream        *bool           `json:"stream"`
 		StreamOptions json.RawMessage `json:"stream_options"`
