@@ -97,3 +97,7 @@ func TestMemoryCloseStopsJanitor(t *testing.T) {
 func TestMemoryInFlight(t *testing.T) {
 	ratelimittest.RunInFlight(t, func(t *testing.T) ratelimit.InFlight { return ratelimit.NewMemoryInFlight() })
 }
+
+func TestMemoryQuota(t *testing.T) {
+	ratelimittest.RunQuota(t, func(t *testing.T) ratelimit.Quota { return ratelimit.NewMemoryQuota() })
+}

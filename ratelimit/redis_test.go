@@ -226,3 +226,21 @@ func TestRedisClusterInFlight(t *testing.T) {
 		return ratelimit.NewRedisInFlight(rdb, fmt.Sprintf("if%d:", n.Add(1)))
 	})
 }
+
+func TestRedisQuota(t *testing.T) {
+	ratelimittest.RunQuota(t, func(t *testing.T) ratelimit.Quota {
+		rdb := testRedis(t, false)
+		return ratelimit.NewRedisQuota(rdb, testPrefix(t, rdb))
+	})
+}
+
+// The quota suite on a 3-master cluster: a key's day and month share a
+// slot (the hash tag), so MGET and MULTI work.
+func TestRedisClusterQuota(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterOptions{})
+	rdb := c.Client(t)
+	var n atomic.Int32
+	ratelimittest.RunQuota(t, func(t *testing.T) ratelimit.Quota {
+		return ratelimit.NewRedisQuota(rdb, fmt.Sprintf("q%d:", n.Add(1)))
+	})
+}

@@ -43,6 +43,9 @@ type App struct {
 	rep             *store.Reputation
 	limiter         ratelimit.Limiter
 	inflight        ratelimit.InFlight // --max-inflight-per-key (inflight.go)
+	quota           ratelimit.Quota    // token quotas per key (quota.go)
+	quotaRefused    prometheus.Counter
+	quotaErrors     prometheus.Counter
 	inflightRefused prometheus.Counter
 	inflightErrors  prometheus.Counter
 	rlm             *ratelimit.Metrics
@@ -154,6 +157,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.sub = sub
 
 	a.newInflight()
+	a.newQuota()
 	a.echo = a.routes()
 	if a.http, a.listener, err = a.listen(httpLimitsFor(cfg)); err != nil {
 		return nil, err
@@ -528,8 +532,11 @@ func (h clusterHealth) Healthy() bool { return h.c.healthy() }
 // reputation cache.
 type recorder struct{ a *App }
 
-func (r recorder) RecordTask(rec store.TaskRecord) { r.a.writer.AddTask(rec) }
-func (r recorder) RecordOutcome(o store.Outcome)   { r.a.rep.Observe(o) }
+func (r recorder) RecordTask(rec store.TaskRecord) {
+	r.a.spendTokens(rec)
+	r.a.writer.AddTask(rec)
+}
+func (r recorder) RecordOutcome(o store.Outcome) { r.a.rep.Observe(o) }
 
 // benchStore keeps node benchmark profiles in the store, where every
 // instance sees them.

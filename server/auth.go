@@ -243,6 +243,18 @@ func (c *authCache) retainLive(live map[string]bool, since time.Time) {
 	}
 }
 
+// updateLimits gives the cached keys their limits as listed (by key id).
+func (c *authCache) updateLimits(limits map[string]store.KeyLimits) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for h, e := range c.pos {
+		if l, ok := limits[e.acct.KeyID]; ok && l != e.acct.KeyLimits {
+			e.acct.KeyLimits = l
+			c.pos[h] = e
+		}
+	}
+}
+
 // len is the number of valid keys cached.
 func (c *authCache) len() int {
 	c.mu.Lock()

@@ -177,10 +177,12 @@ func (a *App) checkKeysOnce(ctx context.Context) error {
 		return err
 	}
 	live, listed := map[string]bool{}, map[string]bool{}
+	limits := map[string]store.KeyLimits{}
 	for _, k := range keys {
 		listed[k.AccountID] = true // keys of deleted accounts are never listed
 		if k.RevokedAt == nil {
 			live[k.AccountID+"/"+k.Prefix] = true
+			limits[k.ID] = k.Limits
 		}
 	}
 	for _, s := range sessions {
@@ -199,5 +201,6 @@ func (a *App) checkKeysOnce(ctx context.Context) error {
 		a.applyAuthEvent(AuthEvent{Kind: AuthKeyRevoked, AccountID: id, KeyPrefix: prefix})
 	}
 	a.auth.retainLive(live, since)
+	a.auth.updateLimits(limits) // switchyard keys set-limits raises the sequence too
 	return nil
 }

@@ -36,6 +36,7 @@ const (
 	CodeNotReady              Code = "not_ready"               // 503: the instance is draining or not ready
 	CodeNotTaskOwner          Code = "not_task_owner"          // 403: only the account that asked may rate
 	CodePayloadTooLarge       Code = "payload_too_large"       // 413: the body is over its limit
+	CodeQuotaExceeded         Code = "quota_exceeded"          // 429: the key's tokens of the day or month are spent (X-Quota-*)
 	CodeRateLimited           Code = "rate_limited"            // 429 (403 for node handshakes): over a rate limit
 	CodeRegistrationClosed    Code = "registration_closed"     // 403: self-service accounts are off
 	CodeStoreUnavailable      Code = "store_unavailable"       // 503: the database cannot answer now

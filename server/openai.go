@@ -513,6 +513,9 @@ func toOpenAIError(ae *apiError) openAIErrorDetail {
 		d.Code = "invalid_api_key"
 	case http.StatusTooManyRequests:
 		d.Code = "rate_limit_exceeded"
+		if ae.Code == CodeQuotaExceeded {
+			d.Code = "insufficient_quota" // OpenAI's, for a spent quota
+		}
 	}
 	return d
 }

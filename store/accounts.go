@@ -107,7 +107,7 @@ func (s *sqlStore) CreateKey(ctx context.Context, accountID string) (APIKey, str
 }
 
 func (s *sqlStore) ListKeys(ctx context.Context, accountID string) ([]APIKey, error) {
-	q := `SELECT k.id, k.account_id, k.prefix, k.created_at, k.revoked_at
+	q := `SELECT k.id, k.account_id, k.prefix, k.created_at, k.revoked_at, k.tokens_per_day, k.tokens_per_month
 		FROM api_keys k JOIN accounts a ON a.id = k.account_id
 		WHERE a.deleted_at IS NULL`
 	var args []any
@@ -119,7 +119,8 @@ func (s *sqlStore) ListKeys(ctx context.Context, accountID string) ([]APIKey, er
 		args = append(args, accountID)
 	}
 	keys, err := collect(ctx, s.db, func(r row, k *APIKey) error {
-		return r.Scan(&k.ID, &k.AccountID, &k.Prefix, (*timeCol)(&k.CreatedAt), optTimeCol{&k.RevokedAt})
+		return r.Scan(&k.ID, &k.AccountID, &k.Prefix, (*timeCol)(&k.CreatedAt), optTimeCol{&k.RevokedAt},
+			&k.Limits.TokensPerDay, &k.Limits.TokensPerMonth)
 	}, q+` ORDER BY k.created_at, k.id`, args...)
 	if err != nil {
 		return nil, wrapErr("list keys", err)
@@ -151,6 +152,40 @@ func (s *sqlStore) RevokeKey(ctx context.Context, idOrPrefix string) error {
 	return wrapErr("revoke key", err)
 }
 
+func (s *sqlStore) SetKeyLimits(ctx context.Context, idOrPrefix string, l KeyLimits) (APIKey, error) {
+	if idOrPrefix == "" {
+		return APIKey{}, fmt.Errorf("store: set key limits: no key id or prefix given: %w", ErrInvalid)
+	}
+	if l.TokensPerDay < 0 || l.TokensPerMonth < 0 {
+		return APIKey{}, fmt.Errorf("store: set key limits: a limit is negative (0 means none): %w", ErrInvalid)
+	}
+	var k APIKey
+	err := s.db.inTx(ctx, func(tx querier) error {
+		keys, err := collect(ctx, tx, func(r row, k *APIKey) error {
+			return r.Scan(&k.ID, &k.AccountID, &k.Prefix, (*timeCol)(&k.CreatedAt), optTimeCol{&k.RevokedAt})
+		}, `SELECT id, account_id, prefix, created_at, revoked_at FROM api_keys WHERE id = $1 OR prefix = $1 OR hash = $2`+s.d.forUpdate,
+			idOrPrefix, revokeHash(idOrPrefix))
+		if err != nil {
+			return err
+		}
+		ids := make([]string, len(keys))
+		for i, k := range keys {
+			ids[i] = k.ID
+		}
+		if err := oneKey(idOrPrefix, ids); err != nil {
+			return err
+		}
+		k = keys[0]
+		k.Limits = l
+		if _, err := tx.exec(ctx, `UPDATE api_keys SET tokens_per_day = $1, tokens_per_month = $2 WHERE id = $3`,
+			l.TokensPerDay, l.TokensPerMonth, k.ID); err != nil {
+			return err
+		}
+		return bumpAuthSeq(ctx, tx)
+	})
+	return k, wrapErr("set key limits", err)
+}
+
 // bumpAuthSeq raises AuthSeq in the transaction that made a key stop
 // working, so no instance can read the new number before the change.
 func bumpAuthSeq(ctx context.Context, tx querier) error {
@@ -168,8 +203,9 @@ func (s *sqlStore) Authenticate(ctx context.Context, key string) (Account, error
 		return Account{}, fmt.Errorf("store: unknown API key: %w", ErrNotFound)
 	}
 	a, err := queryOne(ctx, s.db, func(r row, a *Account) error {
-		return r.Scan(&a.ID, &a.Name, &a.Email, &a.Trust, (*timeCol)(&a.CreatedAt), &a.KeyID)
-	}, `SELECT a.id, a.name, a.email, a.trust, a.created_at, k.id
+		return r.Scan(&a.ID, &a.Name, &a.Email, &a.Trust, (*timeCol)(&a.CreatedAt), &a.KeyID,
+			&a.KeyLimits.TokensPerDay, &a.KeyLimits.TokensPerMonth)
+	}, `SELECT a.id, a.name, a.email, a.trust, a.created_at, k.id, k.tokens_per_day, k.tokens_per_month
 		FROM api_keys k JOIN accounts a ON a.id = k.account_id
 		WHERE k.hash = $1 AND k.revoked_at IS NULL AND a.deleted_at IS NULL`, hashKey(key))
 	return a, notFound(err, "API key")

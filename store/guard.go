@@ -288,6 +288,10 @@ func (g *Guard) Task(ctx context.Context, id string) (TaskRecord, error) {
 	return guarded(g, ctx, g.cfg.Timeout, func(c context.Context) (TaskRecord, error) { return g.st.Task(c, id) })
 }
 
+func (g *Guard) SetKeyLimits(ctx context.Context, idOrPrefix string, l KeyLimits) (APIKey, error) {
+	return guarded(g, ctx, g.cfg.Timeout, func(c context.Context) (APIKey, error) { return g.st.SetKeyLimits(c, idOrPrefix, l) })
+}
+
 func (g *Guard) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
 	return guarded(g, ctx, g.cfg.Timeout, func(c context.Context) ([]UsageRow, error) { return g.st.Usage(c, q) })
 }

@@ -41,9 +41,21 @@ type Account struct {
 	Trust     string    `json:"trust"`
 	CreatedAt time.Time `json:"created_at"`
 	// KeyID is the key Authenticate matched (its usage is metered under
-	// it); empty from every other call.
-	KeyID string `json:"-"`
+	// it), KeyLimits that key's limits; empty from every other call.
+	KeyID     string    `json:"-"`
+	KeyLimits KeyLimits `json:"-"`
 }
+
+// KeyLimits are what a key may spend; 0 means no limit. Tokens are the
+// prompt and completion tokens the nodes report, counted per UTC day and
+// per UTC calendar month.
+type KeyLimits struct {
+	TokensPerDay   int64 `json:"tokens_per_day"`
+	TokensPerMonth int64 `json:"tokens_per_month"`
+}
+
+// Any reports whether any limit is set.
+func (l KeyLimits) Any() bool { return l.TokensPerDay > 0 || l.TokensPerMonth > 0 }
 
 // APIKey is the stored view of a key; the key itself is only ever returned
 // once, by CreateAccount or CreateKey, and is stored as its SHA-256.
@@ -53,6 +65,7 @@ type APIKey struct {
 	Prefix    string     `json:"prefix"` // the first 11 characters ("gn_" + 8 hex), enough to recognise it
 	CreatedAt time.Time  `json:"created_at"`
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	Limits    KeyLimits  `json:"limits"`
 }
 
 // Usage is the token usage a node reported.
@@ -144,6 +157,10 @@ type Store interface {
 	// ErrNotFound if nothing matches, ErrConflict if a prefix matches several
 	// keys, ErrInvalid for "". Revoking a revoked key changes nothing.
 	RevokeKey(ctx context.Context, idOrPrefix string) error
+	// SetKeyLimits replaces a key's limits (by id or prefix, as RevokeKey)
+	// and returns the key. ErrInvalid for a negative limit. It raises
+	// AuthSeq, so that instances pick the limits up at once.
+	SetKeyLimits(ctx context.Context, idOrPrefix string, l KeyLimits) (APIKey, error)
 	// Authenticate returns the account that owns a live key; ErrNotFound
 	// for an unknown or revoked key, or a deleted account.
 	Authenticate(ctx context.Context, key string) (Account, error)

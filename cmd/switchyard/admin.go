@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -79,7 +80,7 @@ the last line of stdout, so scripts can take it with "| tail -n1".`, stderr)
 }
 
 func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	const use = `usage: switchyard keys create --account NAME|ID | keys list [--account NAME|ID] | keys revoke KEY_ID|PREFIX`
+	const use = `usage: switchyard keys create --account NAME|ID | keys list [--account NAME|ID] | keys revoke KEY_ID|PREFIX | keys set-limits [--tokens-per-day N] [--tokens-per-month N] KEY_ID|PREFIX`
 	if len(args) == 0 {
 		return errors.New(use)
 	}
@@ -87,12 +88,14 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	switch {
 	case isHelp(sub):
 		// The three subcommands share their flags: show them.
-		sub, args = "create|list|revoke", []string{sub, "--help"}
-	case sub != "create" && sub != "list" && sub != "revoke":
+		sub, args = "create|list|revoke|set-limits", []string{sub, "--help"}
+	case sub != "create" && sub != "list" && sub != "revoke" && sub != "set-limits":
 		return errors.New(use)
 	}
 	fs, sf, lf := adminFlags("keys "+sub, "Manages API keys. Keys are stored as SHA-256; a new key is printed once, alone on the last line.", stderr)
 	account := fs.String("account", "", "the account, by name or id")
+	perDay := fs.Int64("tokens-per-day", 0, "set-limits: the tokens (prompt + completion, as the nodes report them) the key may use per UTC day; 0 for no limit")
+	perMonth := fs.Int64("tokens-per-month", 0, "set-limits: the same per UTC calendar month; 0 for no limit")
 	ev := eventFlags(fs)
 	if err := fs.parse(args[1:]); err != nil {
 		return err
@@ -101,6 +104,10 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	switch {
 	case sub == "revoke" && fs.NArg() != 1:
 		return errors.New("usage: switchyard keys revoke [flags] KEY_ID|PREFIX (flags go before the key; see switchyard keys list)")
+	case sub == "set-limits" && fs.NArg() != 1:
+		return errors.New("usage: switchyard keys set-limits [--tokens-per-day N] [--tokens-per-month N] KEY_ID|PREFIX (flags go before the key; no flag lifts the limits)")
+	case sub == "set-limits" && (*perDay < 0 || *perMonth < 0):
+		return errors.New("--tokens-per-day and --tokens-per-month must be 0 (no limit) or positive")
 	case sub == "create" && *account == "":
 		return errors.New("--account is required (an account name or id)")
 	}
@@ -134,15 +141,25 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "KEY ID\tPREFIX\tACCOUNT\tCREATED\tREVOKED")
+		fmt.Fprintln(tw, "KEY ID\tPREFIX\tACCOUNT\tCREATED\tREVOKED\tTOKENS/DAY\tTOKENS/MONTH")
 		for _, k := range keys {
 			revoked := "-"
 			if k.RevokedAt != nil {
 				revoked = k.RevokedAt.UTC().Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Prefix, k.AccountID, k.CreatedAt.UTC().Format(time.RFC3339), revoked)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Prefix, k.AccountID, k.CreatedAt.UTC().Format(time.RFC3339), revoked,
+				limitText(k.Limits.TokensPerDay), limitText(k.Limits.TokensPerMonth))
 		}
 		return tw.Flush()
+	case "set-limits":
+		k, err := st.SetKeyLimits(ctx, fs.Arg(0), store.KeyLimits{TokensPerDay: *perDay, TokensPerMonth: *perMonth})
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("no key %q (see switchyard keys list)", fs.Arg(0))
+		} else if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "key %s: %s tokens per day, %s per month (running instances apply it within a second)\n",
+			k.ID, limitText(k.Limits.TokensPerDay), limitText(k.Limits.TokensPerMonth))
 	case "revoke":
 		// Which key it is (account and prefix) is what instances know of a
 		// node's key: find it before it is revoked.
@@ -162,6 +179,14 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return errors.New(use)
 	}
 	return nil
+}
+
+// limitText shows a limit, 0 as none.
+func limitText(n int64) string {
+	if n == 0 {
+		return "no limit"
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 // runAccountsDelete is "accounts delete NAME|ID": the account and its keys

@@ -317,3 +317,35 @@ func TestStatusUnreachable(t *testing.T) {
 	_, _, err = cli(t, "status")
 	wantErr(t, "status with SWITCHYARD_URL", err, "cannot reach "+closed)
 }
+
+func TestKeysSetLimits(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, flags []string) {
+		ctx := testCtx(t)
+		key := lastLine(t, mustCLI(t, slices.Concat([]string{"accounts", "create", "--name", "lim"}, flags)...))
+		st := openFlags(t, flags)
+		acct, err := st.Authenticate(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := mustCLI(t, slices.Concat([]string{"keys", "set-limits"}, flags, []string{"--tokens-per-day", "10000", acct.KeyID})...)
+		if !strings.Contains(out, "10000 tokens per day, no limit per month") {
+			t.Errorf("keys set-limits printed:\n%s", out)
+		}
+		if acct, err := st.Authenticate(ctx, key); err != nil || acct.KeyLimits != (store.KeyLimits{TokensPerDay: 10000}) {
+			t.Errorf("the key's limits are %+v (%v), want 10000 a day", acct.KeyLimits, err)
+		}
+		out = mustCLI(t, slices.Concat([]string{"keys", "list"}, flags)...)
+		if !regexp.MustCompile(acct.KeyID + `\s.*\s10000\s+no limit`).MatchString(out) {
+			t.Errorf("keys list shows no limits for %s:\n%s", acct.KeyID, out)
+		}
+		_, _, err = cli(t, slices.Concat([]string{"keys", "set-limits"}, flags, []string{"--tokens-per-month", "-1", acct.KeyID})...)
+		wantErr(t, "a negative limit", err, "must be 0 (no limit) or positive")
+		_, _, err = cli(t, slices.Concat([]string{"keys", "set-limits"}, flags, []string{"key_000000000000"})...)
+		wantErr(t, "an unknown key", err, `no key "key_000000000000"`, "switchyard keys list")
+		// No flag lifts them.
+		mustCLI(t, slices.Concat([]string{"keys", "set-limits"}, flags, []string{acct.KeyID})...)
+		if acct, _ := st.Authenticate(ctx, key); acct.KeyLimits.Any() {
+			t.Errorf("limits %+v after set-limits without flags", acct.KeyLimits)
+		}
+	})
+}

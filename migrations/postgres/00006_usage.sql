@@ -1,4 +1,5 @@
--- Usage: what each key spent, per task type and UTC day. Every finished task
+-- Usage: what each key spent, per task type and UTC day, and the limits a key
+-- may be given on it (0: none). Every finished task
 -- adds to its row in the same statement (PostgreSQL) or transaction (SQLite)
 -- that stores it in tasks, and only when that task was not stored already, so
 -- the totals equal the task history's however often a batch is retried.
@@ -6,6 +7,8 @@
 -- +goose Up
 ALTER TABLE tasks ADD COLUMN key_id TEXT NOT NULL DEFAULT '';
 ALTER TABLE async_tasks ADD COLUMN key_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE api_keys ADD COLUMN tokens_per_day BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE api_keys ADD COLUMN tokens_per_month BIGINT NOT NULL DEFAULT 0;
 CREATE TABLE usage_daily (
     account_id        TEXT NOT NULL,
     day               TEXT NOT NULL, -- UTC, YYYY-MM-DD
@@ -24,5 +27,7 @@ CREATE INDEX usage_daily_day ON usage_daily (day);
 
 -- +goose Down
 DROP TABLE usage_daily;
+ALTER TABLE api_keys DROP COLUMN tokens_per_month;
+ALTER TABLE api_keys DROP COLUMN tokens_per_day;
 ALTER TABLE async_tasks DROP COLUMN key_id;
 ALTER TABLE tasks DROP COLUMN key_id;

@@ -351,3 +351,52 @@ func testAuthenticate(t *testing.T, st store.Store) {
 func sameAccount(a, b store.Account) bool {
 	return a.ID == b.ID && a.Name == b.Name && a.Email == b.Email && a.Trust == b.Trust && a.CreatedAt.Equal(b.CreatedAt)
 }
+
+func testSetKeyLimits(t *testing.T, st store.Store) {
+	c := ctx(t)
+	a, key1 := newAccount(t, st, "limited")
+	k2, key2, err := st.CreateKey(c, a.ID)
+	noErr(t, err, "CreateKey")
+	seq, err := st.AuthSeq(c)
+	noErr(t, err, "AuthSeq")
+
+	want := store.KeyLimits{TokensPerDay: 10_000, TokensPerMonth: 200_000}
+	got, err := st.SetKeyLimits(c, k2.Prefix, want)
+	noErr(t, err, "SetKeyLimits by prefix")
+	if got.ID != k2.ID || got.Limits != want {
+		t.Errorf("SetKeyLimits = %+v, want key %s with %+v", got, k2.ID, want)
+	}
+	if now, _ := st.AuthSeq(c); now <= seq {
+		t.Errorf("AuthSeq %d after SetKeyLimits, want more than %d", now, seq)
+	}
+	acct, err := st.Authenticate(c, key2)
+	noErr(t, err, "Authenticate")
+	if acct.KeyLimits != want {
+		t.Errorf("Authenticate's KeyLimits = %+v, want %+v", acct.KeyLimits, want)
+	}
+	acct, err = st.Authenticate(c, key1)
+	noErr(t, err, "Authenticate")
+	if acct.KeyLimits.Any() {
+		t.Errorf("the other key has limits %+v, want none", acct.KeyLimits)
+	}
+	keys, err := st.ListKeys(c, a.ID)
+	noErr(t, err, "ListKeys")
+	for _, k := range keys {
+		if (k.ID == k2.ID) != (k.Limits == want) {
+			t.Errorf("listed key %s has limits %+v", k.ID, k.Limits)
+		}
+	}
+	// By id, back to none.
+	got, err = st.SetKeyLimits(c, k2.ID, store.KeyLimits{})
+	noErr(t, err, "SetKeyLimits by id")
+	if acct, _ := st.Authenticate(c, key2); got.Limits.Any() || acct.KeyLimits.Any() {
+		t.Errorf("limits %+v / %+v after clearing them", got.Limits, acct.KeyLimits)
+	}
+
+	_, err = st.SetKeyLimits(c, k2.ID, store.KeyLimits{TokensPerDay: -1})
+	isErr(t, err, store.ErrInvalid, "a negative limit")
+	_, err = st.SetKeyLimits(c, "", want)
+	isErr(t, err, store.ErrInvalid, "no key named")
+	_, err = st.SetKeyLimits(c, "key_000000000000", want)
+	isErr(t, err, store.ErrNotFound, "an unknown key")
+}

@@ -27,6 +27,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"CreateKey", testCreateKey},
 		{"ListKeys", testListKeys},
 		{"RevokeKey", testRevokeKey},
+		{"SetKeyLimits", testSetKeyLimits},
 		{"Authenticate", testAuthenticate},
 		{"AuthSeq", testAuthSeq},
 		{"WriteTasksRoundTrip", testWriteTasksRoundTrip},

@@ -1,0 +1,70 @@
+package ratelimittest
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/ratelimit"
+)
+
+// RunQuota is the suite every ratelimit.Quota must pass. newQuota must
+// return one with no state for the keys the suite uses. Its times are
+// chosen, not read: windows are named by the caller's clock.
+func RunQuota(t *testing.T, newQuota func(t *testing.T) ratelimit.Quota) {
+	ctx := context.Background()
+	at := func(s string) time.Time {
+		tm, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm
+	}
+	spent := func(t *testing.T, q ratelimit.Quota, key string, now time.Time, day, month int64) {
+		t.Helper()
+		d, m, err := q.Spent(ctx, key, now)
+		if err != nil || d != day || m != month {
+			t.Fatalf("Spent(%s, %s) = %d, %d, %v; want %d today, %d this month", key, now, d, m, err, day, month)
+		}
+	}
+	t.Run("DaysAndMonths", func(t *testing.T) {
+		q := newQuota(t)
+		spent(t, q, "k", at("2026-01-30T12:00:00Z"), 0, 0)
+		spend := func(s string, n int64) {
+			t.Helper()
+			if err := q.Spend(ctx, "k", n, at(s)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Time moves forward, as an instance's clock does.
+		spend("2026-01-30T12:00:00Z", 100)
+		spend("2026-01-30T23:59:59.999Z", 20)
+		spent(t, q, "k", at("2026-01-30T18:00:00Z"), 120, 120)
+		spent(t, q, "k", at("2026-01-31T05:00:00+09:00"), 120, 120) // 20:00 UTC on the 30th
+		// The next UTC day, though still the 30th west of UTC.
+		spend("2026-01-30T19:00:00-05:00", 3)
+		spent(t, q, "k", at("2026-01-31T10:00:00Z"), 3, 123)
+		spent(t, q, "k", at("2026-02-01T00:00:00Z"), 0, 0)
+		spent(t, q, "other", at("2026-01-30T12:00:00Z"), 0, 0)
+	})
+	t.Run("ConcurrentSpendsAllCount", func(t *testing.T) {
+		q := newQuota(t)
+		now := at("2026-03-10T10:00:00Z")
+		var wg sync.WaitGroup
+		for i := range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 10 {
+					if err := q.Spend(ctx, "c", int64(i), now); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		spent(t, q, "c", now, 1900, 1900)
+	})
+}

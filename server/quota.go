@@ -1,0 +1,108 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-dev/switchyard/ratelimit"
+	"github.com/switchyard-dev/switchyard/store"
+)
+
+// Token quotas per API key (switchyard keys set-limits): the prompt and
+// completion tokens the nodes report are added up per key, per UTC day and
+// per UTC month, across the cluster (in Redis) or on one instance. A
+// request of a key whose total has reached its limit is answered 429
+// quota_exceeded before it runs, with headers naming the limit and when it
+// resets. The task that crosses the limit runs (its tokens are known only
+// at its end); the next is refused, on every instance: the totals are
+// added to before the crossing task's answer is sent.
+
+// newQuota builds the quota counters (shared through Redis in a cluster)
+// and their metrics.
+func (a *App) newQuota() {
+	a.quotaRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "switchyard", Subsystem: "tasks", Name: "quota_refusals_total",
+		Help: "Requests answered 429 quota_exceeded: their API key had spent its tokens of the day or the month.",
+	})
+	a.quotaErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "switchyard", Subsystem: "tasks", Name: "quota_errors_total",
+		Help: "Quota checks that could not be made (the request was let through) and spends that could not be counted (Redis unreachable).",
+	})
+	a.registry.MustRegister(a.quotaRefused, a.quotaErrors)
+	a.quota = ratelimit.NewMemoryQuota()
+	if a.cluster != nil {
+		a.quota = ratelimit.NewRedisQuota(a.cluster.conn.Client(), ratelimit.QuotaPrefix(a.cfg.Namespace))
+	}
+}
+
+// checkQuota wraps a task route; it needs requireAccount before it. A key
+// without limits costs nothing here.
+func (a *App) checkQuota(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		acct := accountOf(c)
+		if !acct.KeyLimits.Any() {
+			return next(c)
+		}
+		now := time.Now()
+		day, month, err := a.quota.Spent(c.Request().Context(), acct.KeyID, now)
+		if err != nil {
+			// Like the rate limits: counters that cannot be read let the
+			// request through rather than failing it.
+			a.quotaErrors.Inc()
+			a.log.Debug("token quota unavailable; allowing the request", "err", err)
+			return next(c)
+		}
+		if ae := quotaRefusal(c.Response().Header(), acct.KeyLimits, day, month, now); ae != nil {
+			a.quotaRefused.Inc()
+			return ae
+		}
+		return next(c)
+	}
+}
+
+// quotaRefusal is the 429 for a key at one of its limits (the day's first),
+// with its headers set; nil when neither is reached.
+func quotaRefusal(h http.Header, l store.KeyLimits, day, month int64, now time.Time) *apiError {
+	u := now.UTC()
+	var name string
+	var limit, used int64
+	var reset time.Time
+	switch {
+	case l.TokensPerDay > 0 && day >= l.TokensPerDay:
+		name, limit, used = "tokens_per_day", l.TokensPerDay, day
+		reset = time.Date(u.Year(), u.Month(), u.Day()+1, 0, 0, 0, 0, time.UTC)
+	case l.TokensPerMonth > 0 && month >= l.TokensPerMonth:
+		name, limit, used = "tokens_per_month", l.TokensPerMonth, month
+		reset = time.Date(u.Year(), u.Month()+1, 1, 0, 0, 0, 0, time.UTC)
+	default:
+		return nil
+	}
+	secs := strconv.FormatInt(int64(reset.Sub(u).Round(time.Second)/time.Second), 10)
+	h.Set("X-Quota-Limit", name+"="+strconv.FormatInt(limit, 10))
+	h.Set("X-Quota-Used", strconv.FormatInt(used, 10))
+	h.Set("X-Quota-Reset", secs)
+	return &apiError{Status: http.StatusTooManyRequests, Code: CodeQuotaExceeded, RetryAfter: secs,
+		Message: "this API key has used " + strconv.FormatInt(used, 10) + " of its " + strconv.FormatInt(limit, 10) +
+			" " + name + " (the tokens its tasks' nodes reported); it resets at " + reset.Format(time.RFC3339)}
+}
+
+// spendTokens adds a finished task's tokens to its key's totals. It runs
+// before the task's answer is sent, so that the next request of the key
+// sees them on any instance.
+func (a *App) spendTokens(rec store.TaskRecord) {
+	n := rec.Usage.PromptTokens + rec.Usage.CompletionTokens
+	if rec.KeyID == "" || n <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := a.quota.Spend(ctx, rec.KeyID, n, rec.FinishedAt); err != nil {
+		a.quotaErrors.Inc()
+		a.log.Debug("cannot count a task's tokens toward its key's quota", "key_id", rec.KeyID, "err", err)
+	}
+}

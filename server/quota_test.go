@@ -1,0 +1,142 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/store"
+)
+
+// A key with a 10,000-token daily limit is refused 429 quota_exceeded on
+// the request after the one that crossed it, on both instances of a
+// cluster (real Redis and PostgreSQL), with headers saying which limit and
+// when it resets; another key of the same account is unaffected. The limit
+// is set while both instances have the key cached: they pick it up from
+// the database's change sequence, with nothing sent to them.
+func TestTokenQuotaAcrossInstances(t *testing.T) {
+	a, b := startPair(t, "quota", nil)
+	ctx := e2eCtx(t)
+	acct, limitedKey, err := a.store.CreateAccount(ctx, "quota", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, freeKey, err := a.store.CreateKey(ctx, acct.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every task costs 1,000 tokens: 400 prompt, 600 completion.
+	runSDKNode(t, a, sdk.NodeConfig{APIKey: limitedKey, Name: "n", Capabilities: []string{"chat"}, MaxConcurrency: 2,
+		Handler: sdk.HandlerFunc(func(ctx context.Context, task *sdk.Task, emit func(string) error) (sdk.Result, error) {
+			return sdk.Result{Text: "ok", Usage: &sdk.Usage{PromptTokens: 400, CompletionTokens: 600}}, nil
+		})}).WaitRegistered(t, 5*time.Second)
+
+	send := func(ta *testApp, key string) (int, []byte, http.Header) {
+		t.Helper()
+		code, raw, h, err := ta.do("POST", "/api/v1/request", key, map[string]any{"task_type": "chat", "content": "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return code, raw, h
+	}
+	// Both instances know the key (cached) before it gets its limit.
+	for _, ta := range []*testApp{a, b} {
+		if code, raw, _ := send(ta, limitedKey); code != http.StatusOK {
+			t.Fatalf("before the limit: %d %s", code, raw)
+		}
+	}
+	owner, err := a.store.Authenticate(ctx, limitedKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := a.store.SetKeyLimits(ctx, owner.KeyID, store.KeyLimits{TokensPerDay: 10_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ta := range []*testApp{a, b} {
+		waitUntil(t, func() bool { return ta.cachedLimits(limitedKey) == k.Limits }) // the instance learns of the limit
+	}
+
+	// 2,000 spent; 8 more tasks reach 10,000, alternating instances.
+	for i := range 8 {
+		if code, raw, _ := send([]*testApp{a, b}[i%2], limitedKey); code != http.StatusOK {
+			t.Fatalf("task %d of the limit: %d %s", i+3, code, raw)
+		}
+	}
+	for _, ta := range []*testApp{b, a} {
+		code, raw, h := send(ta, limitedKey)
+		if code != http.StatusTooManyRequests || !strings.Contains(string(raw), `"quota_exceeded"`) {
+			t.Fatalf("over the limit: %d %s, want 429 quota_exceeded", code, raw)
+		}
+		reset := time.Until(time.Now().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour))
+		if h.Get("X-Quota-Limit") != "tokens_per_day=10000" || h.Get("X-Quota-Used") != "10000" ||
+			h.Get("Retry-After") == "" || h.Get("X-Quota-Reset") != h.Get("Retry-After") ||
+			!near(h.Get("Retry-After"), reset) {
+			t.Errorf("headers %v, want the day's limit, 10000 used, a reset at UTC midnight (%s)", h, reset)
+		}
+	}
+	// The chat route says it OpenAI's way.
+	code, raw, _, err := b.do("POST", "/v1/chat/completions", limitedKey, map[string]any{"model": "gemmanet/chat", "messages": userMsg("x")})
+	if err != nil || code != http.StatusTooManyRequests || !strings.Contains(string(raw), `"insufficient_quota"`) {
+		t.Errorf("/v1/chat/completions over the limit: %d %s %v", code, raw, err)
+	}
+	// The other key is unaffected.
+	for _, ta := range []*testApp{a, b} {
+		if code, raw, _ := send(ta, freeKey); code != http.StatusOK {
+			t.Errorf("the key without limits: %d %s", code, raw)
+		}
+	}
+	// Lifted: served again.
+	if _, err := a.store.SetKeyLimits(ctx, k.ID, store.KeyLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return !b.cachedLimits(limitedKey).Any() }) // B learns the limit is lifted
+	if code, raw, _ := send(b, limitedKey); code != http.StatusOK {
+		t.Errorf("after the limit is lifted: %d %s", code, raw)
+	}
+}
+
+// quotaRefusal's headers and reset times, by the calendar.
+func TestQuotaRefusal(t *testing.T) {
+	now := time.Date(2026, 12, 31, 23, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		l           store.KeyLimits
+		day, month  int64
+		limit, secs string
+	}{
+		{store.KeyLimits{TokensPerDay: 10}, 9, 100, "", ""},
+		{store.KeyLimits{TokensPerDay: 10}, 10, 100, "tokens_per_day=10", "3600"},
+		{store.KeyLimits{TokensPerMonth: 100}, 50, 100, "tokens_per_month=100", "3600"},
+		{store.KeyLimits{TokensPerDay: 10, TokensPerMonth: 100}, 12, 120, "tokens_per_day=10", "3600"},
+		{store.KeyLimits{}, 1e9, 1e9, "", ""},
+	} {
+		h := http.Header{}
+		ae := quotaRefusal(h, c.l, c.day, c.month, now)
+		if (ae == nil) != (c.limit == "") || h.Get("X-Quota-Limit") != c.limit || h.Get("X-Quota-Reset") != c.secs {
+			t.Errorf("%+v at %d/%d: %v, headers %v; want limit %q resetting in %s s", c.l, c.day, c.month, ae, h, c.limit, c.secs)
+		}
+	}
+	mid := time.Date(2026, 2, 10, 12, 0, 0, 0, time.UTC)
+	h := http.Header{}
+	quotaRefusal(h, store.KeyLimits{TokensPerMonth: 1}, 0, 1, mid)
+	if want := "1598400"; h.Get("X-Quota-Reset") != want { // 18.5 days to March 1st
+		t.Errorf("month reset in %s s, want %s", h.Get("X-Quota-Reset"), want)
+	}
+}
+
+// cachedLimits is the limits this instance's auth cache holds for key.
+func (ta *testApp) cachedLimits(key string) store.KeyLimits {
+	ta.auth.mu.Lock()
+	defer ta.auth.mu.Unlock()
+	return ta.auth.pos[keyHash(key)].acct.KeyLimits
+}
+
+// near reports whether secs (a header's seconds) is within 2 s of d.
+func near(secs string, d time.Duration) bool {
+	n, err := strconv.Atoi(secs)
+	return err == nil && time.Duration(n)*time.Second > d-2*time.Second && time.Duration(n)*time.Second < d+2*time.Second
+}
