@@ -49,7 +49,9 @@ func (a *App) checkQuota(next echo.HandlerFunc) echo.HandlerFunc {
 			return next(c)
 		}
 		now := time.Now()
-		day, month, err := a.quota.Spent(c.Request().Context(), acct.KeyID, now)
+		ctx, cancel := context.WithTimeout(c.Request().Context(), 250*time.Millisecond)
+		day, month, err := a.quota.Spent(ctx, acct.KeyID, now)
+		cancel()
 		if err != nil {
 			// Like the rate limits: counters that cannot be read let the
 			// request through rather than failing it.
@@ -99,7 +101,13 @@ func (a *App) spendTokens(rec store.TaskRecord) {
 	if rec.KeyID == "" || n <= 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	if a.cluster != nil && !a.cluster.redisOK.Load() {
+		// Redis is known to be down: the answer must not wait on it
+		// (invariant 10); the tokens go uncounted, and counted as such.
+		a.quotaErrors.Inc()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
 	defer cancel()
 	if err := a.quota.Spend(ctx, rec.KeyID, n, rec.FinishedAt); err != nil {
 		a.quotaErrors.Inc()
