@@ -46,6 +46,7 @@ type App struct {
 	quota           ratelimit.Quota    // token quotas per key (quota.go)
 	quotaRefused    prometheus.Counter
 	quotaErrors     prometheus.Counter
+	tokens          *prometheus.CounterVec // tokens reported, by task type and kind
 	inflightRefused prometheus.Counter
 	inflightErrors  prometheus.Counter
 	rlm             *ratelimit.Metrics

@@ -33,7 +33,11 @@ func (a *App) newQuota() {
 		Namespace: "switchyard", Subsystem: "tasks", Name: "quota_errors_total",
 		Help: "Quota checks that could not be made (the request was let through) and spends that could not be counted (Redis unreachable).",
 	})
-	a.registry.MustRegister(a.quotaRefused, a.quotaErrors)
+	a.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "switchyard", Subsystem: "tasks", Name: "tokens_total",
+		Help: "Tokens the nodes reported for the tasks that ended here, by task type and kind (prompt, completion). Per key: GET /admin/api/usage.",
+	}, []string{"task_type", "kind"})
+	a.registry.MustRegister(a.quotaRefused, a.quotaErrors, a.tokens)
 	a.quota = ratelimit.NewMemoryQuota()
 	if a.cluster != nil {
 		a.quota = ratelimit.NewRedisQuota(a.cluster.conn.Client(), ratelimit.QuotaPrefix(a.cfg.Namespace))
@@ -98,7 +102,16 @@ func quotaRefusal(h http.Header, l store.KeyLimits, day, month int64, now time.T
 // sees them on any instance.
 func (a *App) spendTokens(rec store.TaskRecord) {
 	n := rec.Usage.PromptTokens + rec.Usage.CompletionTokens
-	if rec.KeyID == "" || n <= 0 {
+	if n <= 0 {
+		return
+	}
+	if rec.Usage.PromptTokens > 0 {
+		a.tokens.WithLabelValues(rec.TaskType, "prompt").Add(float64(rec.Usage.PromptTokens))
+	}
+	if rec.Usage.CompletionTokens > 0 {
+		a.tokens.WithLabelValues(rec.TaskType, "completion").Add(float64(rec.Usage.CompletionTokens))
+	}
+	if rec.KeyID == "" {
 		return
 	}
 	if a.cluster != nil && !a.cluster.redisOK.Load() {

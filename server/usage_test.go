@@ -56,6 +56,7 @@ func TestUsageTotalsEqualWhatNodesReported(t *testing.T) {
 
 	type want struct{ requests, prompt, completion int64 }
 	sent := map[[2]string]*want{} // by key id and task type
+	var otherPrompt int64 // the other account's
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for i, c := range []struct {
@@ -74,10 +75,12 @@ func TestUsageTotalsEqualWhatNodesReported(t *testing.T) {
 					t.Errorf("request %d of key %d: %+v, %v", j, i, res, err)
 					return
 				}
+				mu.Lock()
 				if c.keyID == "" {
+					otherPrompt += int64(res.Usage.PromptTokens)
+					mu.Unlock()
 					continue
 				}
-				mu.Lock()
 				w := sent[[2]string{c.keyID, tt}]
 				if w == nil {
 					w = &want{}
@@ -123,6 +126,15 @@ func TestUsageTotalsEqualWhatNodesReported(t *testing.T) {
 	today := time.Now().UTC().Format(store.DayLayout)
 	if v.To != today || v.From != time.Now().UTC().AddDate(0, 0, -29).Format(store.DayLayout) {
 		t.Errorf("range %s..%s, want the last 30 days to %s", v.From, v.To, today)
+	}
+
+	// The Prometheus counters, by task type (not by key: cardinality).
+	var prompt int64
+	for _, w := range sent {
+		prompt += w.prompt
+	}
+	if got := counterValue(t, ta, "switchyard_tasks_tokens_total", map[string]string{"kind": "prompt"}); got != float64(prompt+otherPrompt) {
+		t.Errorf("switchyard_tasks_tokens_total{kind=prompt} = %v, want %d", got, prompt+otherPrompt)
 	}
 
 	// By day: one row, today's.
