@@ -104,6 +104,11 @@ type Config struct {
 	// characters) is cut into 3 parts run on up to 3 nodes and joined.
 	// nil takes the default; an empty, non-nil slice turns splitting off.
 	SplitTaskTypes []string
+	// ModelAliases are model names of the OpenAI routes (/v1/…) that stand
+	// for task types, tried in order: the next only when no node serves the
+	// one before (ParseModelAliases reads --model-aliases). A model that is
+	// no alias routes by its name. nil: none.
+	ModelAliases map[string][]string
 	// BenchmarkMaxAge: a node's benchmark older than this is redone. Zero is
 	// passed through: package nodes fills its own default (6h).
 	BenchmarkMaxAge time.Duration
@@ -234,6 +239,13 @@ func (c Config) withDefaults() Config {
 	} else {
 		c.SplitTaskTypes = slices.Clone(c.SplitTaskTypes)
 	}
+	if c.ModelAliases != nil {
+		m := make(map[string][]string, len(c.ModelAliases))
+		for k, v := range c.ModelAliases {
+			m[k] = slices.Clone(v)
+		}
+		c.ModelAliases = m
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -308,6 +320,11 @@ func (c Config) Validate() error {
 	if c.MaxInflightPerKey < 0 {
 		bad("--max-inflight-per-key must be 0 (no cap) or positive")
 	}
+	for alias, types := range c.ModelAliases {
+		if strings.TrimSpace(alias) != alias || alias == "" || len(types) == 0 || slices.Contains(types, "") {
+			bad("--model-aliases: %q must name a model and at least one task type (alias=type1,type2;alias2=type3)", alias)
+		}
+	}
 	if c.QuarantineAfter < -1 {
 		bad("--quarantine-after must be -1 (never) or a positive number of failed tasks")
 	}
@@ -371,4 +388,35 @@ func (c Config) Mode() string {
 		return "single (Redis lock)"
 	}
 	return "single"
+}
+
+// ParseModelAliases reads --model-aliases: "alias=type1,type2;alias2=type3",
+// each alias a model name of the OpenAI routes and its task types in the
+// order they are tried. Spaces around names are dropped; "" is none.
+func ParseModelAliases(s string) (map[string][]string, error) {
+	m := map[string][]string{}
+	for _, part := range strings.Split(s, ";") {
+		if strings.TrimSpace(part) == "" {
+			continue
+		}
+		alias, list, ok := strings.Cut(part, "=")
+		alias = strings.TrimSpace(alias)
+		if !ok || alias == "" {
+			return nil, fmt.Errorf("--model-aliases: %q is not alias=type1,type2", part)
+		}
+		var types []string
+		for _, t := range strings.Split(list, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				types = append(types, t)
+			}
+		}
+		if len(types) == 0 {
+			return nil, fmt.Errorf("--model-aliases: %q names no task type", alias)
+		}
+		if _, dup := m[alias]; dup {
+			return nil, fmt.Errorf("--model-aliases: %q is given twice", alias)
+		}
+		m[alias] = types
+	}
+	return m, nil
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -272,14 +273,17 @@ func (a *App) chatCompletions(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	trust := "any"
-	if strings.EqualFold(c.Request().Header.Get("X-GemmaNet-Trust"), "official") {
-		trust = "official"
-	}
-	req := tasks.Request{
-		TaskID: uuid.NewString(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, TaskType: modelCapability(body.Model),
-		Content: flatten(body.Messages), Params: params, Stream: body.Stream, Trust: trust, Priority: nodes.DefaultPriority,
-	}
+	return a.withFallback(body.Model, defaultChatCap, func(taskType string) error {
+		req := tasks.Request{
+			TaskID: uuid.NewString(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, TaskType: taskType,
+			Content: flatten(body.Messages), Params: params, Stream: body.Stream, Trust: trustOf(c), Priority: nodes.DefaultPriority,
+		}
+		return a.chatTask(c, req, body)
+	})
+}
+
+// chatTask runs a chat completion's task and answers it.
+func (a *App) chatTask(c echo.Context, req tasks.Request, body chatBody) error {
 	split := a.shouldSplit(req.TaskType, req.Content)
 	if body.Stream && !split {
 		sse := newSSE(c.Response())
@@ -308,6 +312,33 @@ func (a *App) chatCompletions(c echo.Context) error {
 		s.end(out)
 	}
 	return nil
+}
+
+// modelTargets is the task types a model routes to, in order: an alias's
+// (--model-aliases), else the one its name gives on a route whose default
+// is def.
+func (a *App) modelTargets(model, def string) []string {
+	if ts, ok := a.cfg.ModelAliases[strings.TrimSpace(model)]; ok {
+		return ts
+	}
+	return []string{capabilityOr(model, def)}
+}
+
+// withFallback runs attempt for each of a model's task types in turn while
+// the answer is that no node serves it: an alias falls back to its next
+// target only before anything was sent (a stream's first byte), so a
+// client never sees two answers. Each attempt is a task of its own (its
+// id, its record).
+func (a *App) withFallback(model, def string, attempt func(taskType string) error) error {
+	var err error
+	for _, tt := range a.modelTargets(model, def) {
+		err = attempt(tt)
+		var ae *apiError
+		if !errors.As(err, &ae) || ae.Code != Code(tasks.CodeNoNode) {
+			return err
+		}
+	}
+	return err
 }
 
 // newCompletion is the chat.completion answer to a task that completed.
@@ -440,7 +471,8 @@ func sendDone(s *sseWriter) error {
 }
 
 // models is GET /v1/models: gemmanet/auto, then a model per capability of
-// the nodes online anywhere in the cluster, sorted, then the static ones.
+// the nodes online anywhere in the cluster, sorted, then the aliases
+// (--model-aliases), sorted, then the static ones.
 func (a *App) models(c echo.Context) error {
 	var caps []string
 	for _, n := range a.dir.List("") {
@@ -452,6 +484,12 @@ func (a *App) models(c echo.Context) error {
 	for _, cp := range caps {
 		if id := modelPrefix + cp; id != defaultModel {
 			ids = append(ids, id)
+		}
+	}
+	aliases := slices.Sorted(maps.Keys(a.cfg.ModelAliases))
+	for _, al := range aliases {
+		if !slices.Contains(ids, al) {
+			ids = append(ids, al)
 		}
 	}
 	for _, cp := range staticModels {

@@ -689,7 +689,8 @@ func TestOpenAIClientLibrary(t *testing.T) {
 	dir := filepath.Join("testdata", "openai")
 	npmCI(t, npmBin, dir, "openai")
 
-	ta := startApp(t, nil)
+	// An alias whose first target no node serves falls back to echo.
+	ta := startApp(t, func(c *Config) { c.ModelAliases = map[string][]string{"house-model": {"nowhere", "echo"}} })
 	key := ta.account(t, "alice", "")
 	var failures atomic.Int32
 	node := runSDKNode(t, ta, sdk.NodeConfig{

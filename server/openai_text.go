@@ -137,10 +137,17 @@ func (a *App) textCompletions(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	req := tasks.Request{
-		TaskID: uuid.NewString(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, TaskType: capabilityOr(body.Model, completionCap),
-		Content: body.Prompt, Params: params, Stream: body.Stream, Trust: trustOf(c), Priority: nodes.DefaultPriority,
-	}
+	return a.withFallback(body.Model, completionCap, func(taskType string) error {
+		req := tasks.Request{
+			TaskID: uuid.NewString(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, TaskType: taskType,
+			Content: body.Prompt, Params: params, Stream: body.Stream, Trust: trustOf(c), Priority: nodes.DefaultPriority,
+		}
+		return a.textTask(c, req, body)
+	})
+}
+
+// textTask runs a text completion's task and answers it.
+func (a *App) textTask(c echo.Context, req tasks.Request, body textBody) error {
 	s := &textStream{sse: newSSE(c.Response()), id: "cmpl-" + req.TaskID, created: time.Now().Unix(), model: body.Model, includeUsage: body.IncludeUsage}
 	if body.Stream && !a.shouldSplit(req.TaskType, req.Content) {
 		return a.streamTask(c, req, s.sse, s)
@@ -306,13 +313,20 @@ func (a *App) embeddings(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	req := tasks.Request{
-		TaskID: uuid.NewString(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, TaskType: capabilityOr(body.Model, embeddingCap),
-		Content: strings.Join(body.Input, "\n"), Params: params, Trust: trustOf(c), Priority: nodes.DefaultPriority,
-	}
-	out, err := a.engine.RunTask(c.Request().Context(), req, tasks.Hooks{})
+	var out tasks.Outcome
+	err = a.withFallback(body.Model, embeddingCap, func(taskType string) error {
+		req := tasks.Request{
+			TaskID: uuid.NewString(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, TaskType: taskType,
+			Content: strings.Join(body.Input, "\n"), Params: params, Trust: trustOf(c), Priority: nodes.DefaultPriority,
+		}
+		var err error
+		if out, err = a.engine.RunTask(c.Request().Context(), req, tasks.Hooks{}); err != nil {
+			return openAITaskError(err)
+		}
+		return nil
+	})
 	if err != nil {
-		return openAITaskError(err)
+		return err
 	}
 	if out.Status != tasks.StatusCompleted {
 		return nodeFailure(out)

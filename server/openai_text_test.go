@@ -162,3 +162,57 @@ func FuzzParseEmbedBody(f *testing.F) {
 		}
 	})
 }
+
+// An alias tries its task types in order, the next only when no node
+// serves the one before; each attempt is a task of its own, and a target
+// whose node fails is not passed over.
+func TestOpenAIModelAliasFallback(t *testing.T) {
+	ta := startApp(t, func(c *Config) {
+		c.ModelAliases = map[string][]string{"house": {"nowhere", "echo"}, "gone": {"nowhere", "neither"}}
+	})
+	key := ta.account(t, "alice", "")
+	n := connectNode(t, ta.wsURL, reg(key, "n1", "echo"))
+
+	ch := ta.chatAsync(key, map[string]any{"model": "house", "messages": userMsg("hi")})
+	m := nextTask(t, n)
+	if m.Payload["task_type"] != "echo" {
+		t.Errorf("the node got a task of type %v", m.Payload["task_type"])
+	}
+	n.Result(m.TaskID(), "completed", "hello")
+	r := waitFor(t, ch, 5*time.Second)
+	if r.code != http.StatusOK || !strings.Contains(string(r.body), `"model":"house"`) || !strings.Contains(string(r.body), m.TaskID()) {
+		t.Errorf("through the alias: %d %s, want 200 naming the alias and the echo task", r.code, r.body)
+	}
+	// Nothing serves either target: the last one's 503.
+	code, raw, _, err := ta.do("POST", "/v1/chat/completions", key, map[string]any{"model": "gone", "messages": userMsg("hi")})
+	if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(string(raw), "no_node_available") {
+		t.Errorf("no target served: %d %s %v", code, raw, err)
+	}
+	// A failure of the first served target is the answer, not a reason to
+	// try the next.
+	ch = ta.chatAsync(key, map[string]any{"model": "house", "messages": userMsg("hi")})
+	m = nextTask(t, n)
+	n.Result(m.TaskID(), "failed", "broken")
+	if r := waitFor(t, ch, 5*time.Second); r.code != http.StatusBadGateway {
+		t.Errorf("a node failure through the alias: %d %s, want 502", r.code, r.body)
+	}
+}
+
+func TestParseModelAliases(t *testing.T) {
+	got, err := ParseModelAliases(" fast = a, b ;smart=c;;")
+	if err != nil || len(got) != 2 || strings.Join(got["fast"], ",") != "a,b" || strings.Join(got["smart"], ",") != "c" {
+		t.Errorf("ParseModelAliases = %v, %v", got, err)
+	}
+	if got, err := ParseModelAliases(""); err != nil || len(got) != 0 {
+		t.Errorf("empty: %v, %v", got, err)
+	}
+	for _, bad := range []string{"fast", "=a", "fast=", "fast= , ", "a=b;a=c"} {
+		if _, err := ParseModelAliases(bad); err == nil {
+			t.Errorf("ParseModelAliases(%q) took it", bad)
+		}
+	}
+	if err := (Config{ModelAliases: map[string][]string{"x": {}}}).withDefaults().Validate(); err == nil ||
+		!strings.Contains(err.Error(), "--model-aliases") {
+		t.Errorf("an alias without task types: %v", err)
+	}
+}

@@ -10,6 +10,9 @@
 //   embed: answers, for each of params.input, the vector [its length, 0.5],
 //          with usage {prompt_tokens: the inputs' characters}.
 //
+// and the instance has the model alias house-model = nowhere (no node), then
+// echo.
+//
 // Exits 0 when every check passes; otherwise prints what failed and exits 1.
 import OpenAI from 'openai';
 
@@ -137,7 +140,7 @@ await check('models.list', async () => {
     ids.push(m.id);
   }
   expectEqual(ids[0], 'gemmanet/auto', 'first model');
-  for (const id of ['gemmanet/echo', 'gemmanet/fail', 'gemmanet/chat']) {
+  for (const id of ['gemmanet/echo', 'gemmanet/fail', 'gemmanet/chat', 'house-model']) {
     expect(ids.includes(id), `${id} not in ${ids}`);
   }
 });
@@ -206,6 +209,20 @@ await check('embeddings (the client asks for base64 and decodes it)', async () =
 await check('embeddings as floats', async () => {
   const r = await client.embeddings.create({ model: 'gemmanet/embed', input: 'four', encoding_format: 'float' });
   expectEqual(r.data[0].embedding, [4, 0.5], 'vector');
+});
+
+await check('an alias falls back to its next task type when no node serves the first', async () => {
+  const r = await client.chat.completions.create({ model: 'house-model', messages });
+  expectEqual(r.model, 'house-model', 'model (as sent)');
+  expectEqual(r.choices[0].message.content, flattened, 'content (echo served it)');
+  const stream = await client.chat.completions.create({ model: 'house-model', messages, stream: true });
+  const deltas = [];
+  for await (const chunk of stream) {
+    if (chunk.choices[0]?.delta?.content) deltas.push(chunk.choices[0].delta.content);
+  }
+  expectEqual(deltas.join(''), flattened, 'the streamed deltas (echo served it)');
+  const c = await client.completions.create({ model: 'house-model', prompt: 'fall back' });
+  expectEqual(c.choices[0].text, 'fall back', 'a completion through the alias');
 });
 
 if (failures > 0) {
