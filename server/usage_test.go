@@ -56,7 +56,7 @@ func TestUsageTotalsEqualWhatNodesReported(t *testing.T) {
 
 	type want struct{ requests, prompt, completion int64 }
 	sent := map[[2]string]*want{} // by key id and task type
-	var otherPrompt int64 // the other account's
+	var otherPrompt int64         // the other account's
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for i, c := range []struct {
