@@ -3,22 +3,33 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// Quota counts what each key spends (tokens) over calendar windows: the UTC
-// day and the UTC month that contain a given time. Where a Limiter paces a
-// rate, a Quota totals an amount; the caller compares the totals with its
-// limits. Windows are named by the caller's clock, so a test chooses its
-// day.
+// Quota counts what each key spends over calendar windows: the UTC day and
+// the UTC month that contain a given time. Where a Limiter paces a rate, a
+// Quota totals amounts; the caller compares the totals with its limits.
+// Windows are named by the caller's clock, so a test chooses its day.
 type Quota interface {
-	// Spend adds n to key's totals of the day and the month containing now.
-	Spend(ctx context.Context, key string, n int64, now time.Time) error
+	// Spend adds a to key's totals of the day and the month containing now.
+	Spend(ctx context.Context, key string, a Amount, now time.Time) error
 	// Spent returns key's totals of the day and the month containing now.
-	Spent(ctx context.Context, key string, now time.Time) (day, month int64, err error)
+	Spent(ctx context.Context, key string, now time.Time) (day, month Amount, err error)
+}
+
+// Amount is what a Quota totals: two counts the caller gives a meaning
+// (the server: tokens, and thousandths of its spend unit).
+type Amount struct {
+	Tokens, Units int64
+}
+
+func (a *Amount) add(b Amount) {
+	a.Tokens += b.Tokens
+	a.Units += b.Units
 }
 
 // quotaWindows are the names of the windows containing now.
@@ -36,7 +47,7 @@ type MemoryQuota struct {
 
 type quotaTotals struct {
 	day, month   string
-	dayN, monthN int64
+	dayN, monthN Amount
 }
 
 // NewMemoryQuota returns an empty in-memory Quota.
@@ -51,38 +62,39 @@ func (m *MemoryQuota) totalsLocked(key string, now time.Time) *quotaTotals {
 		m.keys[key] = t
 	}
 	if t.day != day {
-		t.day, t.dayN = day, 0
+		t.day, t.dayN = day, Amount{}
 	}
 	if t.month != month {
-		t.month, t.monthN = month, 0
+		t.month, t.monthN = month, Amount{}
 	}
 	return t
 }
 
 // Spend implements Quota.
-func (m *MemoryQuota) Spend(_ context.Context, key string, n int64, now time.Time) error {
+func (m *MemoryQuota) Spend(_ context.Context, key string, a Amount, now time.Time) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t := m.totalsLocked(key, now)
-	t.dayN += n
-	t.monthN += n
+	t.dayN.add(a)
+	t.monthN.add(a)
 	return nil
 }
 
 // Spent implements Quota.
-func (m *MemoryQuota) Spent(_ context.Context, key string, now time.Time) (int64, int64, error) {
+func (m *MemoryQuota) Spent(_ context.Context, key string, now time.Time) (Amount, Amount, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t := m.totalsLocked(key, now)
 	return t.dayN, t.monthN, nil
 }
 
-// RedisQuota is the cluster-wide Quota: a counter per key and window at
-// prefix + "{" + key + "}:d:YYYYMMDD" and ":m:YYYYMM", the key in a hash
-// tag so that both live in one slot of a Redis Cluster (Spent is one MGET,
-// Spend one MULTI). Each expires a while after its window ends.
+// RedisQuota is the cluster-wide Quota: a hash per key and window at
+// prefix + "{" + key + "}:d:YYYYMMDD" and ":m:YYYYMM", fields t (Tokens)
+// and u (Units), the key in a hash tag so that both windows live in one
+// slot of a Redis Cluster (Spend is one MULTI, Spent one pipeline of two
+// HMGETs: a round trip each). Each expires a while after its window ends.
 //
-//	redis-cli get 'sy:quota:{key_…}:d:20261204'
+//	redis-cli hgetall 'sy:quota:{key_…}:d:20261204'
 type RedisQuota struct {
 	rdb    redis.UniversalClient
 	prefix string
@@ -112,13 +124,17 @@ const (
 )
 
 // Spend implements Quota.
-func (r *RedisQuota) Spend(ctx context.Context, key string, n int64, now time.Time) error {
+func (r *RedisQuota) Spend(ctx context.Context, key string, a Amount, now time.Time) error {
 	day, month := r.keys(key, now)
 	_, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.IncrBy(ctx, day, n)
-		p.Expire(ctx, day, quotaDayTTL)
-		p.IncrBy(ctx, month, n)
-		p.Expire(ctx, month, quotaMonthTTL)
+		for _, w := range []struct {
+			key string
+			ttl time.Duration
+		}{{day, quotaDayTTL}, {month, quotaMonthTTL}} {
+			p.HIncrBy(ctx, w.key, "t", a.Tokens)
+			p.HIncrBy(ctx, w.key, "u", a.Units)
+			p.Expire(ctx, w.key, w.ttl)
+		}
 		return nil
 	})
 	if err != nil {
@@ -128,21 +144,34 @@ func (r *RedisQuota) Spend(ctx context.Context, key string, n int64, now time.Ti
 }
 
 // Spent implements Quota.
-func (r *RedisQuota) Spent(ctx context.Context, key string, now time.Time) (int64, int64, error) {
+func (r *RedisQuota) Spent(ctx context.Context, key string, now time.Time) (Amount, Amount, error) {
 	day, month := r.keys(key, now)
-	vals, err := r.rdb.MGet(ctx, day, month).Result()
+	var cmds [2]*redis.SliceCmd
+	_, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmds[0] = p.HMGet(ctx, day, "t", "u")
+		cmds[1] = p.HMGet(ctx, month, "t", "u")
+		return nil
+	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("ratelimit: quota: redis: %w", err)
+		return Amount{}, Amount{}, fmt.Errorf("ratelimit: quota: redis: %w", err)
 	}
-	var n [2]int64
-	for i, v := range vals {
-		s, ok := v.(string)
-		if !ok { // nil: nothing spent in that window
-			continue
-		}
-		if _, err := fmt.Sscan(s, &n[i]); err != nil {
-			return 0, 0, fmt.Errorf("ratelimit: quota: redis: %q is not a count", s)
+	var out [2]Amount
+	for i, c := range cmds {
+		for j, v := range c.Val() {
+			s, ok := v.(string)
+			if !ok { // nil: nothing spent in that window
+				continue
+			}
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return Amount{}, Amount{}, fmt.Errorf("ratelimit: quota: redis: %q is not a count", s)
+			}
+			if j == 0 {
+				out[i].Tokens = n
+			} else {
+				out[i].Units = n
+			}
 		}
 	}
-	return n[0], n[1], nil
+	return out[0], out[1], nil
 }

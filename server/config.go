@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -109,6 +112,11 @@ type Config struct {
 	// one before (ParseModelAliases reads --model-aliases). A model that is
 	// no alias routes by its name. nil: none.
 	ModelAliases map[string][]string
+	// TokenPrices are the spend units a token of each task type costs
+	// against a key's budget (switchyard keys set-limits --budget-per-…);
+	// a type not listed costs 1 unit a token (ParseTokenPrices reads
+	// --token-prices). nil: every type at 1.
+	TokenPrices map[string]float64
 	// BenchmarkMaxAge: a node's benchmark older than this is redone. Zero is
 	// passed through: package nodes fills its own default (6h).
 	BenchmarkMaxAge time.Duration
@@ -246,6 +254,9 @@ func (c Config) withDefaults() Config {
 		}
 		c.ModelAliases = m
 	}
+	if c.TokenPrices != nil {
+		c.TokenPrices = maps.Clone(c.TokenPrices)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -323,6 +334,11 @@ func (c Config) Validate() error {
 	for alias, types := range c.ModelAliases {
 		if strings.TrimSpace(alias) != alias || alias == "" || len(types) == 0 || slices.Contains(types, "") {
 			bad("--model-aliases: %q must name a model and at least one task type (alias=type1,type2;alias2=type3)", alias)
+		}
+	}
+	for tt, p := range c.TokenPrices {
+		if tt == "" || p < 0 || math.IsNaN(p) || math.IsInf(p, 0) {
+			bad("--token-prices: %q=%v must name a task type and a price of 0 or more units per token", tt, p)
 		}
 	}
 	if c.QuarantineAfter < -1 {
@@ -417,6 +433,28 @@ func ParseModelAliases(s string) (map[string][]string, error) {
 			return nil, fmt.Errorf("--model-aliases: %q is given twice", alias)
 		}
 		m[alias] = types
+	}
+	return m, nil
+}
+
+// ParseTokenPrices reads --token-prices: "chat=2,embedding=0.1", the spend
+// units a token of each task type costs; "" is none (every type at 1).
+func ParseTokenPrices(s string) (map[string]float64, error) {
+	m := map[string]float64{}
+	for _, part := range strings.Split(s, ",") {
+		if strings.TrimSpace(part) == "" {
+			continue
+		}
+		tt, price, ok := strings.Cut(part, "=")
+		tt = strings.TrimSpace(tt)
+		p, err := strconv.ParseFloat(strings.TrimSpace(price), 64)
+		if !ok || tt == "" || err != nil || p < 0 || math.IsInf(p, 0) || math.IsNaN(p) {
+			return nil, fmt.Errorf("--token-prices: %q is not task_type=units per token (0 or more)", part)
+		}
+		if _, dup := m[tt]; dup {
+			return nil, fmt.Errorf("--token-prices: %q is priced twice", tt)
+		}
+		m[tt] = p
 	}
 	return m, nil
 }

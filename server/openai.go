@@ -554,6 +554,8 @@ func toOpenAIError(ae *apiError) openAIErrorDetail {
 		if ae.Code == CodeQuotaExceeded {
 			d.Code = "insufficient_quota" // OpenAI's, for a spent quota
 		}
+	case http.StatusPaymentRequired:
+		d.Code = "insufficient_quota"
 	}
 	return d
 }

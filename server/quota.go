@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -13,12 +14,14 @@ import (
 	"github.com/switchyard-dev/switchyard/store"
 )
 
-// Token quotas per API key (switchyard keys set-limits): the prompt and
-// completion tokens the nodes report are added up per key, per UTC day and
-// per UTC month, across the cluster (in Redis) or on one instance. A
-// request of a key whose total has reached its limit is answered 429
-// quota_exceeded before it runs, with headers naming the limit and when it
-// resets. The task that crosses the limit runs (its tokens are known only
+// Token quotas and spend budgets per API key (switchyard keys set-limits):
+// the prompt and completion tokens the nodes report, and those tokens at
+// the operator's price for their task type (--token-prices), are added up
+// per key, per UTC day and per UTC month, across the cluster (in Redis) or
+// on one instance. A request of a key whose total has reached a limit is
+// refused before it runs — 429 quota_exceeded for tokens, 402
+// budget_exhausted for a budget — with headers naming the limit and when
+// it resets. The task that crosses the limit runs (its tokens are known only
 // at its end); the next is refused, on every instance: the totals are
 // added to before the crossing task's answer is sent.
 
@@ -71,38 +74,65 @@ func (a *App) checkQuota(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// quotaRefusal is the 429 for a key at one of its limits (the day's first),
-// with its headers set; nil when neither is reached.
-func quotaRefusal(h http.Header, l store.KeyLimits, day, month int64, now time.Time) *apiError {
+// quotaRefusal is the refusal of a key at one of its limits (in this
+// order: tokens of the day, of the month, budget of the day, of the
+// month): 429 quota_exceeded for tokens, 402 budget_exhausted for a budget,
+// with its headers set; nil when none is reached.
+func quotaRefusal(h http.Header, l store.KeyLimits, day, month ratelimit.Amount, now time.Time) *apiError {
 	u := now.UTC()
-	var name string
-	var limit, used int64
-	var reset time.Time
-	switch {
-	case l.TokensPerDay > 0 && day >= l.TokensPerDay:
-		name, limit, used = "tokens_per_day", l.TokensPerDay, day
-		reset = time.Date(u.Year(), u.Month(), u.Day()+1, 0, 0, 0, 0, time.UTC)
-	case l.TokensPerMonth > 0 && month >= l.TokensPerMonth:
-		name, limit, used = "tokens_per_month", l.TokensPerMonth, month
-		reset = time.Date(u.Year(), u.Month()+1, 1, 0, 0, 0, 0, time.UTC)
-	default:
-		return nil
+	tomorrow := time.Date(u.Year(), u.Month(), u.Day()+1, 0, 0, 0, 0, time.UTC)
+	nextMonth := time.Date(u.Year(), u.Month()+1, 1, 0, 0, 0, 0, time.UTC)
+	for _, q := range []struct {
+		name        string
+		limit, used int64 // used in the limit's unit
+		reset       time.Time
+		budget      bool
+	}{
+		{"tokens_per_day", l.TokensPerDay, day.Tokens, tomorrow, false},
+		{"tokens_per_month", l.TokensPerMonth, month.Tokens, nextMonth, false},
+		{"budget_per_day", l.BudgetPerDay, day.Units / unitScale, tomorrow, true},
+		{"budget_per_month", l.BudgetPerMonth, month.Units / unitScale, nextMonth, true},
+	} {
+		if q.limit <= 0 || q.used < q.limit {
+			continue
+		}
+		secs := strconv.FormatInt(int64(q.reset.Sub(u).Round(time.Second)/time.Second), 10)
+		h.Set("X-Quota-Limit", q.name+"="+strconv.FormatInt(q.limit, 10))
+		h.Set("X-Quota-Used", strconv.FormatInt(q.used, 10))
+		h.Set("X-Quota-Reset", secs)
+		if q.budget {
+			return &apiError{Status: http.StatusPaymentRequired, Code: CodeBudgetExhausted, RetryAfter: secs,
+				Message: "this API key has spent " + strconv.FormatInt(q.used, 10) + " of its " + q.name + " of " +
+					strconv.FormatInt(q.limit, 10) + " units (its tasks' tokens at the operator's prices); it resets at " + q.reset.Format(time.RFC3339)}
+		}
+		return &apiError{Status: http.StatusTooManyRequests, Code: CodeQuotaExceeded, RetryAfter: secs,
+			Message: "this API key has used " + strconv.FormatInt(q.used, 10) + " of its " + strconv.FormatInt(q.limit, 10) +
+				" " + q.name + " (the tokens its tasks' nodes reported); it resets at " + q.reset.Format(time.RFC3339)}
 	}
-	secs := strconv.FormatInt(int64(reset.Sub(u).Round(time.Second)/time.Second), 10)
-	h.Set("X-Quota-Limit", name+"="+strconv.FormatInt(limit, 10))
-	h.Set("X-Quota-Used", strconv.FormatInt(used, 10))
-	h.Set("X-Quota-Reset", secs)
-	return &apiError{Status: http.StatusTooManyRequests, Code: CodeQuotaExceeded, RetryAfter: secs,
-		Message: "this API key has used " + strconv.FormatInt(used, 10) + " of its " + strconv.FormatInt(limit, 10) +
-			" " + name + " (the tokens its tasks' nodes reported); it resets at " + reset.Format(time.RFC3339)}
+	return nil
+}
+
+// unitScale: spend is counted in thousandths of a unit, so that a price
+// below a unit per token still adds up.
+const unitScale = 1000
+
+// spendOf is what a finished task costs its key: its tokens, and those
+// tokens at its task type's price (--token-prices; 1 unit per token when
+// the type has none).
+func (a *App) spendOf(rec store.TaskRecord) ratelimit.Amount {
+	n := rec.Usage.PromptTokens + rec.Usage.CompletionTokens
+	price, ok := a.cfg.TokenPrices[rec.TaskType]
+	if !ok {
+		price = 1
+	}
+	return ratelimit.Amount{Tokens: n, Units: int64(math.Round(float64(n) * price * unitScale))}
 }
 
 // spendTokens adds a finished task's tokens to its key's totals. It runs
 // before the task's answer is sent, so that the next request of the key
 // sees them on any instance.
 func (a *App) spendTokens(rec store.TaskRecord) {
-	n := rec.Usage.PromptTokens + rec.Usage.CompletionTokens
-	if n <= 0 {
+	if rec.Usage.PromptTokens+rec.Usage.CompletionTokens <= 0 {
 		return
 	}
 	if rec.Usage.PromptTokens > 0 {
@@ -122,7 +152,7 @@ func (a *App) spendTokens(rec store.TaskRecord) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
 	defer cancel()
-	if err := a.quota.Spend(ctx, rec.KeyID, n, rec.FinishedAt); err != nil {
+	if err := a.quota.Spend(ctx, rec.KeyID, a.spendOf(rec), rec.FinishedAt); err != nil {
 		a.quotaErrors.Inc()
 		a.log.Debug("cannot count a task's tokens toward its key's quota", "key_id", rec.KeyID, "err", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/ratelimit"
 	"github.com/switchyard-dev/switchyard/sdk"
 	"github.com/switchyard-dev/switchyard/store"
 )
@@ -100,31 +101,114 @@ func TestTokenQuotaAcrossInstances(t *testing.T) {
 	}
 }
 
-// quotaRefusal's headers and reset times, by the calendar.
+// quotaRefusal's choice, headers and reset times, by the calendar.
 func TestQuotaRefusal(t *testing.T) {
 	now := time.Date(2026, 12, 31, 23, 0, 0, 0, time.UTC)
+	tok := func(n int64) ratelimit.Amount { return ratelimit.Amount{Tokens: n} }
 	for _, c := range []struct {
 		l           store.KeyLimits
-		day, month  int64
+		day, month  ratelimit.Amount
+		status      int
 		limit, secs string
 	}{
-		{store.KeyLimits{TokensPerDay: 10}, 9, 100, "", ""},
-		{store.KeyLimits{TokensPerDay: 10}, 10, 100, "tokens_per_day=10", "3600"},
-		{store.KeyLimits{TokensPerMonth: 100}, 50, 100, "tokens_per_month=100", "3600"},
-		{store.KeyLimits{TokensPerDay: 10, TokensPerMonth: 100}, 12, 120, "tokens_per_day=10", "3600"},
-		{store.KeyLimits{}, 1e9, 1e9, "", ""},
+		{store.KeyLimits{TokensPerDay: 10}, tok(9), tok(100), 0, "", ""},
+		{store.KeyLimits{TokensPerDay: 10}, tok(10), tok(100), 429, "tokens_per_day=10", "3600"},
+		{store.KeyLimits{TokensPerMonth: 100}, tok(50), tok(100), 429, "tokens_per_month=100", "3600"},
+		{store.KeyLimits{TokensPerDay: 10, TokensPerMonth: 100}, tok(12), tok(120), 429, "tokens_per_day=10", "3600"},
+		{store.KeyLimits{}, tok(1e9), tok(1e9), 0, "", ""},
+		// Budgets are in units; the counters hold thousandths.
+		{store.KeyLimits{BudgetPerDay: 5}, ratelimit.Amount{Units: 4999}, ratelimit.Amount{}, 0, "", ""},
+		{store.KeyLimits{BudgetPerDay: 5}, ratelimit.Amount{Units: 5000}, ratelimit.Amount{}, 402, "budget_per_day=5", "3600"},
+		{store.KeyLimits{BudgetPerMonth: 5, TokensPerDay: 1e6}, tok(3), ratelimit.Amount{Units: 9000}, 402, "budget_per_month=5", "3600"},
 	} {
 		h := http.Header{}
 		ae := quotaRefusal(h, c.l, c.day, c.month, now)
-		if (ae == nil) != (c.limit == "") || h.Get("X-Quota-Limit") != c.limit || h.Get("X-Quota-Reset") != c.secs {
-			t.Errorf("%+v at %d/%d: %v, headers %v; want limit %q resetting in %s s", c.l, c.day, c.month, ae, h, c.limit, c.secs)
+		status := 0
+		if ae != nil {
+			status = ae.Status
+		}
+		if status != c.status || h.Get("X-Quota-Limit") != c.limit || h.Get("X-Quota-Reset") != c.secs {
+			t.Errorf("%+v at %+v/%+v: %v, headers %v; want %d, limit %q resetting in %s s", c.l, c.day, c.month, ae, h, c.status, c.limit, c.secs)
 		}
 	}
 	mid := time.Date(2026, 2, 10, 12, 0, 0, 0, time.UTC)
 	h := http.Header{}
-	quotaRefusal(h, store.KeyLimits{TokensPerMonth: 1}, 0, 1, mid)
+	quotaRefusal(h, store.KeyLimits{TokensPerMonth: 1}, tok(0), tok(1), mid)
 	if want := "1598400"; h.Get("X-Quota-Reset") != want { // 18.5 days to March 1st
 		t.Errorf("month reset in %s s, want %s", h.Get("X-Quota-Reset"), want)
+	}
+}
+
+// A task's spend: its tokens, and at its type's price in thousandths of a
+// unit (1 a token for a type without a price).
+func TestSpendOf(t *testing.T) {
+	a := &App{cfg: Config{TokenPrices: map[string]float64{"chat": 2, "embedding": 0.001}}}
+	for _, c := range []struct {
+		taskType string
+		tokens   int64
+		want     ratelimit.Amount
+	}{
+		{"chat", 1000, ratelimit.Amount{Tokens: 1000, Units: 2_000_000}},
+		{"embedding", 3, ratelimit.Amount{Tokens: 3, Units: 3}},
+		{"other", 7, ratelimit.Amount{Tokens: 7, Units: 7000}},
+	} {
+		got := a.spendOf(store.TaskRecord{TaskType: c.taskType, Usage: store.Usage{PromptTokens: c.tokens / 2, CompletionTokens: c.tokens - c.tokens/2}})
+		if got != c.want {
+			t.Errorf("%s, %d tokens: %+v, want %+v", c.taskType, c.tokens, got, c.want)
+		}
+	}
+}
+
+// The budget bar: a key with a 10,000-unit daily budget at the default
+// price (a unit a token), whose tasks cost 1,000 tokens, is refused 402
+// budget_exhausted on the request after the tenth, on both instances; the
+// other key of the account is unaffected.
+func TestBudgetAcrossInstances(t *testing.T) {
+	a, b := startPair(t, "budget", nil)
+	ctx := e2eCtx(t)
+	acct, limitedKey, err := a.store.CreateAccount(ctx, "budget", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, freeKey, err := a.store.CreateKey(ctx, acct.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, err := a.store.Authenticate(ctx, limitedKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.store.SetKeyLimits(ctx, owner.KeyID, store.KeyLimits{BudgetPerDay: 10_000}); err != nil {
+		t.Fatal(err)
+	}
+	runSDKNode(t, a, sdk.NodeConfig{APIKey: freeKey, Name: "n", Capabilities: []string{"chat"}, MaxConcurrency: 2,
+		Handler: sdk.HandlerFunc(func(ctx context.Context, task *sdk.Task, emit func(string) error) (sdk.Result, error) {
+			return sdk.Result{Text: "ok", Usage: &sdk.Usage{PromptTokens: 250, CompletionTokens: 750}}, nil
+		})}).WaitRegistered(t, 5*time.Second)
+	send := func(ta *testApp, key string) (int, []byte, http.Header) {
+		t.Helper()
+		code, raw, h, err := ta.do("POST", "/api/v1/request", key, map[string]any{"task_type": "chat", "content": "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return code, raw, h
+	}
+	for i := range 10 {
+		if code, raw, _ := send([]*testApp{a, b}[i%2], limitedKey); code != http.StatusOK {
+			t.Fatalf("task %d within the budget: %d %s", i+1, code, raw)
+		}
+	}
+	for _, ta := range []*testApp{a, b} {
+		code, raw, h := send(ta, limitedKey)
+		if code != http.StatusPaymentRequired || !strings.Contains(string(raw), `"budget_exhausted"`) ||
+			h.Get("X-Quota-Limit") != "budget_per_day=10000" || h.Get("X-Quota-Used") != "10000" || h.Get("Retry-After") == "" {
+			t.Fatalf("over the budget: %d %s %v, want 402 budget_exhausted naming budget_per_day", code, raw, h)
+		}
+	}
+	for _, ta := range []*testApp{a, b} {
+		if code, raw, _ := send(ta, freeKey); code != http.StatusOK {
+			t.Errorf("the key without a budget: %d %s", code, raw)
+		}
 	}
 }
 

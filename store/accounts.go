@@ -107,7 +107,8 @@ func (s *sqlStore) CreateKey(ctx context.Context, accountID string) (APIKey, str
 }
 
 func (s *sqlStore) ListKeys(ctx context.Context, accountID string) ([]APIKey, error) {
-	q := `SELECT k.id, k.account_id, k.prefix, k.created_at, k.revoked_at, k.tokens_per_day, k.tokens_per_month
+	q := `SELECT k.id, k.account_id, k.prefix, k.created_at, k.revoked_at, k.tokens_per_day, k.tokens_per_month,
+		k.budget_per_day, k.budget_per_month
 		FROM api_keys k JOIN accounts a ON a.id = k.account_id
 		WHERE a.deleted_at IS NULL`
 	var args []any
@@ -120,7 +121,7 @@ func (s *sqlStore) ListKeys(ctx context.Context, accountID string) ([]APIKey, er
 	}
 	keys, err := collect(ctx, s.db, func(r row, k *APIKey) error {
 		return r.Scan(&k.ID, &k.AccountID, &k.Prefix, (*timeCol)(&k.CreatedAt), optTimeCol{&k.RevokedAt},
-			&k.Limits.TokensPerDay, &k.Limits.TokensPerMonth)
+			&k.Limits.TokensPerDay, &k.Limits.TokensPerMonth, &k.Limits.BudgetPerDay, &k.Limits.BudgetPerMonth)
 	}, q+` ORDER BY k.created_at, k.id`, args...)
 	if err != nil {
 		return nil, wrapErr("list keys", err)
@@ -156,7 +157,7 @@ func (s *sqlStore) SetKeyLimits(ctx context.Context, idOrPrefix string, l KeyLim
 	if idOrPrefix == "" {
 		return APIKey{}, fmt.Errorf("store: set key limits: no key id or prefix given: %w", ErrInvalid)
 	}
-	if l.TokensPerDay < 0 || l.TokensPerMonth < 0 {
+	if l.TokensPerDay < 0 || l.TokensPerMonth < 0 || l.BudgetPerDay < 0 || l.BudgetPerMonth < 0 {
 		return APIKey{}, fmt.Errorf("store: set key limits: a limit is negative (0 means none): %w", ErrInvalid)
 	}
 	var k APIKey
@@ -177,8 +178,8 @@ func (s *sqlStore) SetKeyLimits(ctx context.Context, idOrPrefix string, l KeyLim
 		}
 		k = keys[0]
 		k.Limits = l
-		if _, err := tx.exec(ctx, `UPDATE api_keys SET tokens_per_day = $1, tokens_per_month = $2 WHERE id = $3`,
-			l.TokensPerDay, l.TokensPerMonth, k.ID); err != nil {
+		if _, err := tx.exec(ctx, `UPDATE api_keys SET tokens_per_day = $1, tokens_per_month = $2, budget_per_day = $3,
+			budget_per_month = $4 WHERE id = $5`, l.TokensPerDay, l.TokensPerMonth, l.BudgetPerDay, l.BudgetPerMonth, k.ID); err != nil {
 			return err
 		}
 		return bumpAuthSeq(ctx, tx)
@@ -204,8 +205,9 @@ func (s *sqlStore) Authenticate(ctx context.Context, key string) (Account, error
 	}
 	a, err := queryOne(ctx, s.db, func(r row, a *Account) error {
 		return r.Scan(&a.ID, &a.Name, &a.Email, &a.Trust, (*timeCol)(&a.CreatedAt), &a.KeyID,
-			&a.KeyLimits.TokensPerDay, &a.KeyLimits.TokensPerMonth)
-	}, `SELECT a.id, a.name, a.email, a.trust, a.created_at, k.id, k.tokens_per_day, k.tokens_per_month
+			&a.KeyLimits.TokensPerDay, &a.KeyLimits.TokensPerMonth, &a.KeyLimits.BudgetPerDay, &a.KeyLimits.BudgetPerMonth)
+	}, `SELECT a.id, a.name, a.email, a.trust, a.created_at, k.id, k.tokens_per_day, k.tokens_per_month,
+		k.budget_per_day, k.budget_per_month
 		FROM api_keys k JOIN accounts a ON a.id = k.account_id
 		WHERE k.hash = $1 AND k.revoked_at IS NULL AND a.deleted_at IS NULL`, hashKey(key))
 	return a, notFound(err, "API key")

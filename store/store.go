@@ -47,15 +47,20 @@ type Account struct {
 }
 
 // KeyLimits are what a key may spend; 0 means no limit. Tokens are the
-// prompt and completion tokens the nodes report, counted per UTC day and
-// per UTC calendar month.
+// prompt and completion tokens the nodes report; a budget is in the
+// operator's spend units, a task's tokens priced by its task type; both are
+// counted per UTC day and per UTC calendar month.
 type KeyLimits struct {
 	TokensPerDay   int64 `json:"tokens_per_day"`
 	TokensPerMonth int64 `json:"tokens_per_month"`
+	BudgetPerDay   int64 `json:"budget_per_day"`
+	BudgetPerMonth int64 `json:"budget_per_month"`
 }
 
 // Any reports whether any limit is set.
-func (l KeyLimits) Any() bool { return l.TokensPerDay > 0 || l.TokensPerMonth > 0 }
+func (l KeyLimits) Any() bool {
+	return l.TokensPerDay > 0 || l.TokensPerMonth > 0 || l.BudgetPerDay > 0 || l.BudgetPerMonth > 0
+}
 
 // APIKey is the stored view of a key; the key itself is only ever returned
 // once, by CreateAccount or CreateKey, and is stored as its SHA-256.

@@ -80,7 +80,7 @@ the last line of stdout, so scripts can take it with "| tail -n1".`, stderr)
 }
 
 func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	const use = `usage: switchyard keys create --account NAME|ID | keys list [--account NAME|ID] | keys revoke KEY_ID|PREFIX | keys set-limits [--tokens-per-day N] [--tokens-per-month N] KEY_ID|PREFIX`
+	const use = `usage: switchyard keys create --account NAME|ID | keys list [--account NAME|ID] | keys revoke KEY_ID|PREFIX | keys set-limits [--tokens-per-day N] [--tokens-per-month N] [--budget-per-day N] [--budget-per-month N] KEY_ID|PREFIX`
 	if len(args) == 0 {
 		return errors.New(use)
 	}
@@ -96,6 +96,8 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	account := fs.String("account", "", "the account, by name or id")
 	perDay := fs.Int64("tokens-per-day", 0, "set-limits: the tokens (prompt + completion, as the nodes report them) the key may use per UTC day; 0 for no limit")
 	perMonth := fs.Int64("tokens-per-month", 0, "set-limits: the same per UTC calendar month; 0 for no limit")
+	budgetDay := fs.Int64("budget-per-day", 0, "set-limits: the spend units the key may use per UTC day, its tasks' tokens at serve's --token-prices (1 unit a token by default); over it: 402; 0 for no limit")
+	budgetMonth := fs.Int64("budget-per-month", 0, "set-limits: the same per UTC calendar month; 0 for no limit")
 	ev := eventFlags(fs)
 	if err := fs.parse(args[1:]); err != nil {
 		return err
@@ -105,9 +107,9 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case sub == "revoke" && fs.NArg() != 1:
 		return errors.New("usage: switchyard keys revoke [flags] KEY_ID|PREFIX (flags go before the key; see switchyard keys list)")
 	case sub == "set-limits" && fs.NArg() != 1:
-		return errors.New("usage: switchyard keys set-limits [--tokens-per-day N] [--tokens-per-month N] KEY_ID|PREFIX (flags go before the key; no flag lifts the limits)")
-	case sub == "set-limits" && (*perDay < 0 || *perMonth < 0):
-		return errors.New("--tokens-per-day and --tokens-per-month must be 0 (no limit) or positive")
+		return errors.New("usage: switchyard keys set-limits [--tokens-per-day N] [--tokens-per-month N] [--budget-per-day N] [--budget-per-month N] KEY_ID|PREFIX (flags go before the key; no flag lifts the limits)")
+	case sub == "set-limits" && (*perDay < 0 || *perMonth < 0 || *budgetDay < 0 || *budgetMonth < 0):
+		return errors.New("--tokens-per-day, --tokens-per-month, --budget-per-day and --budget-per-month must be 0 (no limit) or positive")
 	case sub == "create" && *account == "":
 		return errors.New("--account is required (an account name or id)")
 	}
@@ -141,25 +143,26 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "KEY ID\tPREFIX\tACCOUNT\tCREATED\tREVOKED\tTOKENS/DAY\tTOKENS/MONTH")
+		fmt.Fprintln(tw, "KEY ID\tPREFIX\tACCOUNT\tCREATED\tREVOKED\tTOKENS/DAY\tTOKENS/MONTH\tBUDGET/DAY\tBUDGET/MONTH")
 		for _, k := range keys {
 			revoked := "-"
 			if k.RevokedAt != nil {
 				revoked = k.RevokedAt.UTC().Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Prefix, k.AccountID, k.CreatedAt.UTC().Format(time.RFC3339), revoked,
-				limitText(k.Limits.TokensPerDay), limitText(k.Limits.TokensPerMonth))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Prefix, k.AccountID, k.CreatedAt.UTC().Format(time.RFC3339), revoked,
+				limitText(k.Limits.TokensPerDay), limitText(k.Limits.TokensPerMonth), limitText(k.Limits.BudgetPerDay), limitText(k.Limits.BudgetPerMonth))
 		}
 		return tw.Flush()
 	case "set-limits":
-		k, err := st.SetKeyLimits(ctx, fs.Arg(0), store.KeyLimits{TokensPerDay: *perDay, TokensPerMonth: *perMonth})
+		k, err := st.SetKeyLimits(ctx, fs.Arg(0), store.KeyLimits{TokensPerDay: *perDay, TokensPerMonth: *perMonth,
+			BudgetPerDay: *budgetDay, BudgetPerMonth: *budgetMonth})
 		if errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("no key %q (see switchyard keys list)", fs.Arg(0))
 		} else if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "key %s: %s tokens per day, %s per month (running instances apply it within a second)\n",
-			k.ID, limitText(k.Limits.TokensPerDay), limitText(k.Limits.TokensPerMonth))
+		fmt.Fprintf(stdout, "key %s: %s tokens per day, %s per month; budget %s units per day, %s per month (running instances apply it within a second)\n",
+			k.ID, limitText(k.Limits.TokensPerDay), limitText(k.Limits.TokensPerMonth), limitText(k.Limits.BudgetPerDay), limitText(k.Limits.BudgetPerMonth))
 	case "revoke":
 		// Which key it is (account and prefix) is what instances know of a
 		// node's key: find it before it is revoked.

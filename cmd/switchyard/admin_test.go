@@ -327,15 +327,15 @@ func TestKeysSetLimits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := mustCLI(t, slices.Concat([]string{"keys", "set-limits"}, flags, []string{"--tokens-per-day", "10000", acct.KeyID})...)
-		if !strings.Contains(out, "10000 tokens per day, no limit per month") {
+		out := mustCLI(t, slices.Concat([]string{"keys", "set-limits"}, flags, []string{"--tokens-per-day", "10000", "--budget-per-month", "500", acct.KeyID})...)
+		if !strings.Contains(out, "10000 tokens per day, no limit per month; budget no limit units per day, 500 per month") {
 			t.Errorf("keys set-limits printed:\n%s", out)
 		}
-		if acct, err := st.Authenticate(ctx, key); err != nil || acct.KeyLimits != (store.KeyLimits{TokensPerDay: 10000}) {
+		if acct, err := st.Authenticate(ctx, key); err != nil || acct.KeyLimits != (store.KeyLimits{TokensPerDay: 10000, BudgetPerMonth: 500}) {
 			t.Errorf("the key's limits are %+v (%v), want 10000 a day", acct.KeyLimits, err)
 		}
 		out = mustCLI(t, slices.Concat([]string{"keys", "list"}, flags)...)
-		if !regexp.MustCompile(acct.KeyID + `\s.*\s10000\s+no limit`).MatchString(out) {
+		if !regexp.MustCompile(acct.KeyID + `\s.*\s10000\s+no limit\s+no limit\s+500\n`).MatchString(out) {
 			t.Errorf("keys list shows no limits for %s:\n%s", acct.KeyID, out)
 		}
 		_, _, err = cli(t, slices.Concat([]string{"keys", "set-limits"}, flags, []string{"--tokens-per-month", "-1", acct.KeyID})...)

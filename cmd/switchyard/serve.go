@@ -124,6 +124,7 @@ ws://HOST:PORT/ws/node; clients call http://HOST:PORT/api/v1/…`, cfg.Listen, c
 	fs.BoolVar(&cfg.TrustProxy, "trust-proxy", cfg.TrustProxy, "take client IPs from X-Forwarded-For (only behind a proxy you run)")
 	split := fs.String("split-task-types", strings.Join(cfg.SplitTaskTypes, ","), "task types whose content over 1,000 characters is cut into 3 parts run on up to 3 nodes and joined (comma-separated; \"none\" turns it off)")
 	aliases := fs.String("model-aliases", "", "model names of the OpenAI routes (/v1/...) that stand for task types tried in order, the next only when no node serves the one before: \"fast=llama-8b,llama-70b;smart=llama-70b\"")
+	prices := fs.String("token-prices", "", "spend units a token of each task type costs against a key's budget (switchyard keys set-limits --budget-per-day/--budget-per-month): \"chat=2,embedding=0.1\"; a type not listed costs 1")
 	benchmarks := fs.Bool("node-benchmarks", !cfg.NoNodeBenchmarks, "send nodes a short benchmark after they register (and every 6 h); routing prefers nodes that answer it fast")
 	fs.DurationVar(&cfg.StoreFlushInterval, "store-flush-interval", cfg.StoreFlushInterval, "how often finished tasks are written to the database, in batches")
 	fs.Int64Var(&cfg.GCHeapFloorBytes, "gc-heap-floor-bytes", cfg.GCHeapFloorBytes, "when the instance allocates fast enough to collect more than once a second, let the heap grow by up to a second's allocation, to at most this, before Go's garbage collector runs (a small heap is otherwise collected many times a second under load, most of the tail latency); otherwise, and above it, GOGC rules (-1: never)")
@@ -146,6 +147,9 @@ ws://HOST:PORT/ws/node; clients call http://HOST:PORT/api/v1/…`, cfg.Listen, c
 	cfg.SingleInstance = !*multi
 	cfg.NoNodeBenchmarks = !*benchmarks
 	if cfg.ModelAliases, err = server.ParseModelAliases(*aliases); err != nil {
+		return server.Config{}, err
+	}
+	if cfg.TokenPrices, err = server.ParseTokenPrices(*prices); err != nil {
 		return server.Config{}, err
 	}
 	cfg.SplitTaskTypes = []string{} // non-nil: empty turns splitting off

@@ -9,6 +9,8 @@ ALTER TABLE tasks ADD COLUMN key_id TEXT NOT NULL DEFAULT '';
 ALTER TABLE async_tasks ADD COLUMN key_id TEXT NOT NULL DEFAULT '';
 ALTER TABLE api_keys ADD COLUMN tokens_per_day BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE api_keys ADD COLUMN tokens_per_month BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE api_keys ADD COLUMN budget_per_day BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE api_keys ADD COLUMN budget_per_month BIGINT NOT NULL DEFAULT 0;
 CREATE TABLE usage_daily (
     account_id        TEXT NOT NULL,
     day               TEXT NOT NULL, -- UTC, YYYY-MM-DD
@@ -27,6 +29,8 @@ CREATE INDEX usage_daily_day ON usage_daily (day);
 
 -- +goose Down
 DROP TABLE usage_daily;
+ALTER TABLE api_keys DROP COLUMN budget_per_month;
+ALTER TABLE api_keys DROP COLUMN budget_per_day;
 ALTER TABLE api_keys DROP COLUMN tokens_per_month;
 ALTER TABLE api_keys DROP COLUMN tokens_per_day;
 ALTER TABLE async_tasks DROP COLUMN key_id;

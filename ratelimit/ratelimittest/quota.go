@@ -21,11 +21,13 @@ func RunQuota(t *testing.T, newQuota func(t *testing.T) ratelimit.Quota) {
 		}
 		return tm
 	}
+	// Units are always 10 times the tokens here: both are counted, apart.
 	spent := func(t *testing.T, q ratelimit.Quota, key string, now time.Time, day, month int64) {
 		t.Helper()
 		d, m, err := q.Spent(ctx, key, now)
-		if err != nil || d != day || m != month {
-			t.Fatalf("Spent(%s, %s) = %d, %d, %v; want %d today, %d this month", key, now, d, m, err, day, month)
+		wd, wm := ratelimit.Amount{Tokens: day, Units: 10 * day}, ratelimit.Amount{Tokens: month, Units: 10 * month}
+		if err != nil || d != wd || m != wm {
+			t.Fatalf("Spent(%s, %s) = %+v, %+v, %v; want %+v today, %+v this month", key, now, d, m, err, wd, wm)
 		}
 	}
 	t.Run("DaysAndMonths", func(t *testing.T) {
@@ -33,7 +35,7 @@ func RunQuota(t *testing.T, newQuota func(t *testing.T) ratelimit.Quota) {
 		spent(t, q, "k", at("2026-01-30T12:00:00Z"), 0, 0)
 		spend := func(s string, n int64) {
 			t.Helper()
-			if err := q.Spend(ctx, "k", n, at(s)); err != nil {
+			if err := q.Spend(ctx, "k", ratelimit.Amount{Tokens: n, Units: 10 * n}, at(s)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -57,7 +59,7 @@ func RunQuota(t *testing.T, newQuota func(t *testing.T) ratelimit.Quota) {
 			go func() {
 				defer wg.Done()
 				for range 10 {
-					if err := q.Spend(ctx, "c", int64(i), now); err != nil {
+					if err := q.Spend(ctx, "c", ratelimit.Amount{Tokens: int64(i), Units: 10 * int64(i)}, now); err != nil {
 						t.Error(err)
 						return
 					}

@@ -360,7 +360,7 @@ func testSetKeyLimits(t *testing.T, st store.Store) {
 	seq, err := st.AuthSeq(c)
 	noErr(t, err, "AuthSeq")
 
-	want := store.KeyLimits{TokensPerDay: 10_000, TokensPerMonth: 200_000}
+	want := store.KeyLimits{TokensPerDay: 10_000, TokensPerMonth: 200_000, BudgetPerDay: 7, BudgetPerMonth: 90}
 	got, err := st.SetKeyLimits(c, k2.Prefix, want)
 	noErr(t, err, "SetKeyLimits by prefix")
 	if got.ID != k2.ID || got.Limits != want {
@@ -395,6 +395,8 @@ func testSetKeyLimits(t *testing.T, st store.Store) {
 
 	_, err = st.SetKeyLimits(c, k2.ID, store.KeyLimits{TokensPerDay: -1})
 	isErr(t, err, store.ErrInvalid, "a negative limit")
+	_, err = st.SetKeyLimits(c, k2.ID, store.KeyLimits{BudgetPerMonth: -1})
+	isErr(t, err, store.ErrInvalid, "a negative budget")
 	_, err = st.SetKeyLimits(c, "", want)
 	isErr(t, err, store.ErrInvalid, "no key named")
 	_, err = st.SetKeyLimits(c, "key_000000000000", want)
