@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +21,11 @@ import (
 // Any other error means "cannot tell now" and the node is asked to retry.
 var ErrUnknownKey = errors.New("unknown API key")
 
+// ErrClientKey is what an Authenticator returns for a live key that may
+// not connect nodes (a client-only key): refused as an unknown key is, with
+// this as the reason.
+var ErrClientKey = errors.New("this API key is for clients only; connect nodes with a node key")
+
 // ErrShuttingDown is returned by Serve once Shutdown has begun.
 var ErrShuttingDown = errors.New("nodes: hub is shutting down")
 
@@ -30,6 +37,9 @@ type Account struct {
 	// prefix, as the store lists it): a revoked key's nodes are found by
 	// it (CloseKey). "" matches no revocation.
 	KeyPrefix string
+	// TaskTypes are the capabilities the key may serve; nil: any. A node
+	// that declares another is refused at registration.
+	TaskTypes []string
 }
 
 // Authenticator resolves a node's API key to its account.
@@ -420,10 +430,22 @@ func (h *Hub) handshake(ctx context.Context, conn *websocket.Conn, remote string
 	case errors.Is(err, ErrUnknownKey):
 		h.reject(conn, "auth_failed", wire.CodeAuthFailed, "Invalid API key", wire.CloseAuthFailed)
 		return Registration{}, Account{}, false
+	case errors.Is(err, ErrClientKey):
+		h.reject(conn, "auth_failed", wire.CodeAuthFailed, ErrClientKey.Error(), wire.CloseAuthFailed)
+		return Registration{}, Account{}, false
 	case err != nil:
 		h.log.Warn("cannot authenticate node", "remote", remote, "err", err)
 		h.reject(conn, "unavailable", wire.CodeUnavailable, "the coordinator cannot check API keys right now; retry later", wire.CloseTryAgainLater)
 		return Registration{}, Account{}, false
+	}
+	if len(acct.TaskTypes) > 0 {
+		for _, c := range reg.Capabilities {
+			if !slices.Contains(acct.TaskTypes, c) {
+				h.reject(conn, "invalid", wire.CodeInvalidRegistration, truncate(fmt.Sprintf("capability %q is not one this API key may serve (%s)",
+					c, strings.Join(acct.TaskTypes, ", ")), 500), wire.ClosePolicy)
+				return Registration{}, Account{}, false
+			}
+		}
 	}
 	return reg, acct, true
 }

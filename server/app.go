@@ -574,5 +574,8 @@ func (n nodeAuth) AuthenticateNode(ctx context.Context, key string) (nodes.Accou
 	case err != nil:
 		return nodes.Account{}, err
 	}
-	return nodes.Account{ID: acct.ID, Trust: acct.Trust, KeyPrefix: keyPrefix(key)}, nil
+	if acct.KeyLimits.Use == store.KeyUseClient {
+		return nodes.Account{}, nodes.ErrClientKey
+	}
+	return nodes.Account{ID: acct.ID, Trust: acct.Trust, KeyPrefix: keyPrefix(key), TaskTypes: acct.KeyLimits.TaskTypes}, nil
 }

@@ -248,7 +248,7 @@ func (c *authCache) updateLimits(limits map[string]store.KeyLimits) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for h, e := range c.pos {
-		if l, ok := limits[e.acct.KeyID]; ok && l != e.acct.KeyLimits {
+		if l, ok := limits[e.acct.KeyID]; ok && !l.Equal(e.acct.KeyLimits) {
 			e.acct.KeyLimits = l
 			c.pos[h] = e
 		}

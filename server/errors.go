@@ -30,6 +30,7 @@ const (
 	CodeInvalidRating         Code = "invalid_rating"          // 400: a rating that is not 1-5
 	CodeInvalidRequest        Code = "invalid_request"         // 422 (or 400): a field out of its bounds
 	CodeInvalidWebhookURL     Code = "invalid_webhook_url"     // 422: webhook_url refused (too long, not http(s), private)
+	CodeKeyScope              Code = "key_scope"               // 403: the key may not do this (node-only, or not this task type)
 	CodeMethodNotAllowed      Code = "method_not_allowed"      // 405
 	CodeNodeError             Code = "node_error"              // 502 on /v1/: the node's handler failed
 	CodeNodeNotFound          Code = "node_not_found"          // 404: no node with this id for this account

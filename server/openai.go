@@ -273,7 +273,7 @@ func (a *App) chatCompletions(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return a.withFallback(body.Model, defaultChatCap, func(taskType string) error {
+	return a.withFallback(c, body.Model, defaultChatCap, func(taskType string) error {
 		req := tasks.Request{
 			TaskID: uuid.NewString(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, TaskType: taskType,
 			Content: flatten(body.Messages), Params: params, Stream: body.Stream, Trust: trustOf(c), Priority: nodes.DefaultPriority,
@@ -328,15 +328,25 @@ func (a *App) modelTargets(model, def string) []string {
 // the answer is that no node serves it: an alias falls back to its next
 // target only before anything was sent (a stream's first byte), so a
 // client never sees two answers. Each attempt is a task of its own (its
-// id, its record).
-func (a *App) withFallback(model, def string, attempt func(taskType string) error) error {
+// id, its record). A task type the key may not ask for is passed over; if
+// none is left, the answer is 403 key_scope.
+func (a *App) withFallback(c echo.Context, model, def string, attempt func(taskType string) error) error {
+	l := accountOf(c).KeyLimits
 	var err error
+	tried := false
 	for _, tt := range a.modelTargets(model, def) {
+		if !l.AllowsType(tt) { // the key may not ask for it: as if none served it
+			continue
+		}
+		tried = true
 		err = attempt(tt)
 		var ae *apiError
 		if !errors.As(err, &ae) || ae.Code != Code(tasks.CodeNoNode) {
 			return err
 		}
+	}
+	if !tried {
+		return newError(http.StatusForbidden, CodeKeyScope, "this API key may ask only for the task types "+strings.Join(l.TaskTypes, ", "))
 	}
 	return err
 }

@@ -137,7 +137,7 @@ func (a *App) textCompletions(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return a.withFallback(body.Model, completionCap, func(taskType string) error {
+	return a.withFallback(c, body.Model, completionCap, func(taskType string) error {
 		req := tasks.Request{
 			TaskID: uuid.NewString(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, TaskType: taskType,
 			Content: body.Prompt, Params: params, Stream: body.Stream, Trust: trustOf(c), Priority: nodes.DefaultPriority,
@@ -314,7 +314,7 @@ func (a *App) embeddings(c echo.Context) error {
 		return err
 	}
 	var out tasks.Outcome
-	err = a.withFallback(body.Model, embeddingCap, func(taskType string) error {
+	err = a.withFallback(c, body.Model, embeddingCap, func(taskType string) error {
 		req := tasks.Request{
 			TaskID: uuid.NewString(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, TaskType: taskType,
 			Content: strings.Join(body.Input, "\n"), Params: params, Trust: trustOf(c), Priority: nodes.DefaultPriority,

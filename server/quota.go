@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -47,11 +48,20 @@ func (a *App) newQuota() {
 	}
 }
 
-// checkQuota wraps a task route; it needs requireAccount before it. A key
-// without limits costs nothing here.
-func (a *App) checkQuota(next echo.HandlerFunc) echo.HandlerFunc {
+// checkKey wraps a task route; it needs requireAccount (and, on the
+// GemmaNet routes, the body's reader) before it. It refuses what the key
+// may not do (a node-only key, a task type outside its list: 403
+// key_scope), then a key at one of its limits. A key without limits costs
+// nothing here.
+func (a *App) checkKey(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		acct := accountOf(c)
+		if acct.KeyLimits.Use == store.KeyUseNode {
+			return newError(http.StatusForbidden, CodeKeyScope, "this API key is for nodes only; send requests with a client key")
+		}
+		if b, ok := c.Get(ctxTaskBody).(*taskBody); ok && !acct.KeyLimits.AllowsType(b.TaskType) {
+			return newError(http.StatusForbidden, CodeKeyScope, "this API key may ask only for the task types "+strings.Join(acct.KeyLimits.TaskTypes, ", "))
+		}
 		if !acct.KeyLimits.Any() {
 			return next(c)
 		}

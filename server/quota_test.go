@@ -59,7 +59,7 @@ func TestTokenQuotaAcrossInstances(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ta := range []*testApp{a, b} {
-		waitUntil(t, func() bool { return ta.cachedLimits(limitedKey) == k.Limits }) // the instance learns of the limit
+		waitUntil(t, func() bool { return ta.cachedLimits(limitedKey).Equal(k.Limits) }) // the instance learns of the limit
 	}
 
 	// 2,000 spent; 8 more tasks reach 10,000, alternating instances.

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -108,7 +110,7 @@ func (s *sqlStore) CreateKey(ctx context.Context, accountID string) (APIKey, str
 
 func (s *sqlStore) ListKeys(ctx context.Context, accountID string) ([]APIKey, error) {
 	q := `SELECT k.id, k.account_id, k.prefix, k.created_at, k.revoked_at, k.tokens_per_day, k.tokens_per_month,
-		k.budget_per_day, k.budget_per_month
+		k.budget_per_day, k.budget_per_month, k.key_use, k.task_types
 		FROM api_keys k JOIN accounts a ON a.id = k.account_id
 		WHERE a.deleted_at IS NULL`
 	var args []any
@@ -120,8 +122,11 @@ func (s *sqlStore) ListKeys(ctx context.Context, accountID string) ([]APIKey, er
 		args = append(args, accountID)
 	}
 	keys, err := collect(ctx, s.db, func(r row, k *APIKey) error {
-		return r.Scan(&k.ID, &k.AccountID, &k.Prefix, (*timeCol)(&k.CreatedAt), optTimeCol{&k.RevokedAt},
-			&k.Limits.TokensPerDay, &k.Limits.TokensPerMonth, &k.Limits.BudgetPerDay, &k.Limits.BudgetPerMonth)
+		var types string
+		err := r.Scan(&k.ID, &k.AccountID, &k.Prefix, (*timeCol)(&k.CreatedAt), optTimeCol{&k.RevokedAt},
+			&k.Limits.TokensPerDay, &k.Limits.TokensPerMonth, &k.Limits.BudgetPerDay, &k.Limits.BudgetPerMonth, &k.Limits.Use, &types)
+		k.Limits.TaskTypes = splitTypes(types)
+		return err
 	}, q+` ORDER BY k.created_at, k.id`, args...)
 	if err != nil {
 		return nil, wrapErr("list keys", err)
@@ -157,8 +162,8 @@ func (s *sqlStore) SetKeyLimits(ctx context.Context, idOrPrefix string, l KeyLim
 	if idOrPrefix == "" {
 		return APIKey{}, fmt.Errorf("store: set key limits: no key id or prefix given: %w", ErrInvalid)
 	}
-	if l.TokensPerDay < 0 || l.TokensPerMonth < 0 || l.BudgetPerDay < 0 || l.BudgetPerMonth < 0 {
-		return APIKey{}, fmt.Errorf("store: set key limits: a limit is negative (0 means none): %w", ErrInvalid)
+	if err := checkKeyLimits(&l); err != nil {
+		return APIKey{}, err
 	}
 	var k APIKey
 	err := s.db.inTx(ctx, func(tx querier) error {
@@ -179,7 +184,8 @@ func (s *sqlStore) SetKeyLimits(ctx context.Context, idOrPrefix string, l KeyLim
 		k = keys[0]
 		k.Limits = l
 		if _, err := tx.exec(ctx, `UPDATE api_keys SET tokens_per_day = $1, tokens_per_month = $2, budget_per_day = $3,
-			budget_per_month = $4 WHERE id = $5`, l.TokensPerDay, l.TokensPerMonth, l.BudgetPerDay, l.BudgetPerMonth, k.ID); err != nil {
+			budget_per_month = $4, key_use = $5, task_types = $6 WHERE id = $7`, l.TokensPerDay, l.TokensPerMonth, l.BudgetPerDay,
+			l.BudgetPerMonth, l.Use, strings.Join(l.TaskTypes, ","), k.ID); err != nil {
 			return err
 		}
 		return bumpAuthSeq(ctx, tx)
@@ -204,11 +210,44 @@ func (s *sqlStore) Authenticate(ctx context.Context, key string) (Account, error
 		return Account{}, fmt.Errorf("store: unknown API key: %w", ErrNotFound)
 	}
 	a, err := queryOne(ctx, s.db, func(r row, a *Account) error {
-		return r.Scan(&a.ID, &a.Name, &a.Email, &a.Trust, (*timeCol)(&a.CreatedAt), &a.KeyID,
-			&a.KeyLimits.TokensPerDay, &a.KeyLimits.TokensPerMonth, &a.KeyLimits.BudgetPerDay, &a.KeyLimits.BudgetPerMonth)
+		var types string
+		err := r.Scan(&a.ID, &a.Name, &a.Email, &a.Trust, (*timeCol)(&a.CreatedAt), &a.KeyID,
+			&a.KeyLimits.TokensPerDay, &a.KeyLimits.TokensPerMonth, &a.KeyLimits.BudgetPerDay, &a.KeyLimits.BudgetPerMonth,
+			&a.KeyLimits.Use, &types)
+		a.KeyLimits.TaskTypes = splitTypes(types)
+		return err
 	}, `SELECT a.id, a.name, a.email, a.trust, a.created_at, k.id, k.tokens_per_day, k.tokens_per_month,
-		k.budget_per_day, k.budget_per_month
+		k.budget_per_day, k.budget_per_month, k.key_use, k.task_types
 		FROM api_keys k JOIN accounts a ON a.id = k.account_id
 		WHERE k.hash = $1 AND k.revoked_at IS NULL AND a.deleted_at IS NULL`, hashKey(key))
 	return a, notFound(err, "API key")
+}
+
+// checkKeyLimits refuses limits out of range and puts the task types in
+// order, each once.
+func checkKeyLimits(l *KeyLimits) error {
+	if l.TokensPerDay < 0 || l.TokensPerMonth < 0 || l.BudgetPerDay < 0 || l.BudgetPerMonth < 0 {
+		return fmt.Errorf("store: set key limits: a limit is negative (0 means none): %w", ErrInvalid)
+	}
+	if l.Use != KeyUseAny && l.Use != KeyUseNode && l.Use != KeyUseClient {
+		return fmt.Errorf("store: set key limits: use %q is not node, client or empty: %w", l.Use, ErrInvalid)
+	}
+	for _, t := range l.TaskTypes {
+		if t == "" || len(t) > 64 || strings.ContainsAny(t, ", ") || t != cleanText(t) {
+			return fmt.Errorf("store: set key limits: %q is not a task type: %w", t, ErrInvalid)
+		}
+	}
+	l.TaskTypes = slices.Compact(slices.Sorted(slices.Values(l.TaskTypes)))
+	if len(l.TaskTypes) == 0 {
+		l.TaskTypes = nil
+	}
+	return nil
+}
+
+// splitTypes reads api_keys.task_types; nil for none.
+func splitTypes(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 )
 
@@ -55,11 +56,36 @@ type KeyLimits struct {
 	TokensPerMonth int64 `json:"tokens_per_month"`
 	BudgetPerDay   int64 `json:"budget_per_day"`
 	BudgetPerMonth int64 `json:"budget_per_month"`
+	// Use is what the key may do: KeyUseAny, KeyUseNode (connect nodes
+	// only) or KeyUseClient (send requests only).
+	Use string `json:"use"`
+	// TaskTypes are the task types the key may ask for, or serve as a
+	// node; empty: any.
+	TaskTypes []string `json:"task_types"`
 }
 
-// Any reports whether any limit is set.
+// Uses of a key (KeyLimits.Use).
+const (
+	KeyUseAny    = ""
+	KeyUseNode   = "node"
+	KeyUseClient = "client"
+)
+
+// Any reports whether any spending limit is set (Use and TaskTypes are
+// checked apart).
 func (l KeyLimits) Any() bool {
 	return l.TokensPerDay > 0 || l.TokensPerMonth > 0 || l.BudgetPerDay > 0 || l.BudgetPerMonth > 0
+}
+
+// Equal reports whether l and o are the same limits.
+func (l KeyLimits) Equal(o KeyLimits) bool {
+	return l.TokensPerDay == o.TokensPerDay && l.TokensPerMonth == o.TokensPerMonth && l.BudgetPerDay == o.BudgetPerDay &&
+		l.BudgetPerMonth == o.BudgetPerMonth && l.Use == o.Use && slices.Equal(l.TaskTypes, o.TaskTypes)
+}
+
+// AllowsType reports whether the key may ask for (or serve) taskType.
+func (l KeyLimits) AllowsType(taskType string) bool {
+	return len(l.TaskTypes) == 0 || slices.Contains(l.TaskTypes, taskType)
 }
 
 // APIKey is the stored view of a key; the key itself is only ever returned

@@ -80,7 +80,7 @@ the last line of stdout, so scripts can take it with "| tail -n1".`, stderr)
 }
 
 func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	const use = `usage: switchyard keys create --account NAME|ID | keys list [--account NAME|ID] | keys revoke KEY_ID|PREFIX | keys set-limits [--tokens-per-day N] [--tokens-per-month N] [--budget-per-day N] [--budget-per-month N] KEY_ID|PREFIX`
+	const use = `usage: switchyard keys create --account NAME|ID | keys list [--account NAME|ID] | keys revoke KEY_ID|PREFIX | keys set-limits [--tokens-per-day N] [--tokens-per-month N] [--budget-per-day N] [--budget-per-month N] [--use node|client] [--task-types a,b] KEY_ID|PREFIX`
 	if len(args) == 0 {
 		return errors.New(use)
 	}
@@ -98,6 +98,8 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	perMonth := fs.Int64("tokens-per-month", 0, "set-limits: the same per UTC calendar month; 0 for no limit")
 	budgetDay := fs.Int64("budget-per-day", 0, "set-limits: the spend units the key may use per UTC day, its tasks' tokens at serve's --token-prices (1 unit a token by default); over it: 402; 0 for no limit")
 	budgetMonth := fs.Int64("budget-per-month", 0, "set-limits: the same per UTC calendar month; 0 for no limit")
+	keyUse := fs.String("use", "", "set-limits: what the key may do: node (connect nodes only), client (send requests only), or empty for both")
+	types := fs.String("task-types", "", "set-limits: the task types the key may ask for, or serve as a node (comma-separated); empty for any")
 	ev := eventFlags(fs)
 	if err := fs.parse(args[1:]); err != nil {
 		return err
@@ -107,7 +109,9 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case sub == "revoke" && fs.NArg() != 1:
 		return errors.New("usage: switchyard keys revoke [flags] KEY_ID|PREFIX (flags go before the key; see switchyard keys list)")
 	case sub == "set-limits" && fs.NArg() != 1:
-		return errors.New("usage: switchyard keys set-limits [--tokens-per-day N] [--tokens-per-month N] [--budget-per-day N] [--budget-per-month N] KEY_ID|PREFIX (flags go before the key; no flag lifts the limits)")
+		return errors.New("usage: switchyard keys set-limits [--tokens-per-day N] [--tokens-per-month N] [--budget-per-day N] [--budget-per-month N] [--use node|client] [--task-types a,b] KEY_ID|PREFIX (flags go before the key; no flag lifts the limits)")
+	case sub == "set-limits" && *keyUse != store.KeyUseAny && *keyUse != store.KeyUseNode && *keyUse != store.KeyUseClient:
+		return fmt.Errorf("--use %q: node, client, or empty for both", *keyUse)
 	case sub == "set-limits" && (*perDay < 0 || *perMonth < 0 || *budgetDay < 0 || *budgetMonth < 0):
 		return errors.New("--tokens-per-day, --tokens-per-month, --budget-per-day and --budget-per-month must be 0 (no limit) or positive")
 	case sub == "create" && *account == "":
@@ -154,15 +158,26 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return tw.Flush()
 	case "set-limits":
+		var tl stringList
+		if *types != "" {
+			_ = tl.Set(*types)
+		}
 		k, err := st.SetKeyLimits(ctx, fs.Arg(0), store.KeyLimits{TokensPerDay: *perDay, TokensPerMonth: *perMonth,
-			BudgetPerDay: *budgetDay, BudgetPerMonth: *budgetMonth})
+			BudgetPerDay: *budgetDay, BudgetPerMonth: *budgetMonth, Use: *keyUse, TaskTypes: tl})
 		if errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("no key %q (see switchyard keys list)", fs.Arg(0))
 		} else if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "key %s: %s tokens per day, %s per month; budget %s units per day, %s per month (running instances apply it within a second)\n",
-			k.ID, limitText(k.Limits.TokensPerDay), limitText(k.Limits.TokensPerMonth), limitText(k.Limits.BudgetPerDay), limitText(k.Limits.BudgetPerMonth))
+		scope := "nodes and clients"
+		if k.Limits.Use != store.KeyUseAny {
+			scope = k.Limits.Use + "s only"
+		}
+		if len(k.Limits.TaskTypes) > 0 {
+			scope += ", task types " + strings.Join(k.Limits.TaskTypes, ",")
+		}
+		fmt.Fprintf(stdout, "key %s: %s tokens per day, %s per month; budget %s units per day, %s per month; %s (running instances apply it within a second; connected nodes keep their registration)\n",
+			k.ID, limitText(k.Limits.TokensPerDay), limitText(k.Limits.TokensPerMonth), limitText(k.Limits.BudgetPerDay), limitText(k.Limits.BudgetPerMonth), scope)
 	case "revoke":
 		// Which key it is (account and prefix) is what instances know of a
 		// node's key: find it before it is revoked.

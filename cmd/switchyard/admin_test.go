@@ -327,11 +327,11 @@ func TestKeysSetLimits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := mustCLI(t, slices.Concat([]string{"keys", "set-limits"}, flags, []string{"--tokens-per-day", "10000", "--budget-per-month", "500", acct.KeyID})...)
-		if !strings.Contains(out, "10000 tokens per day, no limit per month; budget no limit units per day, 500 per month") {
+		out := mustCLI(t, slices.Concat([]string{"keys", "set-limits"}, flags, []string{"--tokens-per-day", "10000", "--budget-per-month", "500", "--use", "client", "--task-types", "embed,chat", acct.KeyID})...)
+		if !strings.Contains(out, "10000 tokens per day, no limit per month; budget no limit units per day, 500 per month; clients only, task types chat,embed") {
 			t.Errorf("keys set-limits printed:\n%s", out)
 		}
-		if acct, err := st.Authenticate(ctx, key); err != nil || acct.KeyLimits != (store.KeyLimits{TokensPerDay: 10000, BudgetPerMonth: 500}) {
+		if acct, err := st.Authenticate(ctx, key); err != nil || !acct.KeyLimits.Equal(store.KeyLimits{TokensPerDay: 10000, BudgetPerMonth: 500, Use: "client", TaskTypes: []string{"chat", "embed"}}) {
 			t.Errorf("the key's limits are %+v (%v), want 10000 a day", acct.KeyLimits, err)
 		}
 		out = mustCLI(t, slices.Concat([]string{"keys", "list"}, flags)...)
@@ -340,6 +340,8 @@ func TestKeysSetLimits(t *testing.T) {
 		}
 		_, _, err = cli(t, slices.Concat([]string{"keys", "set-limits"}, flags, []string{"--tokens-per-month", "-1", acct.KeyID})...)
 		wantErr(t, "a negative limit", err, "must be 0 (no limit) or positive")
+		_, _, err = cli(t, slices.Concat([]string{"keys", "set-limits"}, flags, []string{"--use", "both", acct.KeyID})...)
+		wantErr(t, "an unknown use", err, "node, client, or empty")
 		_, _, err = cli(t, slices.Concat([]string{"keys", "set-limits"}, flags, []string{"key_000000000000"})...)
 		wantErr(t, "an unknown key", err, `no key "key_000000000000"`, "switchyard keys list")
 		// No flag lifts them.

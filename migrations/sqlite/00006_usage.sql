@@ -1,5 +1,6 @@
 -- Usage: what each key spent, per task type and UTC day, and the limits a key
--- may be given on it (0: none). Every finished task
+-- may be given (0: none): tokens and spend per day and month, what it may be
+-- used for (nodes, clients) and which task types. Every finished task
 -- adds to its row in the same statement (PostgreSQL) or transaction (SQLite)
 -- that stores it in tasks, and only when that task was not stored already, so
 -- the totals equal the task history's however often a batch is retried.
@@ -11,6 +12,8 @@ ALTER TABLE api_keys ADD COLUMN tokens_per_day BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE api_keys ADD COLUMN tokens_per_month BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE api_keys ADD COLUMN budget_per_day BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE api_keys ADD COLUMN budget_per_month BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE api_keys ADD COLUMN key_use TEXT NOT NULL DEFAULT ''; -- '' any, 'node', 'client'
+ALTER TABLE api_keys ADD COLUMN task_types TEXT NOT NULL DEFAULT ''; -- comma-separated; '' any
 CREATE TABLE usage_daily (
     account_id        TEXT NOT NULL,
     day               TEXT NOT NULL, -- UTC, YYYY-MM-DD
@@ -29,6 +32,8 @@ CREATE INDEX usage_daily_day ON usage_daily (day);
 
 -- +goose Down
 DROP TABLE usage_daily;
+ALTER TABLE api_keys DROP COLUMN task_types;
+ALTER TABLE api_keys DROP COLUMN key_use;
 ALTER TABLE api_keys DROP COLUMN budget_per_month;
 ALTER TABLE api_keys DROP COLUMN budget_per_day;
 ALTER TABLE api_keys DROP COLUMN tokens_per_month;

@@ -360,10 +360,12 @@ func testSetKeyLimits(t *testing.T, st store.Store) {
 	seq, err := st.AuthSeq(c)
 	noErr(t, err, "AuthSeq")
 
-	want := store.KeyLimits{TokensPerDay: 10_000, TokensPerMonth: 200_000, BudgetPerDay: 7, BudgetPerMonth: 90}
-	got, err := st.SetKeyLimits(c, k2.Prefix, want)
+	want := store.KeyLimits{TokensPerDay: 10_000, TokensPerMonth: 200_000, BudgetPerDay: 7, BudgetPerMonth: 90,
+		Use: store.KeyUseClient, TaskTypes: []string{"chat", "embed"}}
+	got, err := st.SetKeyLimits(c, k2.Prefix, store.KeyLimits{TokensPerDay: 10_000, TokensPerMonth: 200_000, BudgetPerDay: 7,
+		BudgetPerMonth: 90, Use: store.KeyUseClient, TaskTypes: []string{"embed", "chat", "embed"}}) // put in order, each once
 	noErr(t, err, "SetKeyLimits by prefix")
-	if got.ID != k2.ID || got.Limits != want {
+	if got.ID != k2.ID || !got.Limits.Equal(want) {
 		t.Errorf("SetKeyLimits = %+v, want key %s with %+v", got, k2.ID, want)
 	}
 	if now, _ := st.AuthSeq(c); now <= seq {
@@ -371,7 +373,7 @@ func testSetKeyLimits(t *testing.T, st store.Store) {
 	}
 	acct, err := st.Authenticate(c, key2)
 	noErr(t, err, "Authenticate")
-	if acct.KeyLimits != want {
+	if !acct.KeyLimits.Equal(want) {
 		t.Errorf("Authenticate's KeyLimits = %+v, want %+v", acct.KeyLimits, want)
 	}
 	acct, err = st.Authenticate(c, key1)
@@ -382,14 +384,14 @@ func testSetKeyLimits(t *testing.T, st store.Store) {
 	keys, err := st.ListKeys(c, a.ID)
 	noErr(t, err, "ListKeys")
 	for _, k := range keys {
-		if (k.ID == k2.ID) != (k.Limits == want) {
+		if (k.ID == k2.ID) != k.Limits.Equal(want) {
 			t.Errorf("listed key %s has limits %+v", k.ID, k.Limits)
 		}
 	}
 	// By id, back to none.
 	got, err = st.SetKeyLimits(c, k2.ID, store.KeyLimits{})
 	noErr(t, err, "SetKeyLimits by id")
-	if acct, _ := st.Authenticate(c, key2); got.Limits.Any() || acct.KeyLimits.Any() {
+	if acct, _ := st.Authenticate(c, key2); !got.Limits.Equal(store.KeyLimits{}) || !acct.KeyLimits.Equal(store.KeyLimits{}) {
 		t.Errorf("limits %+v / %+v after clearing them", got.Limits, acct.KeyLimits)
 	}
 
@@ -397,6 +399,12 @@ func testSetKeyLimits(t *testing.T, st store.Store) {
 	isErr(t, err, store.ErrInvalid, "a negative limit")
 	_, err = st.SetKeyLimits(c, k2.ID, store.KeyLimits{BudgetPerMonth: -1})
 	isErr(t, err, store.ErrInvalid, "a negative budget")
+	_, err = st.SetKeyLimits(c, k2.ID, store.KeyLimits{Use: "both"})
+	isErr(t, err, store.ErrInvalid, "an unknown use")
+	for _, bad := range []string{"", "a,b", "a b", strings.Repeat("x", 65)} {
+		_, err = st.SetKeyLimits(c, k2.ID, store.KeyLimits{TaskTypes: []string{bad}})
+		isErr(t, err, store.ErrInvalid, "task type "+bad)
+	}
 	_, err = st.SetKeyLimits(c, "", want)
 	isErr(t, err, store.ErrInvalid, "no key named")
 	_, err = st.SetKeyLimits(c, "key_000000000000", want)
