@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 // browserEnv, when set (scripts/test.sh sets it), makes the browser test
@@ -63,6 +65,9 @@ type browserReport struct {
 	Screenshot              string   `json:"screenshot"`
 	SignInAfterSignOut      bool     `json:"signInAfterSignOut"`
 	StoredTokenAfterSignOut *string  `json:"storedTokenAfterSignOut"`
+	UsageRequests           string   `json:"usageRequests"`
+	UsageBars               int      `json:"usageBars"`
+	UsageRows               int      `json:"usageRows"`
 	Problems                []string `json:"problems"`
 }
 
@@ -105,6 +110,21 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("a request no node serves: %d %+v", code, e)
 	}
 
+	// The usage panel shows the ledger: what the store holds once written.
+	if err := ta.writer.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	today := time.Now().UTC()
+	ledger, err := ta.store.Usage(t.Context(), store.UsageQuery{From: today, To: today})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byKey, _ := store.GroupUsage(ledger, []string{store.GroupByAccount, store.GroupByKey})
+	total, _ := store.GroupUsage(ledger, nil)
+	if len(total) != 1 || total[0].Requests != 6 {
+		t.Fatalf("the ledger holds %+v, want the 6 requests sent", total)
+	}
+
 	shot := filepath.Join(t.TempDir(), "dashboard.png")
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute) // the script's own limit is 1 minute
 	defer cancel()
@@ -142,6 +162,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	if strings.Contains(r.URL, testAdmin) || r.StoredToken == nil || *r.StoredToken != testAdmin {
 		t.Errorf("the token is in the URL %q, or not in session storage (%s)", r.URL, orNull(r.StoredToken))
+	}
+
+	if r.UsageRequests != strconv.FormatInt(total[0].Requests, 10) || r.UsageBars != 1 || r.UsageRows != len(byKey) {
+		t.Errorf("the usage panel shows %q requests, %d day bars, %d key rows; want %d, 1 (today), %d",
+			r.UsageRequests, r.UsageBars, r.UsageRows, total[0].Requests, len(byKey))
 	}
 
 	if r.StateAfterPause != "paused" || !r.ResumeShown || r.PauseShown {

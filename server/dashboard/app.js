@@ -140,11 +140,14 @@
     $("signin").hidden = true;
     $("dash").hidden = false;
     $("topbar-right").hidden = false;
+    clearTimeout(usageTimer);
+    pollUsage();
   }
 
   function signOut(message) {
     generation++;
     clearTimeout(timer);
+    clearTimeout(usageTimer);
     timer = null;
     token = "";
     last = null;
@@ -567,6 +570,135 @@
       c.node.title = (f.node_id || "no node") + " · asked at " + instanceLabel(f.instance, f.instance_name);
     }, () => emptyRow(4, "No failures", "Requests that fail (timeouts, disconnects, node errors) show here."));
   }
+
+  // ---- usage ---------------------------------------------------------------------
+
+  // Usage changes by the task, not by the second: read every 30 s, and
+  // at sign-in.
+  const USAGE_MS = 30000;
+  let usageTimer = null;
+
+  async function fetchUsage(query) {
+    const resp = await fetch("/admin/api/usage?" + query, {
+      headers: { Authorization: "Bearer " + token, Accept: "application/json" },
+      cache: "no-store",
+      credentials: "omit",
+    });
+    if (resp.status !== 200) throw new Error("usage: " + resp.status);
+    return resp.json();
+  }
+
+  async function pollUsage() {
+    const gen = generation;
+    try {
+      const [byDay, byKey] = await Promise.all([fetchUsage("group_by=day"), fetchUsage("group_by=account,key")]);
+      if (gen !== generation) return;
+      renderUsage(byDay, byKey);
+    } catch (_) {
+      // Keep the last picture; the live badge says when the cluster is away.
+    }
+    if (gen !== generation) return;
+    clearTimeout(usageTimer);
+    usageTimer = setTimeout(pollUsage, USAGE_MS);
+  }
+
+  function fmtInt(n) {
+    return Number(n || 0).toLocaleString("en-US");
+  }
+
+  function fmtNodeTime(ms) {
+    const s = (ms || 0) / 1000;
+    if (s < 60) return s.toFixed(s < 10 ? 1 : 0) + " s";
+    if (s < 3600) return (s / 60).toFixed(1) + " min";
+    return (s / 3600).toFixed(1) + " h";
+  }
+
+  function renderUsage(byDay, byKey) {
+    const t = byDay.total || {};
+    setText($("usage-range"), byDay.from + " to " + byDay.to + ", UTC");
+    setText($("usage-requests"), fmtInt(t.requests));
+    setText($("usage-tokens"), fmtInt((t.prompt_tokens || 0) + (t.completion_tokens || 0)));
+    setText($("usage-tokens-note"), fmtInt(t.prompt_tokens) + " prompt · " + fmtInt(t.completion_tokens) + " completion");
+    setText($("usage-node"), fmtNodeTime(t.node_ms));
+    $("usage-chart").replaceChildren(usageChart(byDay.from, byDay.to, byDay.rows || []));
+    syncRows($("usage-body"), byKey.rows || [], (r) => r.account_id + "|" + r.key_id, () => {
+      const tr = el("tr");
+      tr._c = [el("td", { class: "mono ellipsis" }), el("td", { class: "mono" }), el("td", { class: "num" }), el("td", { class: "num" }),
+        el("td", { class: "num" }), el("td", { class: "num" }), el("td", { class: "num" })];
+      tr.append(...tr._c);
+      return tr;
+    }, (tr, r) => {
+      const c = tr._c;
+      setText(c[0], short(r.account_id));
+      c[0].title = r.account_id;
+      setText(c[1], r.key_id || "(none)");
+      setText(c[2], fmtInt(r.requests));
+      setText(c[3], fmtInt(r.completed));
+      setText(c[4], fmtInt(r.prompt_tokens));
+      setText(c[5], fmtInt(r.completion_tokens));
+      setText(c[6], fmtNodeTime(r.node_ms));
+    }, () => emptyRow(7, "No usage yet", "Each finished task adds to its key's row, within about a second."));
+  }
+
+  // usageChart draws requests per day over the range, a bar a day (the
+  // part that did not complete in red), with the first and last days named.
+  function usageChart(from, to, rows) {
+    const byDay = new Map(rows.map((r) => [r.day, r]));
+    const days = [];
+    for (let d = new Date(from + "T00:00:00Z"); d <= new Date(to + "T00:00:00Z"); d.setUTCDate(d.getUTCDate() + 1)) {
+      days.push(d.toISOString().slice(0, 10));
+    }
+    const w = 600, h = 90, base = 74, n = Math.max(days.length, 1);
+    const s = svg("svg", { viewBox: "0 0 " + w + " " + h, preserveAspectRatio: "none", role: "img" });
+    const top = Math.max(1, ...rows.map((r) => r.requests || 0));
+    const slot = w / n;
+    const title = svg("title");
+    title.textContent = "Requests per day, " + from + " to " + to;
+    s.append(title);
+    days.forEach((day, i) => {
+      const r = byDay.get(day);
+      if (!r || !r.requests) return;
+      const bh = Math.max(2, ((base - 4) * r.requests) / top);
+      const x = (i * slot + slot * 0.15).toFixed(1), bw = (slot * 0.7).toFixed(1);
+      const bar = svg("rect", { class: "ubar", x: x, y: (base - bh).toFixed(1), width: bw, height: bh.toFixed(1), "data-day": day });
+      const tip = svg("title");
+      tip.textContent = day + ": " + fmtInt(r.requests) + " requests, " + fmtInt((r.prompt_tokens || 0) + (r.completion_tokens || 0)) + " tokens";
+      bar.append(tip);
+      s.append(bar);
+      const bad = (r.requests || 0) - (r.completed || 0);
+      if (bad > 0) {
+        const fh = (bh * bad) / r.requests;
+        s.append(svg("rect", { class: "ubar failed", x: x, y: (base - fh).toFixed(1), width: bw, height: fh.toFixed(1) }));
+      }
+    });
+    s.append(svg("line", { class: "axis", x1: 0, y1: base, x2: w, y2: base }));
+    const label = (text, x, anchor) => {
+      const tx = svg("text", { x: x, y: h - 2, "text-anchor": anchor });
+      tx.textContent = text;
+      s.append(tx);
+    };
+    label(from, 0, "start");
+    label(to, w, "end");
+    return s;
+  }
+
+  $("usage-csv").addEventListener("click", async () => {
+    try {
+      const resp = await fetch("/admin/api/usage?group_by=account,key,task_type,day&format=csv", {
+        headers: { Authorization: "Bearer " + token }, cache: "no-store", credentials: "omit",
+      });
+      if (resp.status !== 200) throw new Error("the server answered " + resp.status);
+      const url = URL.createObjectURL(await resp.blob());
+      const a = el("a", { href: url });
+      a.download = "switchyard-usage.csv";
+      document.body.append(a);
+      a.click();
+      a.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 10000);
+    } catch (e) {
+      toast("Cannot download the usage: " + e.message, true);
+    }
+  });
 
   // ---- start ---------------------------------------------------------------------
 

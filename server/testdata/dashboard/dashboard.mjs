@@ -1,6 +1,7 @@
 // Drives switchyard's dashboard in a real headless Chromium with
 // playwright-core, as a person would: sign in with the admin token, find
-// the nodes, pause one with its button, take a screenshot, sign out.
+// the nodes, read the usage panel, pause one with its button, take a
+// screenshot, sign out.
 // TestDashboardInBrowser (server/dashboard_browser_test.go) prepares the
 // instance and runs it as `node dashboard.mjs`, with in the environment:
 //
@@ -53,6 +54,9 @@ const report = {
   screenshot: '', // the PNG written
   signInAfterSignOut: false, // the sign-in form shown again
   storedTokenAfterSignOut: null,
+  usageRequests: '', // the usage panel's request count, as shown
+  usageBars: 0, // days with a bar in its chart
+  usageRows: 0, // rows of its table (account and key)
   problems: [], // console errors and uncaught exceptions, as they came
 };
 
@@ -121,6 +125,12 @@ async function run() {
     report.quarantinedState = await quarantined.getAttribute('data-state');
     report.quarantinedReason = await quarantined.locator('.reason').innerText();
 
+    step = 'reading the usage panel';
+    await page.locator('#usage-body tr[data-key]').first().waitFor({ state: 'visible' });
+    report.usageRequests = await page.locator('#usage-requests').innerText();
+    report.usageBars = await page.locator('#usage-chart rect.ubar:not(.failed)').count();
+    report.usageRows = await page.locator('#usage-body tr[data-key]').count();
+
     report.url = page.url();
     report.storedToken = await page.evaluate(() => sessionStorage.getItem('switchyard.adminToken'));
 
@@ -134,7 +144,7 @@ async function run() {
     report.pauseShown = await node.locator('button[data-action="pause"]').isVisible();
 
     step = 'taking the screenshot';
-    await page.screenshot({ path: screenshot });
+    await page.screenshot({ path: screenshot, fullPage: true });
     report.screenshot = screenshot;
 
     step = 'signing out';
