@@ -26,6 +26,9 @@ type Pick struct {
 	Capability string
 	Trust      string   // "official" admits only official nodes; anything else admits all
 	Exclude    []string // nodes already tried for this request
+	// Prefer is a node to take whenever it qualifies and has a free slot,
+	// whatever the others' scores (session affinity); "" for none.
+	Prefer string
 }
 
 // Select picks the best candidate by GemmaNet's score (docs/PROTOCOL.md),
@@ -46,6 +49,9 @@ func Select(cands []Candidate, p Pick, standing func(nodeID string) Standing) (b
 		st := standing(c.NodeID)
 		if st.Suspended {
 			continue
+		}
+		if p.Prefer != "" && c.NodeID == p.Prefer {
+			return c, true, false
 		}
 		st.HasBench, st.BenchMs, st.BenchFailed = c.HasBench, c.BenchMs, c.BenchFailed
 		score := Score(st, c.CPU, rand.Float64())

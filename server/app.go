@@ -254,6 +254,7 @@ func (a *App) buildEngine(claims nodes.Claims) {
 			return tasks.NodeSide{Sessions: a.hub, Directory: a.cluster.dir}
 		}}
 	if cfg.Multi() {
+		deps.Affinity = nodes.NewRedisAffinity(a.cluster.conn.Client(), nodes.AffinityPrefix(cfg.Namespace), 0)
 		deps.Liveness, deps.Health = a.cluster.registry, clusterHealth{a.cluster}
 	}
 	a.engine = tasks.New(tasks.Config{

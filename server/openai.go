@@ -67,6 +67,9 @@ type chatBody struct {
 	// IncludeUsage is stream_options.include_usage: a streaming answer ends
 	// with a chunk that carries the usage and no choices.
 	IncludeUsage bool
+	// Session is prompt_cache_key, else user: what names a conversation
+	// for session affinity when X-Session-Id does not.
+	Session string
 }
 
 // chatParams is what the node receives as params: the whole conversation,
@@ -93,6 +96,8 @@ func parseChatBody(b []byte) (chatBody, error) {
 		Temperature   json.RawMessage `json:"temperature"`
 		Stream        *bool           `json:"stream"`
 		StreamOptions json.RawMessage `json:"stream_options"`
+		User          json.RawMessage `json:"user"`
+		CacheKey      json.RawMessage `json:"prompt_cache_key"`
 	}
 	var body chatBody
 	if err := decodeObject(b, &raw); err != nil {
@@ -134,7 +139,20 @@ func parseChatBody(b []byte) (chatBody, error) {
 	if body.IncludeUsage, err = includeUsage(raw.StreamOptions); err != nil {
 		return body, err
 	}
+	body.Session = sessionField(raw.CacheKey, raw.User)
 	return body, nil
+}
+
+// sessionField is the first of the fields that is a non-empty string (any
+// other value is ignored, as OpenAI's unknown fields are).
+func sessionField(fields ...json.RawMessage) string {
+	for _, f := range fields {
+		var s string
+		if len(f) > 0 && json.Unmarshal(f, &s) == nil && s != "" {
+			return s
+		}
+	}
+	return ""
 }
 
 // sampling reads max_tokens and temperature, each optional.
@@ -275,7 +293,7 @@ func (a *App) chatCompletions(c echo.Context) error {
 	}
 	return a.withFallback(c, body.Model, defaultChatCap, func(taskType string) error {
 		req := tasks.Request{
-			TaskID: uuid.NewString(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, TaskType: taskType,
+			TaskID: uuid.NewString(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, Session: sessionOf(c, body.Session), TaskType: taskType,
 			Content: flatten(body.Messages), Params: params, Stream: body.Stream, Trust: trustOf(c), Priority: nodes.DefaultPriority,
 		}
 		return a.chatTask(c, req, body)

@@ -139,7 +139,7 @@ func (a *App) textCompletions(c echo.Context) error {
 	}
 	return a.withFallback(c, body.Model, completionCap, func(taskType string) error {
 		req := tasks.Request{
-			TaskID: uuid.NewString(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, TaskType: taskType,
+			TaskID: uuid.NewString(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, Session: sessionOf(c, ""), TaskType: taskType,
 			Content: body.Prompt, Params: params, Stream: body.Stream, Trust: trustOf(c), Priority: nodes.DefaultPriority,
 		}
 		return a.textTask(c, req, body)

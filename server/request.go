@@ -75,7 +75,7 @@ func (a *App) request(c echo.Context) error {
 		trust = "official" // the stricter of body and header wins
 	}
 	req := tasks.Request{
-		TaskID: uuid.NewString(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, TaskType: body.TaskType,
+		TaskID: uuid.NewString(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, Session: sessionOf(c, ""), TaskType: body.TaskType,
 		Content: body.Content, Params: body.Params, Stream: body.Stream, Trust: trust, Priority: body.Priority,
 	}
 	if body.Stream {

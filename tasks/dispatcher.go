@@ -18,12 +18,17 @@ type Request struct {
 	TaskID    string
 	AccountID string
 	KeyID     string // the API key that asked (usage is metered under it)
-	TaskType  string
-	Content   string
-	Params    json.RawMessage // a JSON object; nil means {}
-	Stream    bool
-	Trust     string   // "official" restricts routing to official nodes
-	Avoid     []string // nodes to use only if no other can take the task (a split task's siblings)
+	// Session, when set, names a conversation: the request goes to the
+	// node that served the session last while it has a free slot
+	// (nodes.Affinity; the server makes it from the account and the
+	// client's session id).
+	Session  string
+	TaskType string
+	Content  string
+	Params   json.RawMessage // a JSON object; nil means {}
+	Stream   bool
+	Trust    string   // "official" restricts routing to official nodes
+	Avoid    []string // nodes to use only if no other can take the task (a split task's siblings)
 	// Priority orders the requests waiting for a slot, 0–9, higher first
 	// (nodes.Waiters); within one, the accounts waiting take turns. The
 	// HTTP side sets it: a zero Request waits at priority 0.
@@ -73,6 +78,7 @@ type dispatcher struct {
 	rec      Recorder
 	metrics  *Metrics
 	log      *slog.Logger
+	affinity nodes.Affinity
 	served   *served // tasks finished per task type over the last minute
 	stats    *stats  // the operator's figures over the last five minutes
 }
@@ -106,8 +112,9 @@ type run struct {
 	lastSeq  uint32
 	streamed bool
 	onNode   func(nodeID string)
-	sawGone  bool // an owner refused because its instance is gone or draining
-	looked   bool // the directory was asked to look again (lookAgain)
+	sawGone  bool   // an owner refused because its instance is gone or draining
+	looked   bool   // the directory was asked to look again (lookAgain)
+	prefer   string // the node the request's session had ("" for none)
 }
 
 // lookAgain asks the directory, once per request, to re-read the cluster
@@ -142,6 +149,7 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 			w.Done(false) // gave up, or failed: a wake it holds goes on
 		}
 	}()
+	r.prefer = r.lastNode(ctx)
 	for r.attempts < d.cfg.MaxAttempts {
 		var c nodes.Candidate
 		var ok, busy bool
@@ -191,6 +199,7 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 			w = nil
 		}
 		r.assigned, r.owner, r.nodeID = time.Now(), c.Owner, c.NodeID
+		r.rememberNode(ctx, c.NodeID)
 		r.p.markAssigned(r.assigned)
 		if r.onNode != nil {
 			r.onNode(c.NodeID)
@@ -270,6 +279,51 @@ func (d *dispatcher) ownerGone(instance string) {
 	}
 }
 
+// affinityWait bounds the affinity's read and write on a request's path: a
+// slow Redis costs a session its preferred node, not its answer's time.
+const affinityWait = 100 * time.Millisecond
+
+// lastNode is the node that served the request's session last ("" when it
+// has none, or the affinity cannot say in time).
+func (r *run) lastNode(ctx context.Context) string {
+	if r.req.Session == "" {
+		return ""
+	}
+	actx, cancel := context.WithTimeout(ctx, affinityWait)
+	defer cancel()
+	node, err := r.d.affinity.Last(actx, r.req.Session)
+	if err != nil {
+		r.d.metrics.affinity.WithLabelValues("error").Inc()
+		return ""
+	}
+	return node
+}
+
+// rememberNode records the node a session's request went to, counting
+// whether it was the one the session had (hit), another (miss: that one
+// was busy or gone) or the session's first (new). An unchanged node is not
+// written again: Last renewed it.
+func (r *run) rememberNode(ctx context.Context, nodeID string) {
+	if r.req.Session == "" {
+		return
+	}
+	switch r.prefer {
+	case nodeID:
+		r.d.metrics.affinity.WithLabelValues("hit").Inc()
+		return
+	case "":
+		r.d.metrics.affinity.WithLabelValues("new").Inc()
+	default:
+		r.d.metrics.affinity.WithLabelValues("miss").Inc()
+	}
+	actx, cancel := context.WithTimeout(ctx, affinityWait)
+	defer cancel()
+	if err := r.d.affinity.Remember(actx, r.req.Session, nodeID); err != nil {
+		r.d.metrics.affinity.WithLabelValues("error").Inc()
+	}
+	r.prefer = nodeID
+}
+
 // pick chooses a node for the next attempt: one not tried yet, preferring
 // one not in Avoid. busy means every node that qualifies is full.
 func (r *run) pick(cands []nodes.Candidate, tried []string) (_ []nodes.Candidate, c nodes.Candidate, ok, busy bool) {
@@ -278,7 +332,7 @@ func (r *run) pick(cands []nodes.Candidate, tried []string) (_ []nodes.Candidate
 	if r.req.LocalOnly {
 		cands = localOnly(cands, d.cfg.Instance)
 	}
-	pick := nodes.Pick{Capability: r.req.TaskType, Trust: r.req.Trust, Exclude: tried}
+	pick := nodes.Pick{Capability: r.req.TaskType, Trust: r.req.Trust, Exclude: tried, Prefer: r.prefer}
 	if len(r.req.Avoid) > 0 {
 		soft := pick
 		soft.Exclude = append(append([]string(nil), tried...), r.req.Avoid...)

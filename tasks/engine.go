@@ -168,6 +168,9 @@ type Deps struct {
 	Standings Standings
 	Liveness  Liveness
 	Health    Health
+	// Affinity remembers the node that served each session last
+	// (Request.Session); nil: a MemoryAffinity of this instance.
+	Affinity nodes.Affinity
 }
 
 // Engine is the task side of one instance, whole: the requester side
@@ -211,6 +214,9 @@ func New(cfg Config, deps Deps) *Engine {
 	if deps.Health == nil {
 		deps.Health = alwaysHealthy{}
 	}
+	if deps.Affinity == nil {
+		deps.Affinity = nodes.NewMemoryAffinity(0)
+	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, metrics: NewMetrics(cfg.Registerer)}
 	e.tracker = newTrackerWith(trackerLimits{taskBytes: cfg.StreamQueueBytes, instanceBytes: cfg.StreamBufferBytes,
 		overflow: e.overflowed})
@@ -220,7 +226,7 @@ func New(cfg Config, deps Deps) *Engine {
 	e.owner.sessions = ns.Sessions
 	e.disp = &dispatcher{
 		cfg: cfg, dir: ns.Directory, standing: deps.Standings.Standing, health: deps.Health,
-		owner: e.owner, bus: deps.Bus, tracker: e.tracker, rec: deps.Recorder, metrics: e.metrics, log: e.log,
+		owner: e.owner, bus: deps.Bus, tracker: e.tracker, rec: deps.Recorder, metrics: e.metrics, log: e.log, affinity: deps.Affinity,
 		served: newServed(), stats: newStats(cfg.Instance),
 	}
 	e.watcher = newWatcher(cfg, deps.Bus, deps.Liveness, ns.Directory, e.tracker, e.owner, e.metrics)

@@ -14,6 +14,7 @@ type Metrics struct {
 	hops       *prometheus.CounterVec
 	ownerDied  prometheus.Counter
 	outDropped *prometheus.CounterVec
+	affinity   *prometheus.CounterVec
 }
 
 // NewMetrics creates the task metrics and registers them with reg (nil: not registered).
@@ -57,13 +58,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "switchyard", Subsystem: "tasks", Name: "owner_died_total",
 			Help: "Tasks failed because the instance holding their node stopped answering.",
 		}),
+		affinity: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "tasks", Name: "affinity_total",
+			Help: "Requests of a session (X-Session-Id) by where they went: hit (the node that served the session last), miss (another: that one was busy or gone), new (the session's first), error (the affinity store did not answer in time).",
+		}, []string{"result"}),
 		outDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "switchyard", Subsystem: "tasks", Name: "outbound_dropped_total",
 			Help: "Replies the bus handler queued for publishing that were lost, by reason: queue_full or publish_failed.",
 		}, []string{"reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.outcomes, m.latency, m.overhead, m.refusals, m.dropped, m.cancels, m.holdEnds, m.hops, m.ownerDied, m.outDropped)
+		reg.MustRegister(m.outcomes, m.latency, m.overhead, m.refusals, m.dropped, m.cancels, m.holdEnds, m.hops, m.ownerDied, m.outDropped, m.affinity)
 	}
 	return m
 }
