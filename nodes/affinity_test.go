@@ -84,7 +84,8 @@ func TestSelectPrefers(t *testing.T) {
 	cands := []Candidate{
 		{NodeID: "good", FreeSlots: 4},
 		{NodeID: "sticky", FreeSlots: 1, CPU: 100},
-		{NodeID: "full", FreeSlots: 0},
+		{NodeID: "full", FreeSlots: 0, Owner: "here"},
+		{NodeID: "far", FreeSlots: 0, Owner: "there"},
 		{NodeID: "bad", FreeSlots: 1},
 	}
 	standing := func(id string) Standing {
@@ -101,10 +102,15 @@ func TestSelectPrefers(t *testing.T) {
 			t.Fatalf("preferring sticky: %s, %v", c.NodeID, ok)
 		}
 	}
-	// A preferred node that is full, suspended, excluded or gone: the best other.
-	for _, p := range []Pick{{Prefer: "full"}, {Prefer: "bad"}, {Prefer: "sticky", Exclude: []string{"sticky"}}, {Prefer: "gone"}} {
+	// A preferred node that is full here (this instance holds it),
+	// suspended, excluded or gone: the best other.
+	for _, p := range []Pick{{Prefer: "full", Local: "here"}, {Prefer: "bad"}, {Prefer: "sticky", Exclude: []string{"sticky"}}, {Prefer: "gone"}} {
 		if c, ok, _ := Select(cands, p, standing); !ok || c.NodeID != "good" {
 			t.Errorf("%+v: %s, %v; want good", p, c.NodeID, ok)
 		}
+	}
+	// Full in this instance's view of another's node: its owner decides.
+	if c, ok, _ := Select(cands, Pick{Prefer: "far", Local: "here"}, standing); !ok || c.NodeID != "far" {
+		t.Errorf("preferring another instance's node seen full: %s, %v; want far (its owner refuses if it is)", c.NodeID, ok)
 	}
 }

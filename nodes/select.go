@@ -27,8 +27,14 @@ type Pick struct {
 	Trust      string   // "official" admits only official nodes; anything else admits all
 	Exclude    []string // nodes already tried for this request
 	// Prefer is a node to take whenever it qualifies and has a free slot,
-	// whatever the others' scores (session affinity); "" for none.
+	// whatever the others' scores (session affinity); "" for none. A
+	// preferred node held by another instance than Local is taken even
+	// when this instance's view of its slots says full: that view lags its
+	// owner's by up to the directory's write interval, and the owner, which
+	// knows, refuses an assign over its slots (the requester then picks
+	// again, without it).
 	Prefer string
+	Local  string
 }
 
 // Select picks the best candidate by GemmaNet's score (docs/PROTOCOL.md),
@@ -41,6 +47,9 @@ func Select(cands []Candidate, p Pick, standing func(nodeID string) Standing) (b
 	for _, c := range cands {
 		if !p.admits(c) {
 			continue
+		}
+		if p.Prefer != "" && c.NodeID == p.Prefer && c.FreeSlots <= 0 && c.Owner != p.Local && !standing(c.NodeID).Suspended {
+			return c, true, false
 		}
 		if c.FreeSlots <= 0 {
 			full = true // its standing is asked only if no node is free (below)

@@ -103,7 +103,8 @@ func TestSessionAffinityAcrossInstances(t *testing.T) {
 			counterValue(t, b, "switchyard_tasks_affinity_total", map[string]string{"result": result})
 	}
 	if hits, news := affinity("hit"), affinity("new"); hits < 36 || news != 2 {
-		t.Errorf("affinity counted %v hits and %v new sessions, want at least 36 of the 38 later turns, and 2", hits, news)
+		t.Errorf("affinity counted %v hits and %v new sessions (%v misses, %v errors; owners refused %v+%v assigns), want at least 36 of the 38 later turns, and 2",
+			hits, news, affinity("miss"), affinity("error"), counterValue(t, a, "switchyard_tasks_refusals_total", nil), counterValue(t, b, "switchyard_tasks_refusals_total", nil))
 	}
 	// Another account's session of the same id is a session of its own:
 	// its first turn is new.

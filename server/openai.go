@@ -272,32 +272,49 @@ func flatten(msgs []chatMessage) string {
 
 // chatCompletions is POST /v1/chat/completions, plain or streaming.
 func (a *App) chatCompletions(c echo.Context) error {
-	if a.draining.Load() {
-		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeNotReady, Message: "this instance is draining; retry on another", RetryAfter: "1"}
-	}
-	b, err := readBody(c)
+	body, err := readOpenAIBody(a, c, parseChatBody, "the messages are longer than "+strconv.Itoa(maxContentChars)+" characters in all")
 	if err != nil {
 		return err
-	}
-	body, err := parseChatBody(b)
-	switch {
-	case errors.Is(err, errContextLength):
-		return newError(http.StatusBadRequest, CodeContextLengthExceeded,
-			"the messages are longer than "+strconv.Itoa(maxContentChars)+" characters in all")
-	case err != nil:
-		return newError(http.StatusUnprocessableEntity, CodeInvalidRequest, trimKind(err))
 	}
 	params, err := json.Marshal(chatParams{Messages: body.Messages, MaxTokens: body.MaxTokens, Temperature: body.Temperature})
 	if err != nil {
 		return err
 	}
 	return a.withFallback(c, body.Model, defaultChatCap, func(taskType string) error {
-		req := tasks.Request{
-			TaskID: uuid.NewString(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, Session: sessionOf(c, body.Session), TaskType: taskType,
-			Content: flatten(body.Messages), Params: params, Stream: body.Stream, Trust: trustOf(c), Priority: nodes.DefaultPriority,
-		}
-		return a.chatTask(c, req, body)
+		return a.chatTask(c, openAIRequest(c, taskType, flatten(body.Messages), params, body.Stream, body.Session), body)
 	})
+}
+
+// readOpenAIBody reads and checks the body of an OpenAI route that runs a
+// task: 503 while draining, 400 context_length_exceeded (saying tooLong)
+// and 422 invalid_request as parse finds them.
+func readOpenAIBody[T any](a *App, c echo.Context, parse func([]byte) (T, error), tooLong string) (T, error) {
+	var zero T
+	if a.draining.Load() {
+		return zero, &apiError{Status: http.StatusServiceUnavailable, Code: CodeNotReady, Message: "this instance is draining; retry on another", RetryAfter: "1"}
+	}
+	b, err := readBody(c)
+	if err != nil {
+		return zero, err
+	}
+	body, err := parse(b)
+	switch {
+	case errors.Is(err, errContextLength):
+		return zero, newError(http.StatusBadRequest, CodeContextLengthExceeded, tooLong)
+	case err != nil:
+		return zero, newError(http.StatusUnprocessableEntity, CodeInvalidRequest, trimKind(err))
+	}
+	return body, nil
+}
+
+// openAIRequest is the task of an OpenAI route's request, of taskType (one
+// of its model's targets); session is what the body names for affinity.
+func openAIRequest(c echo.Context, taskType, content string, params json.RawMessage, stream bool, session string) tasks.Request {
+	acct := accountOf(c)
+	return tasks.Request{
+		TaskID: uuid.NewString(), AccountID: acct.ID, KeyID: acct.KeyID, Session: sessionOf(c, session), TaskType: taskType,
+		Content: content, Params: params, Stream: stream, Trust: trustOf(c), Priority: nodes.DefaultPriority,
+	}
 }
 
 // chatTask runs a chat completion's task and answers it.

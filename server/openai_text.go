@@ -12,10 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
-	"github.com/switchyard-dev/switchyard/nodes"
 	"github.com/switchyard-dev/switchyard/store"
 	"github.com/switchyard-dev/switchyard/tasks"
 )
@@ -118,31 +116,16 @@ func stringList(raw json.RawMessage, field string) ([]string, error) {
 
 // textCompletions is POST /v1/completions, plain or streaming.
 func (a *App) textCompletions(c echo.Context) error {
-	if a.draining.Load() {
-		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeNotReady, Message: "this instance is draining; retry on another", RetryAfter: "1"}
-	}
-	b, err := readBody(c)
+	body, err := readOpenAIBody(a, c, parseTextBody, "the prompt is longer than "+strconv.Itoa(maxContentChars)+" characters")
 	if err != nil {
 		return err
-	}
-	body, err := parseTextBody(b)
-	switch {
-	case errors.Is(err, errContextLength):
-		return newError(http.StatusBadRequest, CodeContextLengthExceeded,
-			"the prompt is longer than "+strconv.Itoa(maxContentChars)+" characters")
-	case err != nil:
-		return newError(http.StatusUnprocessableEntity, CodeInvalidRequest, trimKind(err))
 	}
 	params, err := json.Marshal(textParams{Prompt: body.Prompt, MaxTokens: body.MaxTokens, Temperature: body.Temperature})
 	if err != nil {
 		return err
 	}
 	return a.withFallback(c, body.Model, completionCap, func(taskType string) error {
-		req := tasks.Request{
-			TaskID: uuid.NewString(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, Session: sessionOf(c, ""), TaskType: taskType,
-			Content: body.Prompt, Params: params, Stream: body.Stream, Trust: trustOf(c), Priority: nodes.DefaultPriority,
-		}
-		return a.textTask(c, req, body)
+		return a.textTask(c, openAIRequest(c, taskType, body.Prompt, params, body.Stream, ""), body)
 	})
 }
 
@@ -294,20 +277,9 @@ func parseEmbedBody(b []byte) (embedBody, error) {
 // a JSON list of vectors, one per input (a single input may be answered
 // with the vector alone).
 func (a *App) embeddings(c echo.Context) error {
-	if a.draining.Load() {
-		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeNotReady, Message: "this instance is draining; retry on another", RetryAfter: "1"}
-	}
-	b, err := readBody(c)
+	body, err := readOpenAIBody(a, c, parseEmbedBody, "the inputs are longer than "+strconv.Itoa(maxContentChars)+" characters in all")
 	if err != nil {
 		return err
-	}
-	body, err := parseEmbedBody(b)
-	switch {
-	case errors.Is(err, errContextLength):
-		return newError(http.StatusBadRequest, CodeContextLengthExceeded,
-			"the inputs are longer than "+strconv.Itoa(maxContentChars)+" characters in all")
-	case err != nil:
-		return newError(http.StatusUnprocessableEntity, CodeInvalidRequest, trimKind(err))
 	}
 	params, err := json.Marshal(map[string]any{"input": body.Input})
 	if err != nil {
@@ -315,10 +287,7 @@ func (a *App) embeddings(c echo.Context) error {
 	}
 	var out tasks.Outcome
 	err = a.withFallback(c, body.Model, embeddingCap, func(taskType string) error {
-		req := tasks.Request{
-			TaskID: uuid.NewString(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, TaskType: taskType,
-			Content: strings.Join(body.Input, "\n"), Params: params, Trust: trustOf(c), Priority: nodes.DefaultPriority,
-		}
+		req := openAIRequest(c, taskType, strings.Join(body.Input, "\n"), params, false, "")
 		var err error
 		if out, err = a.engine.RunTask(c.Request().Context(), req, tasks.Hooks{}); err != nil {
 			return openAITaskError(err)

@@ -180,7 +180,7 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 		tried = append(tried, c.NodeID)
 		r.attempts++
 		r.p.retarget(c.Owner, c.NodeID, c.Gen, r.attempts)
-		release, err := d.send(ctx, c, r.req, r.p)
+		release, err := d.send(ctx, c, r.req, r.p, c.NodeID == r.prefer)
 		if isRefused(err) {
 			// A waiter keeps its place: another request took the slot
 			// between this one's pick and its claim.
@@ -255,6 +255,12 @@ var candPool = sync.Pool{New: func() any { return new([]nodes.Candidate) }}
 //     not spend its attempts on them one by one).
 func (r *run) refused(c nodes.Candidate, err error, tried *[]string, queueDeadline *time.Time) error {
 	d := r.d
+	if c.NodeID == r.prefer {
+		// The session's node refused: the normal rule from here on (a
+		// preferred node is tried even when the view says full, so trying
+		// it again would loop until the queue's deadline).
+		r.prefer = ""
+	}
 	switch refusalOf(err) {
 	case refusedFull:
 		*tried, r.attempts = (*tried)[:len(*tried)-1], r.attempts-1
@@ -279,9 +285,12 @@ func (d *dispatcher) ownerGone(instance string) {
 	}
 }
 
-// affinityWait bounds the affinity's read and write on a request's path: a
-// slow Redis costs a session its preferred node, not its answer's time.
-const affinityWait = 100 * time.Millisecond
+// affinityWait bounds the affinity's read on a request's path, and its
+// write (made while the node works): a Redis slower than that costs a
+// session its node, not its answer's time. Generous, because a miss moves
+// the session (and its cache) for good; a healthy Redis answers in well
+// under a millisecond.
+const affinityWait = 500 * time.Millisecond
 
 // lastNode is the node that served the request's session last ("" when it
 // has none, or the affinity cannot say in time).
@@ -332,7 +341,7 @@ func (r *run) pick(cands []nodes.Candidate, tried []string) (_ []nodes.Candidate
 	if r.req.LocalOnly {
 		cands = localOnly(cands, d.cfg.Instance)
 	}
-	pick := nodes.Pick{Capability: r.req.TaskType, Trust: r.req.Trust, Exclude: tried, Prefer: r.prefer}
+	pick := nodes.Pick{Capability: r.req.TaskType, Trust: r.req.Trust, Exclude: tried, Prefer: r.prefer, Local: d.cfg.Instance}
 	if len(r.req.Avoid) > 0 {
 		soft := pick
 		soft.Exclude = append(append([]string(nil), tried...), r.req.Avoid...)
@@ -400,7 +409,7 @@ func (r *run) waitForSlot(ctx context.Context, w *nodes.Waiter, deadline time.Ti
 // slot is taken in the directory's view before the assign goes
 // (nodes.ClusterDirectory.Reserve), and release gives it back when the
 // attempt ends.
-func (d *dispatcher) send(ctx context.Context, c nodes.Candidate, req *Request, p *pending) (release func(), err error) {
+func (d *dispatcher) send(ctx context.Context, c nodes.Candidate, req *Request, p *pending, preferred bool) (release func(), err error) {
 	e := &bus.Envelope{
 		Kind: bus.KindAssign, From: d.cfg.Instance, ReplyTo: d.cfg.Instance,
 		TaskID: req.TaskID, NodeID: c.NodeID, Gen: c.Gen,
@@ -411,7 +420,12 @@ func (d *dispatcher) send(ctx context.Context, c nodes.Candidate, req *Request, 
 		return noRelease, d.owner.assignDirect(ctx, e)
 	}
 	release, ok := d.dir.Reserve(c.NodeID)
-	if !ok {
+	switch {
+	case !ok && preferred:
+		// A session's node: this instance's view of its slots lags its
+		// owner's, which decides (nodes.Pick.Prefer).
+		release = noRelease
+	case !ok:
 		// Another request here took its last slot since the pick.
 		return noRelease, &refusal{refusedFull, "the node has no free slot"}
 	}
