@@ -75,6 +75,9 @@ type Config struct {
 	BenchmarkReplyTimeout time.Duration
 	Logger                *slog.Logger // default slog.Default()
 	Registerer            prometheus.Registerer
+	// Now is the clock by which the pinger judges a node silent (Heard);
+	// default time.Now. Tests step it.
+	Now func() time.Time
 
 	// Hooks, fixed at construction; nil means no-op.
 
@@ -156,6 +159,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	if c.BeforeAttach == nil {
 		c.BeforeAttach = func(context.Context, string, string, string) {}
@@ -250,6 +256,7 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string, he
 	if heard == nil {
 		heard = NewHeard() // only messages and pongs count then
 	}
+	heard.setClock(h.cfg.Now) // before anything is read from the node
 	h.mu.Lock()
 	if h.draining {
 		h.mu.Unlock()
@@ -476,14 +483,20 @@ func (h *Hub) pingLoop(stop <-chan struct{}, done chan<- struct{}) {
 		select {
 		case <-stop:
 			return
-		case now := <-t.C:
-			h.mu.RLock()
-			for _, s := range h.sessions {
-				if s.heard.silentFor(now) >= h.cfg.PingInterval {
-					s.wantPing()
-				}
-			}
-			h.mu.RUnlock()
+		case <-t.C:
+			h.pingSilent(h.cfg.Now())
+		}
+	}
+}
+
+// pingSilent asks the writer of each node silent for PingInterval at now
+// to ping it.
+func (h *Hub) pingSilent(now time.Time) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	for _, s := range h.sessions {
+		if s.heard.silentFor(now) >= h.cfg.PingInterval {
+			s.wantPing()
 		}
 	}
 }
