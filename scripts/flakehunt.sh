@@ -80,8 +80,10 @@ run() {
 	shift
 	say "$label: $*"
 	echo "### $label: $*" >>"$LOG"
-	"$@" 2>&1 | tee -a "$LOG" | grep --line-buffered -E '^(ok|FAIL|---|panic:|\?)' | grep --line-buffered -v '^?' || true
+	set +e
+	"$@" 2>&1 | tee -a "$LOG" | grep --line-buffered -E '^(ok|FAIL|---|panic:)'
 	rc=${PIPESTATUS[0]}
+	set -e
 	[ "$rc" = 0 ] || failed=1
 	say "$label: exit $rc after $((SECONDS - started))s"
 }
