@@ -330,6 +330,10 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string, he
 		log:        log,
 		wake:       make(chan struct{}, 1),
 		writerDone: make(chan struct{}),
+		// The socket is Serve's until node_registered is written: a task
+		// sent once the session is attached is queued behind it, not
+		// written ahead of it by SendDirect.
+		writing: true,
 	}
 	prev, fenced := h.attach(s)
 	if prev != nil {
@@ -350,6 +354,9 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string, he
 	wctx, cancel := context.WithTimeout(ctx, h.cfg.WriteTimeout)
 	err = conn.Write(wctx, websocket.MessageText, wire.MustEncode(wire.MsgNodeRegistered, wire.RegisteredPayload{NodeID: nodeID}))
 	cancel()
+	s.mu.Lock()
+	s.writing = false // the writer takes what was queued meanwhile
+	s.mu.Unlock()
 	if err != nil {
 		s.Close(wire.CloseUnanswered, "write failed")
 	}
