@@ -62,8 +62,15 @@ func DialRedis(ctx context.Context, url string, cluster bool) (*RedisConn, error
 // Client is the go-redis client the Redis-backed parts are built on.
 func (c *RedisConn) Client() redis.UniversalClient { return c.rdb }
 
-// Ping checks that Redis answers.
-func (c *RedisConn) Ping(ctx context.Context) error { return c.rdb.Ping(ctx).Err() }
+// Ping checks that Redis answers. Its error names the address, as
+// DialRedis's does: one that ran out of ctx while go-redis was dialling
+// (on a busy machine) says only "context deadline exceeded".
+func (c *RedisConn) Ping(ctx context.Context) error {
+	if err := c.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis at %s: %w", c.addr, err)
+	}
+	return nil
+}
 
 // Close closes the connection; the parts built on it stop working.
 // Idempotent: a second Close returns the first one's answer.

@@ -15,11 +15,14 @@ import (
 //
 // The server makes one before accepting the WebSocket, gives OnPing to
 // coder/websocket (AcceptOptions.OnPingReceived), and hands it to Serve.
-type Heard struct{ at atomic.Int64 }
+type Heard struct {
+	at  atomic.Int64
+	now func() time.Time // the hub's clock (Config.Now), set by Serve
+}
 
 // NewHeard returns a Heard that heard the node now.
 func NewHeard() *Heard {
-	h := &Heard{}
+	h := &Heard{now: time.Now}
 	h.mark()
 	return h
 }
@@ -31,7 +34,14 @@ func (h *Heard) OnPing(context.Context, []byte) bool {
 	return true
 }
 
-func (h *Heard) mark() { h.at.Store(time.Now().UnixNano()) }
+func (h *Heard) mark() { h.at.Store(h.now().UnixNano()) }
+
+// setClock makes now the clock of the marks, and marks now. Serve calls it
+// before it reads from the node, so no mark runs beside it.
+func (h *Heard) setClock(now func() time.Time) {
+	h.now = now
+	h.mark()
+}
 
 // silentFor is how long the node has said nothing.
 func (h *Heard) silentFor(now time.Time) time.Duration { return now.Sub(time.Unix(0, h.at.Load())) }

@@ -85,6 +85,9 @@ type Config struct {
 	BenchmarkReplyTimeout time.Duration
 	Logger                *slog.Logger // default slog.Default()
 	Registerer            prometheus.Registerer
+	// Now is the clock by which the pinger judges a node silent (Heard);
+	// default time.Now. Tests step it.
+	Now func() time.Time
 
 	// Hooks, fixed at construction; nil means no-op.
 
@@ -166,6 +169,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	if c.BeforeAttach == nil {
 		c.BeforeAttach = func(context.Context, string, string, string) {}
@@ -260,6 +266,7 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string, he
 	if heard == nil {
 		heard = NewHeard() // only messages and pongs count then
 	}
+	heard.setClock(h.cfg.Now) // before anything is read from the node
 	h.mu.Lock()
 	if h.draining {
 		h.mu.Unlock()
@@ -333,6 +340,10 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string, he
 		log:        log,
 		wake:       make(chan struct{}, 1),
 		writerDone: make(chan struct{}),
+		// The socket is Serve's until node_registered is written: a task
+		// sent once the session is attached is queued behind it, not
+		// written ahead of it by SendDirect.
+		writing: true,
 	}
 	prev, fenced := h.attach(s)
 	if prev != nil {
@@ -353,6 +364,9 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string, he
 	wctx, cancel := context.WithTimeout(ctx, h.cfg.WriteTimeout)
 	err = conn.Write(wctx, websocket.MessageText, wire.MustEncode(wire.MsgNodeRegistered, wire.RegisteredPayload{NodeID: nodeID}))
 	cancel()
+	s.mu.Lock()
+	s.writing = false // the writer takes what was queued meanwhile
+	s.mu.Unlock()
 	if err != nil {
 		s.Close(wire.CloseUnanswered, "write failed")
 	}
@@ -498,14 +512,20 @@ func (h *Hub) pingLoop(stop <-chan struct{}, done chan<- struct{}) {
 		select {
 		case <-stop:
 			return
-		case now := <-t.C:
-			h.mu.RLock()
-			for _, s := range h.sessions {
-				if s.heard.silentFor(now) >= h.cfg.PingInterval {
-					s.wantPing()
-				}
-			}
-			h.mu.RUnlock()
+		case <-t.C:
+			h.pingSilent(h.cfg.Now())
+		}
+	}
+}
+
+// pingSilent asks the writer of each node silent for PingInterval at now
+// to ping it.
+func (h *Hub) pingSilent(now time.Time) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	for _, s := range h.sessions {
+		if s.heard.silentFor(now) >= h.cfg.PingInterval {
+			s.wantPing()
 		}
 	}
 }

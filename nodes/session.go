@@ -65,7 +65,7 @@ type Session struct {
 	queue       [][]byte
 	queueBytes  int64 // what queue holds, each message charged its length plus sendOverhead
 	closing     bool
-	writing     bool // the writer loop or a direct sender (SendDirect) is writing: the socket is taken
+	writing     bool // the writer loop or a direct sender (SendDirect) is writing (or Serve, until node_registered is written): the socket is taken
 	closeCode   websocket.StatusCode
 	closeReason string
 	wake        chan struct{} // cap 1: the queue has work, the session is closing, or a ping is due

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -276,22 +277,52 @@ func TestSendQueueBoundedInBytes(t *testing.T) {
 // A node that pings the server (GemmaNet's SDK and ours do, every 20 s) is
 // alive without the server's pings: it gets none while it keeps pinging,
 // only pongs. Once it falls silent for PingInterval, the server pings it.
+// The pinger judges silence by the hub's clock, stepped here: the node's
+// pings come every third of a PingInterval of that clock however slowly
+// this machine runs them.
 func TestNoPingsToANodeThatPings(t *testing.T) {
 	const every = 60 * time.Millisecond
-	h := serveHub(t, Config{PingInterval: every, PingTimeout: time.Minute})
+	clock := newStepClock()
+	h := serveHub(t, Config{PingInterval: every, PingTimeout: time.Minute, Now: clock.Now})
 	p := dialRaw(t, h.url)
 	p.register(t, "pinger")
 	for i := range 20 { // 20 of the node's pings, 3 a PingInterval: 6 intervals
 		p.writeFrame(t, opPing, []byte{byte(i)})
+		// The pong comes after the server noted the ping (Heard.OnPing).
 		op, payload := p.readFrame(t, 5*time.Second)
 		if op != opPong || len(payload) != 1 || payload[0] != byte(i) {
 			t.Fatalf("ping %d: the server sent frame %#x %q, want only the pong to it", i, op, payload)
 		}
-		time.Sleep(every / 3) // the node's own cadence: the time between its pings is the point
+		// The node's own cadence: the time between its pings is the point.
+		// The pinger looks at it (as its ticker does, a fourth of a
+		// PingInterval apart), and a ping it asks for comes before a later pong.
+		clock.Advance(every / 3)
+		h.pingSilent(clock.Now())
 	}
+	clock.Advance(every)
 	if op, _ := p.readFrame(t, 5*time.Second); op != opPing {
 		t.Fatalf("frame %#x once the node fell silent, want the server's ping", op)
 	}
+}
+
+// stepClock is a clock that moves only when told.
+type stepClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newStepClock() *stepClock { return &stepClock{now: time.Unix(1_700_000_000, 0)} }
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *stepClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
 }
 
 // Invariant 14: registrations past their node_register are bounded

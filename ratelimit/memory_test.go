@@ -10,8 +10,8 @@ import (
 )
 
 func TestMemory(t *testing.T) {
-	ratelimittest.Run(t, func(t *testing.T) ratelimit.Limiter {
-		m := ratelimit.NewMemory(ratelimit.MemoryConfig{})
+	ratelimittest.RunClocked(t, func(t *testing.T, now func() time.Time) ratelimit.Limiter {
+		m := ratelimit.NewMemory(ratelimit.MemoryConfig{Now: now})
 		t.Cleanup(func() { m.Close() })
 		return m
 	})

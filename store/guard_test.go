@@ -85,16 +85,14 @@ func TestGuardBreakerStates(t *testing.T) {
 		t.Fatalf("state %v after 3 failures, want open", g.State())
 	}
 
-	// Open: calls fail at once without reaching the store.
+	// Open: calls fail at once without reaching the store (the store is
+	// still stalled: a call that reached it would wait out its deadline).
+	// Counted, not timed: how long 100 calls take is the machine's business.
 	before := inner.calls.Load()
-	start := time.Now()
 	for range 100 {
 		if _, err := g.Authenticate(ctx, "k"); !errors.Is(err, store.ErrUnavailable) {
 			t.Fatalf("open breaker: %v, want ErrUnavailable", err)
 		}
-	}
-	if d := time.Since(start); d > 100*time.Millisecond {
-		t.Fatalf("100 calls with the breaker open took %v", d)
 	}
 	if n := inner.calls.Load() - before; n != 0 {
 		t.Fatalf("%d calls reached the store with the breaker open", n)

@@ -20,29 +20,74 @@ import (
 // made; the suite may Close the limiter itself first, so Close must be
 // idempotent. Subtests run in parallel, each with its own limiter.
 //
-// Limits that must not refill mid-test use an interval of seconds; the
-// refill tests use 5/s and wait out the RetryAfter and ResetAfter that the
-// limiter itself returned.
+// Limits that must not refill mid-test use an interval of seconds. The
+// refill test uses 5/s and waits out the RetryAfter and ResetAfter that the
+// limiter itself returned, in real time: Run is for a limiter on a clock the
+// test cannot hold (Redis TIME), and a run held up between calls (a loaded
+// machine) proves nothing either way, so that test is tried again on a
+// fresh key. A limiter whose clock can be injected runs RunClocked instead.
 func Run(t *testing.T, newLimiter func(t *testing.T) ratelimit.Limiter) {
+	run(t, func(t *testing.T) (ratelimit.Limiter, *Clock) { return newLimiter(t), nil })
+}
+
+// RunClocked runs the suite on a limiter that reads the clock newLimiter is
+// given: a Clock of the subtest's, which moves only when the suite waits,
+// so the refill test is exact and runs once however slow the machine.
+func RunClocked(t *testing.T, newLimiter func(t *testing.T, now func() time.Time) ratelimit.Limiter) {
+	run(t, func(t *testing.T) (ratelimit.Limiter, *Clock) {
+		c := NewClock()
+		return newLimiter(t, c.Now), c
+	})
+}
+
+func run(t *testing.T, newLimiter func(t *testing.T) (ratelimit.Limiter, *Clock)) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, lim ratelimit.Limiter)
+		fn   func(t *testing.T, lim ratelimit.Limiter, clock *Clock)
 	}{
-		{"BurstThenDenied", testBurstThenDenied},
-		{"BurstDefaultsToRate", testBurstDefaultsToRate},
+		{"BurstThenDenied", unclocked(testBurstThenDenied)},
+		{"BurstDefaultsToRate", unclocked(testBurstDefaultsToRate)},
 		{"RefillsAfterRetryAfter", testRefills},
-		{"KeysIndependent", testKeysIndependent},
-		{"ZeroLimitAlwaysAllowed", testZeroLimit},
-		{"InvalidLimit", testInvalidLimit},
-		{"ConcurrentAdmitsExactlyBurst", testConcurrent},
-		{"Close", testClose},
+		{"KeysIndependent", unclocked(testKeysIndependent)},
+		{"ZeroLimitAlwaysAllowed", unclocked(testZeroLimit)},
+		{"InvalidLimit", unclocked(testInvalidLimit)},
+		{"ConcurrentAdmitsExactlyBurst", unclocked(testConcurrent)},
+		{"Close", unclocked(testClose)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			tt.fn(t, newLimiter(t))
+			lim, clock := newLimiter(t)
+			tt.fn(t, lim, clock)
 		})
 	}
+}
+
+func unclocked(fn func(t *testing.T, lim ratelimit.Limiter)) func(*testing.T, ratelimit.Limiter, *Clock) {
+	return func(t *testing.T, lim ratelimit.Limiter, _ *Clock) { fn(t, lim) }
+}
+
+// Clock is a clock that moves only when told (Advance).
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock returns a Clock at a fixed time.
+func NewClock() *Clock { return &Clock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
+
+// Now is the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock on by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
 }
 
 // slow never refills within a test: one event per 6 s.
@@ -121,16 +166,22 @@ func testBurstDefaultsToRate(t *testing.T, lim ratelimit.Limiter) {
 	checkDenied(t, allow(t, lim, "default-burst", l), want)
 }
 
-func testRefills(t *testing.T, lim ratelimit.Limiter) {
+func testRefills(t *testing.T, lim ratelimit.Limiter, clock *Clock) {
 	l := ratelimit.Limit{Rate: 5, Period: time.Second, Burst: 2} // 200 ms each
-	// The exact Remaining, and the denial right after a refill, hold only if
-	// the process is not held up for a good part of an interval between
-	// calls. A run that was (a loaded machine) proves nothing either way, so
+	if clock != nil {
+		if _, err := refillScenario(lim, "refill", l, clock.Advance); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	// In real time, the exact Remaining, and the denial right after a
+	// refill, hold only if the process is not held up for a good part of an
+	// interval between calls. A run that was proves nothing either way, so
 	// it is tried again on a fresh key; a broken limiter fails every try.
 	const attempts = 3
 	for i := range attempts {
 		start := time.Now()
-		slept, err := refillScenario(lim, fmt.Sprintf("refill%d", i), l)
+		slept, err := refillScenario(lim, fmt.Sprintf("refill%d", i), l, time.Sleep)
 		if err == nil {
 			return
 		}
@@ -146,10 +197,10 @@ func testRefills(t *testing.T, lim ratelimit.Limiter) {
 // timingFailure is a violation that a stall between calls could explain.
 type timingFailure struct{ error }
 
-// refillScenario exhausts key, waits out the RetryAfter and then the
+// refillScenario exhausts key, waits (with wait) out the RetryAfter and then the
 // ResetAfter the limiter returned, and checks what each wait bought. It
 // returns how long it slept and the first violation.
-func refillScenario(lim ratelimit.Limiter, key string, l ratelimit.Limit) (slept time.Duration, err error) {
+func refillScenario(lim ratelimit.Limiter, key string, l ratelimit.Limit, wait func(time.Duration)) (slept time.Duration, err error) {
 	call := func() (ratelimit.Result, error) { return lim.Allow(context.Background(), key, l) }
 	// burst checks that the whole burst fits, counting down.
 	burst := func(what string) error {
@@ -186,7 +237,7 @@ func refillScenario(lim ratelimit.Limiter, key string, l ratelimit.Limit) (slept
 	if res, err := call(); err != nil || res.Allowed {
 		return slept, timingFailure{fmt.Errorf("second denial: got %+v, %v; want denied", res, err)}
 	}
-	time.Sleep(denied.RetryAfter)
+	wait(denied.RetryAfter)
 	slept += denied.RetryAfter
 	res, err := call()
 	if err != nil {
@@ -203,7 +254,7 @@ func refillScenario(lim ratelimit.Limiter, key string, l ratelimit.Limit) (slept
 	}
 
 	// After ResetAfter the bucket is full again: the whole burst fits.
-	time.Sleep(res.ResetAfter)
+	wait(res.ResetAfter)
 	slept += res.ResetAfter
 	return slept, burst("after ResetAfter")
 }
