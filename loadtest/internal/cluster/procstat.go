@@ -37,24 +37,45 @@ func ProcCPU(pid int) (time.Duration, error) {
 }
 
 // parseProcStat reads utime and stime (fields 14 and 15) of a
-// /proc/<pid>/stat line. The command name (field 2) is in parentheses and
-// may contain spaces, so fields are counted after its closing one.
+// /proc/<pid>/stat line.
 func parseProcStat(b []byte) (time.Duration, error) {
+	st, err := parseStat(b)
+	return st.self, err
+}
+
+// procStat is what a /proc/<pid>/stat line says of a process's CPU.
+type procStat struct {
+	ppid     int
+	self     time.Duration // utime + stime
+	children time.Duration // cutime + cstime: its children it has waited for
+}
+
+// parseStat reads ppid (field 4), utime, stime, cutime and cstime (fields
+// 14 to 17) of a /proc/<pid>/stat line. The command name (field 2) is in
+// parentheses and may contain spaces, so fields are counted after its
+// closing one.
+func parseStat(b []byte) (procStat, error) {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, errors.New("procstat: malformed stat line")
+		return procStat{}, errors.New("procstat: malformed stat line")
 	}
 	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state); utime is field 14, stime field 15.
-	if len(f) < 13 {
-		return 0, errors.New("procstat: short stat line")
+	// f[0] is field 3 (state), f[1] field 4 (ppid); utime is field 14.
+	if len(f) < 15 {
+		return procStat{}, errors.New("procstat: short stat line")
 	}
-	ut, err1 := strconv.ParseUint(f[11], 10, 64)
-	st, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("procstat: %w", err)
+	var v [5]int64
+	var errs []error
+	for k, j := range []int{1, 11, 12, 13, 14} {
+		n, err := strconv.ParseInt(f[j], 10, 64)
+		v[k] = n
+		errs = append(errs, err)
 	}
-	return time.Duration(ut+st) * time.Second / clockTicks, nil
+	if err := errors.Join(errs...); err != nil {
+		return procStat{}, fmt.Errorf("procstat: %w", err)
+	}
+	tick := func(n int64) time.Duration { return time.Duration(n) * time.Second / clockTicks }
+	return procStat{ppid: int(v[0]), self: tick(v[1] + v[2]), children: tick(v[3] + v[4])}, nil
 }
 
 // ProcRSS reads VmRSS from /proc/<pid>/status, in KiB.

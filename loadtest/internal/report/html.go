@@ -46,7 +46,11 @@ pre{background:#f6f8fa;padding:8px;font-size:12px;overflow-x:auto}</style></head
 		fmt.Fprintf(&b, "<tr><td class=%q>%s</td><td>%s</td><td class=l>%s</td><td class=l>%s</td><td class=l>%s</td></tr>\n",
 			c.Status, c.Status, html.EscapeString(c.scope()), html.EscapeString(c.Name), fig, html.EscapeString(c.Bar))
 	}
-	b.WriteString("</table>\n<h2>Summary</h2>\n<pre>")
+	b.WriteString("</table>\n")
+	if r.Sweep != nil {
+		b.WriteString(r.Sweep.sweepCPUHTML())
+	}
+	b.WriteString("<h2>Summary</h2>\n<pre>")
 	b.WriteString(html.EscapeString(text.String()))
 	b.WriteString("</pre>\n")
 

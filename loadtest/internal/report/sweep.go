@@ -33,6 +33,8 @@ type SweepReport struct {
 	Counters map[string]map[string]map[string]float64 `json:"switchyard_counters,omitempty"`
 	// Exited names the instances that exited while their mode ran.
 	Exited []string `json:"exited,omitempty"`
+	// CPUMissing says which processes' CPU was not measured, and why.
+	CPUMissing []string `json:"cpu_not_measured,omitempty"`
 }
 
 // SweepRow is one step: one mode at one rate, over its counted requests
@@ -65,6 +67,9 @@ type SweepRow struct {
 	MaxInFlight int     `json:"max_in_flight"` // over the whole step, warm-up included
 	ConnsOpened int     `json:"conns_opened"`  // HTTP connections dialled during the step (switchyard modes)
 	WarmupNotOK int     `json:"warmup_not_ok"`
+	// CPU is each process's CPU over the counted window; nil when not
+	// measured.
+	CPU *StepCPU `json:"cpu,omitempty"`
 }
 
 // notOK counts the counted requests that did not come back ok.
@@ -86,7 +91,7 @@ func (s *SweepReport) row(mode string, rate float64) *SweepRow {
 }
 
 // Finish fills the figures computed across rows: the ratios to NATS and
-// the knees.
+// to the floor's CPU, and the knees.
 func (s *SweepReport) Finish() {
 	s.Knees = map[string]float64{}
 	for i := range s.Rows {
@@ -103,6 +108,7 @@ func (s *SweepReport) Finish() {
 			s.Knees[m] = sweepKnee(s.Rows, m, s.KneeMs)
 		}
 	}
+	s.finishCPU()
 }
 
 // sweepKnee is the first rate (in the order run, which rises) at which
@@ -126,6 +132,7 @@ func (r *Report) writeSweep(w io.Writer) {
 		fmt.Fprintf(w, "nats: %s\n", s.NATSClient)
 	}
 	fmt.Fprintln(w)
+	s.writeSweepCPU(w)
 	tw := newTable("mode", "rate", "sent", "ok", "errors", "timeouts", "late", "max lag ms", "p50", "p95", "p99", "p99/NATS", "max in flight", "new conns")
 	for _, row := range s.Rows {
 		ratio, conns := "—", "—"

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
@@ -218,5 +219,65 @@ func TestSweepReportTextAndJSON(t *testing.T) {
 	buf.Reset()
 	if err := rep.WriteHTML(&buf); err != nil || !strings.Contains(buf.String(), "local p99 vs NATS") {
 		t.Errorf("HTML: %v", err)
+	}
+}
+
+// The CPU per request is the sweep's headline table: every process's µs
+// per ok request beside the latency, and the instances' over the floor's.
+func TestSweepCPUPerRequest(t *testing.T) {
+	ms := func(v ...float64) []time.Duration {
+		out := make([]time.Duration, len(v))
+		for i, x := range v {
+			out[i] = time.Duration(x * float64(time.Millisecond))
+		}
+		return out
+	}
+	floorProcs := []cluster.ProbeProc{{Role: cluster.RoleInstance, Name: "floor forwarder", PID: 7}, {Role: cluster.RoleLoadTest, Name: "load test", PID: 8}}
+	crossProcs := []cluster.ProbeProc{
+		{Role: cluster.RoleInstance, Name: "c-1", PID: 2}, {Role: cluster.RoleInstance, Name: "c-2", PID: 3},
+		{Role: cluster.RoleRedis, Name: "redis-server 127.0.0.1:6379", PID: 4}, {Role: cluster.RolePostgres, Name: "postgres", PID: 5, Tree: true},
+		{Role: cluster.RoleLoadTest, Name: "load test", PID: 8},
+	}
+	s := sweepReport()
+	s.Modes = append(s.Modes, config.ModeFloor)
+	floor := sweepRow(config.ModeFloor, 2500, 2) // 25,000 ok
+	floor.CPU = NewStepCPU(floorProcs, ms(100, 50), ms(5100, 2550), 10.2, floor.OK)
+	s.Rows = append(s.Rows, floor)
+	cross := s.row(config.ModeCross, 2500)
+	// 25,000 ok: 5 s and 2.5 s on the instances, 1 s Redis, PostgreSQL
+	// unreadable at the end (left out), 2.5 s the load test.
+	cross.CPU = NewStepCPU(crossProcs, ms(0, 0, 0, 10, 0), ms(5000, 2500, 1000, -1e-6, 2500), 10.5, cross.OK)
+	s.Finish()
+
+	if got := s.row(config.ModeFloor, 2500).CPU; got.InstanceUs != 200 || got.VsFloor != 0 || len(got.Procs) != 2 || got.Procs[1].UsPerRequest != 100 {
+		t.Errorf("floor: %+v", got)
+	}
+	got := s.row(config.ModeCross, 2500).CPU
+	if got.InstanceUs != 300 || got.VsFloor != 1.5 || len(got.Procs) != 4 || got.WindowS != 10.5 {
+		t.Errorf("cross: %+v; want 300 µs on the instances, 1.5× the floor, postgres left out", got)
+	}
+	var buf bytes.Buffer
+	rep := &Report{Profile: "sweep", Sweep: s, Pass: true}
+	rep.WriteText(&buf)
+	text := buf.String()
+	for _, want := range []string{"instance µs/req", "instance/floor", "c-1 200 µs, c-2 100 µs"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the text report lacks %q:\n%s", want, text)
+		}
+	}
+	var line string
+	for l := range strings.SplitSeq(text, "\n") {
+		if f := strings.Fields(l); len(f) > 2 && f[0] == "cross" && f[1] == "2500" {
+			if strings.Contains(l, "1.50×") {
+				line = l
+			}
+		}
+	}
+	if f := strings.Fields(line); len(f) != 11 || f[6] != "300" || f[7] != "1.50×" || f[8] != "40" || f[9] != "—" || f[10] != "100" {
+		t.Errorf("cross at 2500/s in the CPU table: %q", line)
+	}
+	buf.Reset()
+	if err := rep.WriteHTML(&buf); err != nil || !strings.Contains(buf.String(), "<h2>CPU per request</h2>") || !strings.Contains(buf.String(), "<td>1.50×</td>") {
+		t.Errorf("the HTML report lacks the CPU table (%v)", err)
 	}
 }

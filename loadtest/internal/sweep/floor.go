@@ -79,6 +79,7 @@ func (r *runner) floor(ctx context.Context) error {
 	for i := range max(cfg.ClientAccounts, 1) {
 		target.clients = append(target.clients, sdk.NewClient(p.url, fmt.Sprintf("floor-key-%d", i), sdk.WithHTTPClient(hc)))
 	}
-	r.steps(ctx, config.ModeFloor, target, dials)
+	probe := &cluster.Probe{Procs: []cluster.ProbeProc{{Role: cluster.RoleInstance, Name: "floor forwarder", PID: p.cmd.Process.Pid}}}
+	r.steps(ctx, config.ModeFloor, target, dials, probe)
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/live"
@@ -208,16 +209,31 @@ func (s *step) progress(ctx context.Context, lines *live.Printer) {
 	}
 }
 
-// runStep runs one step with its progress line and returns its row.
-func runStep(ctx context.Context, cfg config.Config, mode string, rate float64, target target, progress io.Writer) report.SweepRow {
+// runStep runs one step with its progress line and returns its row, with
+// the CPU of probe's processes over the counted window when probe is not
+// nil.
+func runStep(ctx context.Context, cfg config.Config, mode string, rate float64, target target, progress io.Writer, probe *cluster.Probe) report.SweepRow {
 	s := newStep(mode, rate, config.SweepWarmup, cfg.Duration, cfg.TaskTimeout+cfg.Grace, target)
 	lines := live.NewPrinter(progress)
 	pctx, stop := context.WithCancel(ctx)
 	var bg sync.WaitGroup
 	bg.Go(func() { s.progress(pctx, lines) })
+	var cpuFrom []time.Duration
+	var cpuAt time.Time
+	if probe != nil {
+		bg.Go(func() {
+			if live.SleepUntil(pctx, s.due(s.warmup)) {
+				cpuFrom, cpuAt = probe.Read(), time.Now()
+			}
+		})
+	}
 	s.run(ctx)
 	stop()
 	bg.Wait()
 	lines.End()
-	return s.row()
+	row := s.row()
+	if cpuFrom != nil {
+		row.CPU = report.NewStepCPU(probe.Procs, cpuFrom, probe.Read(), time.Since(cpuAt).Seconds(), row.OK)
+	}
+	return row
 }

@@ -4,9 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math"
+	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
+	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 
 	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
 	"github.com/switchyard-dev/switchyard/sdk"
@@ -117,5 +124,46 @@ func TestSweepStep(t *testing.T) {
 	r = s.row()
 	if r.Sent == 0 || r.Sent >= r.Expected || r.OK+r.Errors+r.Timeouts != r.Sent || r.NoOutcome != 0 {
 		t.Errorf("interrupted: %+v", r)
+	}
+}
+
+// spinTarget echoes after spinning for a while on this process's CPU.
+type spinTarget struct{ sink atomic.Uint64 }
+
+func (f *spinTarget) do(_ context.Context, body string) (string, error) {
+	var x uint64
+	for i := range 2_000_000 {
+		x += uint64(i) * uint64(i)
+	}
+	f.sink.Add(x)
+	return body, nil
+}
+
+// A step with a probe reads its processes' CPU over the counted window and
+// divides it by the ok requests.
+func TestSweepStepMeasuresCPU(t *testing.T) {
+	cfg := config.Config{Duration: 300 * time.Millisecond, TaskTimeout: time.Second}
+	probe := &cluster.Probe{Procs: []cluster.ProbeProc{
+		{Role: cluster.RoleLoadTest, Name: "load test", PID: os.Getpid()},
+		{Role: cluster.RoleInstance, Name: "gone", PID: -1},
+	}}
+	r := runStep(context.Background(), cfg, "test", 100, &spinTarget{}, io.Discard, probe)
+	if r.OK != 30 || r.CPU == nil {
+		t.Fatalf("ok %d, cpu %+v", r.OK, r.CPU)
+	}
+	if len(r.CPU.Procs) != 1 || r.CPU.Procs[0].Role != cluster.RoleLoadTest || r.CPU.InstanceUs != 0 {
+		t.Fatalf("procs %+v: the one that cannot be read is left out", r.CPU.Procs)
+	}
+	p := r.CPU.Procs[0]
+	if p.CPUMs <= 0 || math.Abs(p.UsPerRequest-1000*p.CPUMs/30) > 0.01 {
+		t.Errorf("load test: %.3f ms, %.3f µs/request over 30 requests", p.CPUMs, p.UsPerRequest)
+	}
+	// The last counted request is due 0.29 s after the first.
+	if r.CPU.WindowS < 0.25 {
+		t.Errorf("window %.3f s, shorter than the counted requests' due times span", r.CPU.WindowS)
+	}
+	// Without a probe, nothing is measured.
+	if r := runStep(context.Background(), cfg, "test", 100, &spinTarget{}, io.Discard, nil); r.CPU != nil {
+		t.Errorf("no probe, yet cpu %+v", r.CPU)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -55,11 +57,13 @@ type runner struct {
 }
 
 // steps runs every rate against t, stopping early if ctx ends; dials
-// counts the connections the mode's client opens.
-func (r *runner) steps(ctx context.Context, mode string, t target, dials *atomic.Int64) {
+// counts the connections the mode's client opens, probe reads the CPU of
+// the mode's processes (the load test's own is added here).
+func (r *runner) steps(ctx context.Context, mode string, t target, dials *atomic.Int64, probe *cluster.Probe) {
+	probe.Procs = append(probe.Procs, cluster.ProbeProc{Role: cluster.RoleLoadTest, Name: "load test", PID: os.Getpid()})
 	for _, rate := range r.cfg.Rates {
 		before := dials.Load()
-		row := runStep(ctx, r.cfg, mode, rate, t, r.progress)
+		row := runStep(ctx, r.cfg, mode, rate, t, r.progress, probe)
 		row.ConnsOpened = int(dials.Load() - before)
 		r.rep.Rows = append(r.rep.Rows, row)
 		if ctx.Err() != nil {
@@ -78,7 +82,7 @@ func (r *runner) nats(ctx context.Context) error {
 	defer b.close()
 	r.rep.NATSClient = natsClientNote
 	fmt.Fprintf(r.progress, "[sweep nats] embedded nats-server at %s, %d echo workers in one queue group\n", b.srv.ClientURL(), cfg.Nodes)
-	r.steps(ctx, config.ModeNATS, b, new(atomic.Int64))
+	r.steps(ctx, config.ModeNATS, b, new(atomic.Int64), &cluster.Probe{})
 	return nil
 }
 
@@ -130,7 +134,18 @@ func (r *runner) switchyard(ctx context.Context, mode, bin, logDir string) error
 	for _, k := range c.ClientKeys() {
 		target.clients = append(target.clients, sdk.NewClient(via.URL, k, sdk.WithHTTPClient(hc)))
 	}
-	r.steps(ctx, mode, target, dials)
+	probe := &cluster.Probe{}
+	for _, in := range c.Instances() {
+		probe.Procs = append(probe.Procs, cluster.ProbeProc{Role: cluster.RoleInstance, Name: in.Name, PID: in.PID})
+	}
+	servers, missing := c.ServerProcs(ctx)
+	probe.Procs = append(probe.Procs, servers...)
+	for _, m := range missing {
+		if !slices.Contains(s.CPUMissing, m) {
+			s.CPUMissing = append(s.CPUMissing, m)
+		}
+	}
+	r.steps(ctx, mode, target, dials, probe)
 
 	s.Counters[mode] = map[string]map[string]float64{}
 	for _, in := range c.Instances() {
