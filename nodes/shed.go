@@ -33,18 +33,23 @@ func defaultMaxRegistering(procs int) int {
 func defaultMaxRegisteringHere() int { return defaultMaxRegistering(runtime.GOMAXPROCS(0)) }
 
 // shedPacer tells each registration shed at the door when to come back.
-// It keeps a virtual queue of the nodes it has turned away: each is given
-// the next turn after the last one promised, turns coming as fast as the
-// slots free up (a slot is held for about hold, and there are slots of
-// them), so that a burst of thousands comes back spread over the time the
-// instance needs to register them instead of all at once again.
+// It keeps a virtual queue of the nodes it has turned away, counted in
+// turns: a turn comes each time a slot frees up, about every hold/slots
+// (a slot is held for about hold). Each node shed is given the turn after
+// the last one promised, so that a burst of thousands comes back spread
+// over the time the instance needs to register them instead of all at
+// once again. The queue is kept in turns rather than as a time, so that
+// when registrations speed up (the first moments of a burst are the
+// slowest: cold caches, and the sheds themselves) the turns promised next
+// come sooner.
 type shedPacer struct {
 	slots int
 	rand  func() float64 // [0, 1)
 
-	mu      sync.Mutex
-	hold    time.Duration // moving average of how long a registration holds its slot
-	horizon time.Time     // the turn last promised
+	mu     sync.Mutex
+	hold   time.Duration // moving average of how long a registration holds its slot
+	queued float64       // turns promised and not yet come, as of at
+	at     time.Time
 }
 
 func newShedPacer(slots int) *shedPacer {
@@ -55,7 +60,8 @@ func newShedPacer(slots int) *shedPacer {
 func (p *shedPacer) held(d time.Duration) {
 	p.mu.Lock()
 	// An average over about the last 16 registrations: it follows a burst
-	// that slows the instance down within a fraction of a second.
+	// that slows the instance down, or a registration path that speeds up
+	// again, within a fraction of a second.
 	p.hold += (d - p.hold) / 16
 	p.mu.Unlock()
 }
@@ -64,35 +70,39 @@ func (p *shedPacer) held(d time.Duration) {
 func (p *shedPacer) shed(now time.Time) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	wait, horizon := retryAfter(now, p.horizon, p.hold, p.slots, p.rand())
-	p.horizon = horizon
+	if every := turn(p.hold, p.slots); now.After(p.at) {
+		p.queued = max(p.queued-float64(now.Sub(p.at))/float64(every), 0) // the turns that came meanwhile
+		p.at = now
+	}
+	wait, queued := retryAfter(p.queued, p.hold, p.slots, p.rand())
+	p.queued = queued
 	return wait
 }
 
-// retryAfter is the wait for one more registration shed at now, and the
-// virtual queue's new horizon, given the turn last promised (horizon), how
-// long a registration holds its slot (hold), how many slots there are, and
-// a random number in [0, 1) for the jitter.
+// turn is how often a slot frees up: every hold/slots (at least 1 µs).
+func turn(hold time.Duration, slots int) time.Duration {
+	return max(hold/time.Duration(max(slots, 1)), time.Microsecond)
+}
+
+// retryAfter is the wait for one more registration shed, and the virtual
+// queue's new length, given its length in turns (queued), how long a
+// registration holds its slot (hold), how many slots there are, and a
+// random number in [0, 1) for the jitter.
 //
-// Slots free up about every hold/slots: the node's turn is that long after
-// the last one promised (or after minRetryAfter from now, if that is
-// later), jittered by ±10 % so that the nodes of several instances, or of
-// a clock-aligned restart, do not meet again. A queue longer than
-// maxRetryAfter is not extended: the node is told a random wait between
-// half of it and all of it, which spreads those that come back early
-// (clients that ignore the hint keep the queue long) without promising
-// turns nobody can keep.
-func retryAfter(now, horizon time.Time, hold time.Duration, slots int, jitter float64) (time.Duration, time.Time) {
-	every := hold / time.Duration(max(slots, 1))
-	turn := horizon
-	if earliest := now.Add(minRetryAfter); turn.Before(earliest) {
-		turn = earliest
-	}
-	turn = turn.Add(every)
-	wait := turn.Sub(now)
+// The node's turn is the one after the last promised, and none comes
+// sooner than minRetryAfter; its wait is jittered by ±10 % so that the
+// nodes of several instances, or of a clock-aligned restart, do not meet
+// again. A queue longer than maxRetryAfter is not extended: the node is
+// told a random wait between half of it and all of it, which spreads those
+// that come back early (clients that ignore the hint keep the queue long)
+// without promising turns nobody can keep.
+func retryAfter(queued float64, hold time.Duration, slots int, jitter float64) (time.Duration, float64) {
+	every := turn(hold, slots)
+	q := max(queued, float64(minRetryAfter)/float64(every)) + 1
+	wait := time.Duration(q * float64(every))
 	if wait > maxRetryAfter {
-		return maxRetryAfter/2 + time.Duration(jitter*float64(maxRetryAfter/2)), horizon
+		return maxRetryAfter/2 + time.Duration(jitter*float64(maxRetryAfter/2)), queued
 	}
 	wait = time.Duration(float64(wait) * (0.9 + 0.2*jitter))
-	return min(max(wait, minRetryAfter), maxRetryAfter), turn
+	return min(max(wait, minRetryAfter), maxRetryAfter), q
 }

@@ -14,47 +14,36 @@ import (
 )
 
 func TestRetryAfter(t *testing.T) {
-	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
 	ms := func(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
 	for _, tc := range []struct {
-		name        string
-		horizon     time.Time // the turn last promised
-		hold        time.Duration
-		slots       int
-		jitter      float64
-		wait        time.Duration
-		horizonNext time.Time
+		name   string
+		queued float64 // turns promised and not yet come
+		hold   time.Duration
+		slots  int
+		jitter float64
+		wait   time.Duration
+		next   float64
 	}{
-		{"an empty queue: the floor plus one turn", time.Time{}, 64 * time.Millisecond, 64, 0.5,
-			ms(101), now.Add(ms(101))},
-		{"a horizon in the past counts as empty", now.Add(-time.Hour), 64 * time.Millisecond, 64, 0.5,
-			ms(101), now.Add(ms(101))},
-		{"behind a queue: one turn after the last promised", now.Add(5 * time.Second), 64 * time.Millisecond, 64, 0.5,
-			ms(5001), now.Add(ms(5001))},
-		{"turns come as fast as slots free: slow registrations, few slots", now.Add(5 * time.Second), 2 * time.Second, 4, 0.5,
-			ms(5500), now.Add(ms(5500))},
-		{"jitter low: 10 % early", now.Add(5 * time.Second), 64 * time.Millisecond, 64, 0,
-			ms(4500.9), now.Add(ms(5001))},
-		{"jitter high: up to 10 % late", now.Add(5 * time.Second), 64 * time.Millisecond, 64, 0.999,
-			ms(5001 * (0.9 + 0.2*0.999)), now.Add(ms(5001))},
-		{"the floor holds after jitter", time.Time{}, time.Millisecond, 64, 0,
-			minRetryAfter, now.Add(minRetryAfter + time.Millisecond/64)},
-		{"a zero slot count is one slot", now.Add(time.Second), 10 * time.Millisecond, 0, 0.5,
-			ms(1010), now.Add(ms(1010))},
-		{"past the ceiling: half to all of it, the queue not extended", now.Add(40 * time.Second), 64 * time.Millisecond, 64, 0,
-			maxRetryAfter / 2, now.Add(40 * time.Second)},
-		{"past the ceiling, jitter high", now.Add(40 * time.Second), 64 * time.Millisecond, 64, 0.5,
-			maxRetryAfter * 3 / 4, now.Add(40 * time.Second)},
-		{"jitter cannot push past the ceiling", now.Add(29 * time.Second), 64 * time.Millisecond, 64, 0.999,
-			maxRetryAfter, now.Add(ms(29001))},
+		// hold 64 ms over 64 slots: a turn every millisecond.
+		{"an empty queue: the floor plus one turn", 0, 64 * time.Millisecond, 64, 0.5, ms(101), 101},
+		{"behind a queue: one turn after the last promised", 5000, 64 * time.Millisecond, 64, 0.5, ms(5001), 5001},
+		{"turns come as fast as slots free: slow registrations, few slots", 10, 2 * time.Second, 4, 0.5, ms(5500), 11},
+		{"jitter low: 10 % early", 5000, 64 * time.Millisecond, 64, 0, ms(4500.9), 5001},
+		{"jitter high: up to 10 % late", 5000, 64 * time.Millisecond, 64, 0.999, ms(5001 * (0.9 + 0.2*0.999)), 5001},
+		{"the floor holds after jitter", 0, time.Millisecond, 64, 0, minRetryAfter, 6401},
+		{"a zero slot count is one slot", 100, 10 * time.Millisecond, 0, 0.5, ms(1010), 101},
+		{"a zero hold is a turn a microsecond", 0, 0, 64, 0.5, ms(100.001), 100001},
+		{"past the ceiling: half to all of it, the queue not extended", 40000, 64 * time.Millisecond, 64, 0, maxRetryAfter / 2, 40000},
+		{"past the ceiling, jitter high", 40000, 64 * time.Millisecond, 64, 0.5, maxRetryAfter * 3 / 4, 40000},
+		{"jitter cannot push past the ceiling", 29000, 64 * time.Millisecond, 64, 0.999, maxRetryAfter, 29001},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			wait, next := retryAfter(now, tc.horizon, tc.hold, tc.slots, tc.jitter)
+			wait, next := retryAfter(tc.queued, tc.hold, tc.slots, tc.jitter)
 			if d := wait - tc.wait; d < -time.Microsecond || d > time.Microsecond {
 				t.Errorf("wait %v, want %v", wait, tc.wait)
 			}
-			if !next.Equal(tc.horizonNext) {
-				t.Errorf("horizon %v after now, want %v", next.Sub(now), tc.horizonNext.Sub(now))
+			if d := next - tc.next; d < -1e-6 || d > 1e-6 {
+				t.Errorf("queue %.3f turns, want %.3f", next, tc.next)
 			}
 			if wait < minRetryAfter || wait > maxRetryAfter {
 				t.Errorf("wait %v outside [%v, %v]", wait, minRetryAfter, maxRetryAfter)
@@ -88,6 +77,26 @@ func TestShedPacerSpreadsABurst(t *testing.T) {
 	// Once the queue has drained, a node is told the floor again.
 	if w := p.shed(now.Add(time.Minute)); w > 2*minRetryAfter {
 		t.Errorf("after the queue drained: %v", w)
+	}
+}
+
+// The queue is counted in turns: half a second later, half a second's
+// turns have come; and when registrations speed up, the turns promised
+// next come as much sooner.
+func TestShedPacerFollowsTheRate(t *testing.T) {
+	p := newShedPacer(64)
+	p.rand = func() float64 { return 0.5 }
+	p.hold = 64 * time.Millisecond // a turn every millisecond
+	now := time.Now()
+	for range 1900 {
+		p.shed(now) // 2,000 turns promised: the floor's 100, then 1,900
+	}
+	if w := p.shed(now.Add(500 * time.Millisecond)); w < 1450*time.Millisecond || w > 1550*time.Millisecond {
+		t.Errorf("500 ms later, behind 1,500 turns of 1 ms: told %v, want about 1.5 s", w)
+	}
+	p.hold = 16 * time.Millisecond // registrations four times as fast
+	if w := p.shed(now.Add(500 * time.Millisecond)); w < 350*time.Millisecond || w > 400*time.Millisecond {
+		t.Errorf("behind 1,500 turns of 0.25 ms: told %v, want about 375 ms", w)
 	}
 }
 
