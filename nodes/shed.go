@@ -21,10 +21,11 @@ const firstHold = 20 * time.Millisecond
 
 // defaultMaxRegistering is MaxRegistering's default for a process that may
 // run procs goroutines at once (GOMAXPROCS): 32 per core, at least 32
-// and at most 1,024. A registration is mostly waiting on the store and
-// Redis, so more than one per core are in progress usefully; past a few
-// dozen per core they only queue for the CPU, each holding its round
-// trips' deadlines while it does (docs/BENCHMARKS.md, "A registration
+// and at most 1,024, which keeps the 64 that 2 cores had before the
+// default followed the machine. A registration is mostly waiting on the
+// store and Redis, so many per core are in progress usefully; the rest of
+// a burst waits outside, told when to come back, rather than inside with
+// its round trips' deadlines running (docs/BENCHMARKS.md, "A registration
 // burst").
 func defaultMaxRegistering(procs int) int {
 	return min(max(32*procs, 32), 1024)
