@@ -106,8 +106,14 @@ func phase(ctx context.Context, cfg config.Config, bin, logDir string, progress 
 	if p.Registered == cfg.Nodes {
 		p.AllS = stats.Round3(t.tally.last().Seconds())
 	}
-	fmt.Fprintf(progress, "[burst %s] %d of %d registered (all by %.1f s), %d listed (all by %.1f s), %.0f sheds (1013)\n",
-		client, p.Registered, cfg.Nodes, p.AllS, p.Listed, p.ListedS, p.Sheds)
+	when := func(s float64) string {
+		if s == 0 {
+			return "not all"
+		}
+		return fmt.Sprintf("all by %.1f s", s)
+	}
+	fmt.Fprintf(progress, "[burst %s] %d of %d registered (%s), %d listed (%s), %.0f sheds (1013)\n",
+		client, p.Registered, cfg.Nodes, when(p.AllS), p.Listed, when(p.ListedS), p.Sheds)
 	return p, runErr
 }
 
