@@ -76,7 +76,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		progress = nil
 	}
 	rep, err := load.Run(ctx, cfg, progress)
-	if rep != nil && (len(rep.Runs) > 0 || rep.Sweep != nil) {
+	if rep != nil && (len(rep.Runs) > 0 || rep.Sweep != nil || rep.Burst != nil) {
 		if werr := writeOutputs(rep, out, stdout); werr != nil {
 			fmt.Fprintln(stderr, "loadtest:", werr)
 			return exitError

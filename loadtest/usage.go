@@ -9,7 +9,7 @@ import (
 // usage is --help: what the load test does, its criteria, its profiles,
 // then every flag with the chosen profile's defaults.
 func usage(fs *flag.FlagSet, w io.Writer) {
-	fmt.Fprint(w, `Usage: loadtest [--profile seed|smoke|fleet|sweep] [flags]
+	fmt.Fprint(w, `Usage: loadtest [--profile seed|smoke|fleet|sweep|burst] [flags]
 
 Replays switchyard's scaling profile (the seed profile) and judges it
 against our bars, the criteria below (docs/BENCHMARKS.md has each
@@ -79,6 +79,20 @@ connections dialled), and per mode the first rate whose p99 passes 10 ms.
 When a step had as many requests in flight as the nodes have slots, the
 slots may be its limit: the report says so.
 
+The burst profile measures registration under a burst: --nodes nodes
+connect at once (not paced) to one fresh instance, twice.
+  sdk      Go SDK nodes (sdk.Node with its default backoff, 1–60 s), which
+           wait out the retry_after_ms of a shed registration's close 1013;
+           timed until every one has registered and the instance lists
+           them all (GET /api/v1/nodes)
+  naive    on another fresh instance, as many naive clients: node_register,
+           and on a refusal or a drop a new connection at once (no backoff,
+           no hint); counted after --duration
+For each: how many registered, when the last did, the 50th/90th/99th
+percentile of the nodes' first registrations, how many the instance
+listed, and the registrations it shed with 1013 (its
+switchyard_nodes_handshake_rejections_total{reason="busy"}).
+
 Every node is an open socket in this process and one in its instance: the
 load test raises its RLIMIT_NOFILE to the hard limit (the instances inherit
 it) and refuses a --nodes that cannot fit under it (ulimit -Hn).
@@ -120,6 +134,10 @@ or the NATS step it compares with, did not run):
   every request one outcome, instances stay up   as above
   A p99 leaves out requests that were not ok; a step where more than 1 %
   were not fails its p99 bar (and is its mode's knee).
+The burst profile judges only the SDK's nodes:
+  burst: every SDK node in   all --nodes registered and listed (none
+                             registering for 60 s ends the wait); the naive
+                             client's count is the comparison, not judged
 
 Output: a progress line on stderr every second (while the nodes connect:
 how many have registered), a table on stdout, --json and --html reports.
@@ -137,6 +155,8 @@ Profiles (flags override them):
          100 requests/s for 60s, handlers 10ms–50ms; no fault
   sweep  modes nats,floor,local,cross; rates 1000,2500,5000,10000; 20 echo
          workers; each step 1s warm-up + 10s; task timeout 10s
+  burst  instance 1; 9,000 nodes at once, the Go SDK's, then a naive
+         client's for 60s
 
 Examples:
   loadtest --profile smoke --html smoke.html
@@ -147,6 +167,8 @@ Examples:
   loadtest --profile fleet --redis-cluster --nodes 1000 --idle 20s --duration 20s
   loadtest --profile sweep --json sweep.json
   loadtest --profile sweep --modes nats,local --rates 500,1000 --duration 5s
+  loadtest --profile burst --json burst.json
+  loadtest --profile burst --nodes 300 --duration 10s
   loadtest --target http://a:8800 --target http://b:8800 --api-key K1 --api-key K2 \
       --rate 50 --duration 2m
 

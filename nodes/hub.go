@@ -57,12 +57,15 @@ type Config struct {
 	PingTimeout        time.Duration // default 15s; an unanswered ping closes the socket
 	WriteTimeout       time.Duration // default 10s per message
 	SendQueue          int           // default 256 messages; a node further behind is dropped
-	// MaxRegistering (default 64) bounds the registrations past their
+	// MaxRegistering (default 32 per GOMAXPROCS, at least 32 and at most
+	// 1,024: 64 on 2 cores) bounds the registrations past their
 	// node_register in progress at once (each loads the node's reputation,
 	// takes its claim and announces it: store and Redis round trips). One
-	// more is closed with 1013 at once and retries with backoff: a
-	// reconnect storm is shed at the door instead of timing out in the
-	// store and Redis, and piling up retries (invariant 14).
+	// more is closed with 1013 at once, its reason telling the node when a
+	// slot is likely free (retry_after_ms, shed.go): a reconnect storm is
+	// shed at the door and spread over the time it takes, instead of
+	// timing out in the store and Redis, and piling up retries
+	// (invariant 14).
 	MaxRegistering int
 	// SendQueueBytes (default 16 MiB) bounds the same queue in bytes, each
 	// message charged its length plus 64: 256 assigns of the largest
@@ -153,7 +156,7 @@ func (c Config) withDefaults() Config {
 		c.SendQueue = 256
 	}
 	if c.MaxRegistering == 0 {
-		c.MaxRegistering = 64
+		c.MaxRegistering = defaultMaxRegisteringHere()
 	}
 	if c.SendQueueBytes == 0 {
 		c.SendQueueBytes = 16 << 20
@@ -211,6 +214,7 @@ type Hub struct {
 	pingDone chan struct{} // closed when it has stopped
 
 	registering chan struct{} // a slot per registration in progress (Config.MaxRegistering)
+	shed        *shedPacer    // when to tell a registration turned away to come back
 }
 
 // NewHub returns a hub. events receives task traffic from every session.
@@ -230,6 +234,7 @@ func NewHub(cfg Config, auth Authenticator, claims Claims, events Events) *Hub {
 		idle:        make(chan struct{}),
 		waiters:     ws,
 		registering: make(chan struct{}, cfg.MaxRegistering),
+		shed:        newShedPacer(cfg.MaxRegistering),
 	}
 }
 
@@ -294,13 +299,19 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string, he
 	select {
 	case h.registering <- struct{}{}:
 	default:
-		h.reject(conn, "busy", wire.CodeUnavailable, "the coordinator is registering many nodes; retry shortly", wire.CloseTryAgainLater)
+		h.shedRegistration(conn)
 		return nil
 	}
+	took := time.Now()
 	registering := true
+	release := func() {
+		<-h.registering
+		registering = false
+		h.shed.held(time.Since(took))
+	}
 	defer func() {
 		if registering {
-			<-h.registering
+			release()
 		}
 	}()
 	nodeID := NodeID(acct.ID, reg.Name)
@@ -355,8 +366,7 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string, he
 	// Registered: what is left (the answer, the benchmark probe, the
 	// replace) is cheap or its own. The slot goes back before the answer,
 	// so a node that has node_registered finds it free.
-	<-h.registering
-	registering = false
+	release()
 	// node_registered is written once the node is routable (so a node that
 	// has it can be sent tasks at once) and before the writer starts (so it
 	// is always the node's first message, even if this connection is
@@ -477,6 +487,15 @@ func (h *Hub) reject(conn *websocket.Conn, label string, code wire.ErrorCode, me
 		cancel()
 	}
 	_ = conn.Close(close, truncate(message, 100))
+}
+
+// shedRegistration turns away a registration that found every slot
+// taken, with a close 1013 whose reason says when to come back, and no
+// error message (see reject).
+func (h *Hub) shedRegistration(conn *websocket.Conn) {
+	h.metrics.rejected.WithLabelValues("busy").Inc()
+	wait := h.shed.shed(time.Now())
+	_ = conn.Close(wire.CloseTryAgainLater, wire.RetryAfterReason(wait, "the coordinator is registering many nodes"))
 }
 
 func (h *Hub) done() {

@@ -4,7 +4,8 @@
 //   - the node agent (Node, NodeConfig, Handler): it dials the node
 //     WebSocket, registers, runs each assigned task under a context that a
 //     task_cancel ends, sends chunks and results, heartbeats with the host's
-//     load (cpu.go), and reconnects with backoff (1 s to 60 s) until the
+//     load (cpu.go), and reconnects with backoff (1 s to 60 s), or when a
+//     coordinator that shed its registration says (retry_after_ms), until the
 //     server refuses its key or another connection of the same identity
 //     replaces it — GemmaNet's Python SDK's rules;
 //   - the HTTP API client (Client): plain and streaming (SSE) requests,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/url"
 	"regexp"
 	"sync"
@@ -107,7 +108,10 @@ type NodeConfig struct {
 	PingInterval time.Duration
 	// MinBackoff and MaxBackoff bound the reconnect delay, which doubles
 	// after each failed attempt (jittered) and resets after a successful
-	// registration. Defaults 1 s and 60 s.
+	// registration. Defaults 1 s and 60 s. A close 1013 whose reason says
+	// when to come back (retry_after_ms, docs/PROTOCOL.md) is waited out
+	// instead, jittered up to 20 % longer, but never longer than
+	// MaxBackoff.
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
 	Logger     *slog.Logger // default slog.Default()
@@ -205,6 +209,11 @@ type Node struct {
 	active  atomic.Int64  // running handlers, reported in heartbeats
 	running atomic.Bool   // Run in progress
 
+	// sleep waits d between attempts, false if ctx ended first; replaced
+	// in tests, so that they judge the waits without taking them.
+	sleep func(ctx context.Context, d time.Duration) bool
+	rand  func() float64 // [0, 1): the jitter of a hinted wait
+
 	mu     sync.Mutex
 	nodeID string
 }
@@ -219,6 +228,8 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		cfg:   c,
 		log:   c.Logger.With("node_name", c.Name),
 		slots: make(chan struct{}, c.MaxConcurrency),
+		sleep: sleep,
+		rand:  rand.Float64,
 	}, nil
 }
 
@@ -250,14 +261,8 @@ func (n *Node) Run(ctx context.Context) error {
 	bo := newBackoff(n.cfg.MinBackoff, n.cfg.MaxBackoff)
 	var delay time.Duration // the first attempt goes at once
 	for {
-		if delay > 0 {
-			t := time.NewTimer(delay)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil
-			case <-t.C:
-			}
+		if delay > 0 && !n.sleep(ctx, delay) {
+			return nil
 		}
 		registered, err := n.connect(ctx)
 		if ctx.Err() != nil {
@@ -277,6 +282,15 @@ func (n *Node) Run(ctx context.Context) error {
 			n.log.Info("server is draining; reconnecting now", "err", err)
 			continue
 		}
+		// A coordinator that shed the registration says when a slot is
+		// likely free: coming back then, rather than on the backoff's
+		// schedule, is what spreads a burst of nodes over the time it
+		// takes. The backoff stays where it was.
+		if hint, ok := retryAfter(err); ok {
+			delay = min(hint+time.Duration(0.2*n.rand()*float64(hint)), n.cfg.MaxBackoff)
+			n.log.Info("the coordinator is busy; retrying when it said", "err", err, "in", delay.Round(time.Millisecond))
+			continue
+		}
 		delay = bo.next()
 		msg := "connection failed; retrying"
 		if registered {
@@ -284,6 +298,27 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 		n.log.Warn(msg, "err", err, "in", delay.Round(time.Millisecond))
 	}
+}
+
+// sleep waits d, or until ctx ends (false then).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// retryAfter is the wait a close 1013 asks for in its reason, if it does.
+func retryAfter(err error) (time.Duration, bool) {
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != wire.CloseTryAgainLater {
+		return 0, false
+	}
+	return wire.ParseRetryAfter(ce.Reason)
 }
 
 // permanent returns the error Run should stop with, or nil to retry.

@@ -1,13 +1,16 @@
 package sdk_test
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 
 	"github.com/switchyard-dev/switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/sdk/handlers"
 	"github.com/switchyard-dev/switchyard/sdk/internal/fakeserver"
 	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
@@ -164,5 +167,77 @@ func TestRunTwiceAtOnce(t *testing.T) {
 	h.registered(ctx, "n1")
 	if err := h.node.Run(ctx); err == nil {
 		t.Error("a second concurrent Run returned nil, want an error")
+	}
+}
+
+// A coordinator that sheds a registration with a close 1013 says in its
+// reason when to come back (retry_after_ms=N): the node waits that long,
+// jittered up to 20 % longer, instead of its backoff, and never longer
+// than MaxBackoff. A 1013 without the hint, or the hint on another close
+// code, is backed off as usual. The waits are recorded, not taken.
+func TestRetryAfterHintIsHonoured(t *testing.T) {
+	ctx := waitCtx(t)
+	srv := fakeserver.New()
+	t.Cleanup(srv.Close)
+	const minBackoff, maxBackoff = 10 * time.Millisecond, time.Minute
+	n, err := sdk.NewNode(sdk.NodeConfig{
+		URL: srv.URL, APIKey: "gn_0123456789abcdef0123456789abcdef", Name: "worker-1",
+		Capabilities: []string{"echo"}, Handler: handlers.Echo(),
+		HeartbeatInterval: time.Hour, PingInterval: time.Hour,
+		MinBackoff: minBackoff, MaxBackoff: maxBackoff,
+		Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slept := make(chan time.Duration, 16)
+	sdk.SetSleep(n, func(ctx context.Context, d time.Duration) bool {
+		slept <- d
+		return ctx.Err() == nil
+	})
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(runCtx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+
+	for _, tc := range []struct {
+		name     string
+		close    websocket.StatusCode
+		reason   string
+		min, max time.Duration
+	}{
+		{"hinted 1013", wire.CloseTryAgainLater, "retry_after_ms=5000; the coordinator is registering many nodes", 5 * time.Second, 6 * time.Second},
+		// The hinted wait did not move the backoff: its first step still.
+		{"1013 without a hint", wire.CloseTryAgainLater, "the coordinator is registering many nodes", minBackoff / 2, minBackoff},
+		{"a hint longer than MaxBackoff", wire.CloseTryAgainLater, "retry_after_ms=600000", maxBackoff, maxBackoff},
+		{"a hint on another code", wire.ClosePolicy, "retry_after_ms=5000", minBackoff, 2 * minBackoff},
+		{"an unreadable hint", wire.CloseTryAgainLater, "retry_after_ms=soon", 2 * minBackoff, 4 * minBackoff},
+	} {
+		c, err := srv.Accept(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.NextOf(ctx, wire.MsgNodeRegister, nil); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.Close(tc.close, tc.reason)
+		select {
+		case d := <-slept:
+			if d < tc.min || d > tc.max {
+				t.Errorf("%s (%d %q): the node waited %v, want %v–%v", tc.name, tc.close, tc.reason, d, tc.min, tc.max)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s: the node did not come back", tc.name)
+		}
+	}
+	c, err := srv.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Accept(ctx, "n1"); err != nil {
+		t.Fatal(err)
 	}
 }

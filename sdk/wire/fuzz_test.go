@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 )
 
 // FuzzDecodeNodeMessage feeds arbitrary frames through everything the
@@ -89,6 +90,29 @@ func FuzzParseEnvelope(f *testing.F) {
 		for _, v := range []any{&TaskAssignPayload{}, &TaskCancelPayload{}, &BenchmarkPayload{}, &ErrorPayload{}, &RegisteredPayload{}} {
 			if err := env.DecodePayload(v); err != nil && !errors.Is(err, ErrInvalidMessage) {
 				t.Fatalf("DecodePayload error of the wrong kind: %v", err)
+			}
+		}
+	})
+}
+
+// FuzzParseRetryAfter: whatever close reason arrives, reading its hint
+// never panics, gives only a wait of 1 ms to a day, and reads back what
+// RetryAfterReason wrote.
+func FuzzParseRetryAfter(f *testing.F) {
+	f.Add("retry_after_ms=1500; busy")
+	f.Add("retry_after_ms=99999999999999999999")
+	f.Add("retry after later")
+	f.Fuzz(func(t *testing.T, reason string) {
+		d, ok := ParseRetryAfter(reason)
+		if ok && (d < time.Millisecond || d > 24*time.Hour || d%time.Millisecond != 0) {
+			t.Fatalf("ParseRetryAfter(%q) = %v", reason, d)
+		}
+		if !ok && d != 0 {
+			t.Fatalf("ParseRetryAfter(%q) refused it but gave %v", reason, d)
+		}
+		if ok {
+			if back, ok2 := ParseRetryAfter(RetryAfterReason(d, reason)); !ok2 || back != d {
+				t.Fatalf("round trip of %v through %q gave %v, %v", d, RetryAfterReason(d, reason), back, ok2)
 			}
 		}
 	})

@@ -23,6 +23,7 @@ var counterFamilies = []string{
 	"switchyard_bus_resubscriptions_total",
 	"switchyard_nodes_closes_total",
 	"switchyard_nodes_send_queue_drops_total",
+	"switchyard_nodes_handshake_rejections_total",
 	"switchyard_claims_total",
 	"switchyard_claims_stolen_total",
 	"switchyard_store_dropped_total",

@@ -43,7 +43,7 @@ var DefaultBars = Bars{HopP95: 2 * time.Millisecond, HopP99: 5 * time.Millisecon
 // stated beside the field (WithDefaults fills them); a profile
 // (ForProfile) sets the load's shape before flags override it.
 type Config struct {
-	Profile string // "seed", "smoke", "fleet" or "sweep": only a label once the fields are filled
+	Profile string // "seed", "smoke", "fleet", "sweep" or "burst": only a label once the fields are filled
 
 	// Fleet selects the fleet profile's shape: once the nodes have
 	// registered (and Settle has passed), an idle window of Idle with no
@@ -61,6 +61,14 @@ type Config struct {
 	Sweep bool
 	Modes []string  // sweep modes, run in this order: nats, floor, local, cross; default all four
 	Rates []float64 // sweep rates in requests/s, ascending; default 1000, 2500, 5000, 10000
+
+	// Burst selects the burst profile's shape (the burst package): Nodes
+	// SDK nodes connect at once to one instance and are timed until all
+	// are registered and listed; then, on a fresh instance, as many naive
+	// clients (no backoff, no hint: each reconnects at once) for Duration,
+	// and how many registered is counted. No requests, ramp, streams or
+	// fault.
+	Burst bool
 
 	// Where the instances come from: started here (Switchyard, RedisURL,
 	// DatabaseURL) or already running (Targets with APIKeys).
@@ -137,6 +145,10 @@ func (c Config) Summary() string {
 	var b strings.Builder
 	if c.Sweep {
 		return c.sweepSummary()
+	}
+	if c.Burst {
+		return fmt.Sprintf("%d Go SDK nodes connecting at once to one instance, until all are registered and listed; then %d naive clients (reconnecting at once, no backoff) for %v on a fresh instance",
+			c.Nodes, c.Nodes, c.Duration)
 	}
 	if c.Fleet {
 		fmt.Fprintf(&b, "%d nodes (max_concurrency %d) connected at %g/s; idle for %v with no requests, then %g requests/s for %v (handlers %v–%v)",

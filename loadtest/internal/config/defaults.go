@@ -16,7 +16,7 @@ import (
 const DefaultNodesPerProcess = 9000
 
 // ProfileNames lists the profiles for messages.
-const ProfileNames = "seed, smoke, fleet or sweep"
+const ProfileNames = "seed, smoke, fleet, sweep or burst"
 
 // profiles are the named starting points; every field can be overridden.
 // Fields left zero take their defaults (WithDefaults).
@@ -45,6 +45,12 @@ var profiles = map[string]Config{
 	// saturated step should not hold the sweep for a minute.
 	"sweep": {
 		Sweep: true, Nodes: 20, Duration: 10 * time.Second, TaskTimeout: 10 * time.Second, Fault: FaultNone,
+	},
+	// A registration burst: 9,000 nodes at once on one instance, the Go
+	// SDK's (which honours the shed's retry_after_ms) timed to the last
+	// one, then a naive client's for a minute.
+	"burst": {
+		Burst: true, Instances: []int{1}, Nodes: 9000, Duration: 60 * time.Second, Fault: FaultNone,
 	},
 }
 

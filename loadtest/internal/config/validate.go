@@ -42,6 +42,9 @@ func (c Config) Validate() error {
 	if c.Sweep {
 		return errors.Join(append(errs, c.sweepProblems()...)...)
 	}
+	if c.Burst {
+		return errors.Join(append(errs, c.burstProblems()...)...)
+	}
 	return errors.Join(append(errs, c.runProblems()...)...)
 }
 

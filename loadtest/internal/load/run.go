@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/loadtest/internal/burst"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/cluster"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/fleet"
@@ -96,6 +97,21 @@ func Run(ctx context.Context, cfg config.Config, progress io.Writer) (*report.Re
 		if ctx.Err() != nil {
 			rep.Pass = false
 			rep.Notes = append(rep.Notes, "the load test was interrupted: the figures cover only part of the sweep")
+		}
+		return rep, nil
+	}
+
+	if cfg.Burst {
+		rep.Burst, err = burst.Run(ctx, cfg, bin, logDir, progress)
+		rep.Finished = time.Now()
+		if err != nil {
+			return rep, err
+		}
+		rep.Criteria = report.EvaluateBurst(rep.Burst)
+		rep.Pass = report.Passed(rep.Criteria)
+		if ctx.Err() != nil {
+			rep.Pass = false
+			rep.Notes = append(rep.Notes, "the load test was interrupted: the figures cover only part of the burst")
 		}
 		return rep, nil
 	}

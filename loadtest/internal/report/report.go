@@ -26,6 +26,7 @@ type Report struct {
 	Host     Host         `json:"host"`
 	Runs     []*RunReport `json:"runs"`
 	Sweep    *SweepReport `json:"sweep,omitempty"` // the sweep profile's, which has no runs
+	Burst    *BurstReport `json:"burst,omitempty"` // the burst profile's, which has no runs
 	Criteria []Criterion  `json:"criteria"`
 	Pass     bool         `json:"pass"`
 	Notes    []string     `json:"notes,omitempty"`
@@ -58,6 +59,7 @@ type Params struct {
 	ConnectRate     float64  `json:"connect_rate"`
 	Fleet           bool     `json:"fleet,omitempty"`
 	IdleS           float64  `json:"idle_s,omitempty"`
+	Burst           bool     `json:"burst,omitempty"`
 	Bars            BarsJSON `json:"bars"`
 
 	// The sweep profile's.
@@ -87,7 +89,7 @@ func ParamsOf(c config.Config) Params {
 		StreamChunks: c.StreamChunks, Fault: c.Fault, FaultAtS: c.FaultAt.Seconds(), SettleS: c.Settle.Seconds(),
 		TaskTimeoutS: c.TaskTimeout.Seconds(), GraceS: c.Grace.Seconds(), ServeArgs: c.ServeArgs,
 		ConnectRate: c.ConnectRate, Fleet: c.Fleet, IdleS: c.Idle.Seconds(), RedisCluster: c.RedisCluster,
-		Sweep: c.Sweep, Modes: c.Modes, Rates: c.Rates,
+		Sweep: c.Sweep, Modes: c.Modes, Rates: c.Rates, Burst: c.Burst,
 		Bars: BarsJSON{HopP95Ms: stats.Ms(c.Bars.HopP95), HopP99Ms: stats.Ms(c.Bars.HopP99), CPUPercent: c.Bars.CPUPercent,
 			MemGrowth: c.Bars.MemGrowth, FaultToFailMs: stats.Ms(c.Bars.FaultToFail),
 			IdleCPU: c.Bars.IdleCPUPercent, IdleRedisOps: c.Bars.IdleRedisOps,

@@ -25,6 +25,8 @@ func (r *Report) WriteText(w io.Writer) {
 	switch {
 	case r.Sweep != nil:
 		r.writeSweep(w)
+	case r.Burst != nil:
+		r.writeBurst(w)
 	case isFleet(r.Runs):
 		r.writeFleetTable(w)
 	default:
@@ -104,6 +106,8 @@ func (r *Report) WriteText(w io.Writer) {
 
 	if r.Sweep != nil {
 		fmt.Fprintln(w, "\ncriteria (the sweep's bars):")
+	} else if r.Burst != nil {
+		fmt.Fprintln(w, "\ncriteria (the burst's bar):")
 	} else {
 		fmt.Fprintln(w, "\ncriteria (the bars of README.md's Load test section):")
 	}
