@@ -408,9 +408,9 @@ func (c Config) Mode() string {
 
 // ParseModelAliases reads --model-aliases: "alias=type1,type2;alias2=type3",
 // each alias a model name of the OpenAI routes and its task types in the
-// order they are tried. Spaces around names are dropped; "" is none.
+// order they are tried. Spaces around names are dropped; "" is none (nil).
 func ParseModelAliases(s string) (map[string][]string, error) {
-	m := map[string][]string{}
+	var m map[string][]string
 	for _, part := range strings.Split(s, ";") {
 		if strings.TrimSpace(part) == "" {
 			continue
@@ -432,15 +432,18 @@ func ParseModelAliases(s string) (map[string][]string, error) {
 		if _, dup := m[alias]; dup {
 			return nil, fmt.Errorf("--model-aliases: %q is given twice", alias)
 		}
+		if m == nil {
+			m = map[string][]string{}
+		}
 		m[alias] = types
 	}
 	return m, nil
 }
 
 // ParseTokenPrices reads --token-prices: "chat=2,embedding=0.1", the spend
-// units a token of each task type costs; "" is none (every type at 1).
+// units a token of each task type costs; "" is none (nil: every type at 1).
 func ParseTokenPrices(s string) (map[string]float64, error) {
-	m := map[string]float64{}
+	var m map[string]float64
 	for _, part := range strings.Split(s, ",") {
 		if strings.TrimSpace(part) == "" {
 			continue
@@ -453,6 +456,9 @@ func ParseTokenPrices(s string) (map[string]float64, error) {
 		}
 		if _, dup := m[tt]; dup {
 			return nil, fmt.Errorf("--token-prices: %q is priced twice", tt)
+		}
+		if m == nil {
+			m = map[string]float64{}
 		}
 		m[tt] = p
 	}

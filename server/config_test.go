@@ -39,6 +39,8 @@ func TestDefaultConfigZeroFieldsAreDeliberate(t *testing.T) {
 		"PprofListen", "PprofAllowRemote", "AdminToken", "Logger",
 		"WebhookAllowPrivate",                // off: webhooks to private networks are refused
 		"MaxInflightPerKey",                  // 0: no cap on in-flight requests per key (off by default)
+		"ModelAliases",                       // none: every model routes by its name
+		"TokenPrices",                        // none: every task type costs a unit a token
 		"RegisterTimeout", "BenchmarkMaxAge", // package nodes fills these
 	}
 	v := reflect.ValueOf(DefaultConfig())

@@ -203,7 +203,7 @@ func TestParseModelAliases(t *testing.T) {
 	if err != nil || len(got) != 2 || strings.Join(got["fast"], ",") != "a,b" || strings.Join(got["smart"], ",") != "c" {
 		t.Errorf("ParseModelAliases = %v, %v", got, err)
 	}
-	if got, err := ParseModelAliases(""); err != nil || len(got) != 0 {
+	if got, err := ParseModelAliases(""); err != nil || got != nil {
 		t.Errorf("empty: %v, %v", got, err)
 	}
 	for _, bad := range []string{"fast", "=a", "fast=", "fast= , ", "a=b;a=c"} {

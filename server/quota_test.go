@@ -224,3 +224,22 @@ func near(secs string, d time.Duration) bool {
 	n, err := strconv.Atoi(secs)
 	return err == nil && time.Duration(n)*time.Second > d-2*time.Second && time.Duration(n)*time.Second < d+2*time.Second
 }
+
+func TestParseTokenPrices(t *testing.T) {
+	got, err := ParseTokenPrices(" chat = 2, embedding=0.1 ,free=0")
+	if err != nil || len(got) != 3 || got["chat"] != 2 || got["embedding"] != 0.1 || got["free"] != 0 {
+		t.Errorf("ParseTokenPrices = %v, %v", got, err)
+	}
+	if got, err := ParseTokenPrices(""); err != nil || got != nil {
+		t.Errorf("empty: %v, %v", got, err)
+	}
+	for _, bad := range []string{"chat", "=1", "chat=-1", "chat=x", "chat=Inf", "chat=NaN", "a=1,a=2"} {
+		if _, err := ParseTokenPrices(bad); err == nil {
+			t.Errorf("ParseTokenPrices(%q) took it", bad)
+		}
+	}
+	if err := (Config{TokenPrices: map[string]float64{"chat": -1}}).withDefaults().Validate(); err == nil ||
+		!strings.Contains(err.Error(), "--token-prices") {
+		t.Errorf("a negative price: %v", err)
+	}
+}

@@ -48,7 +48,7 @@ func oneKey(idOrPrefix string, ids []string) error {
 	case 1:
 		return nil
 	}
-	return fmt.Errorf("store: prefix %q matches %d keys: name the key by its id instead: %w", idOrPrefix, len(ids), ErrConflict)
+	return fmt.Errorf("store: prefix %q matches %d keys: name the key by its key id instead: %w", idOrPrefix, len(ids), ErrConflict)
 }
 
 // revokeHash lets RevokeKey also accept a whole key, pasted by an operator
