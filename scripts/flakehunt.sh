@@ -3,7 +3,7 @@
 # on a machine kept busy, and lists every test that failed with the shuffle
 # seed that reproduces its order.
 #
-#   ./scripts/flakehunt.sh               # both phases below (about an hour on 2 cores)
+#   ./scripts/flakehunt.sh               # both phases below (about 35 minutes on 2 cores)
 #   ./scripts/flakehunt.sh ./nodes/      # phase 1 only, for these packages
 #   COUNT=10 ./scripts/flakehunt.sh ./streamlog/
 #
