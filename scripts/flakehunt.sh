@@ -94,6 +94,7 @@ else
 	mapfile -t pkgs < <(go list ./... | grep -v -e /internal/clustertest)
 fi
 say "logging to $LOG"
+: >"$LOG" # a LOG given again starts empty: its failures are this run's only
 [ "$HOG" = 0 ] || start_hog
 run "phase 1 (busy machine)" go test -race -shuffle=on -count="$COUNT" -timeout 60m -skip "^$quiet\$" "${pkgs[@]}"
 stop_hog
