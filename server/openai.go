@@ -381,7 +381,7 @@ func (a *App) withFallback(c echo.Context, model, def string, attempt func(taskT
 		}
 	}
 	if !tried {
-		return newError(http.StatusForbidden, CodeKeyScope, "this API key may ask only for the task types "+strings.Join(l.TaskTypes, ", "))
+		return typeOutOfScope(l)
 	}
 	return err
 }

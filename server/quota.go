@@ -62,7 +62,7 @@ func (a *App) checkKey(next echo.HandlerFunc) echo.HandlerFunc {
 			return newError(http.StatusForbidden, CodeKeyScope, "this API key is for nodes only; send requests with a client key")
 		}
 		if b, ok := c.Get(ctxTaskBody).(*taskBody); ok && !acct.KeyLimits.AllowsType(b.TaskType) {
-			return newError(http.StatusForbidden, CodeKeyScope, "this API key may ask only for the task types "+strings.Join(acct.KeyLimits.TaskTypes, ", "))
+			return typeOutOfScope(acct.KeyLimits)
 		}
 		if !acct.KeyLimits.Any() {
 			return next(c)
@@ -84,6 +84,11 @@ func (a *App) checkKey(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		return next(c)
 	}
+}
+
+// typeOutOfScope is the 403 for a task type a key may not ask for.
+func typeOutOfScope(l store.KeyLimits) *apiError {
+	return newError(http.StatusForbidden, CodeKeyScope, "this API key may ask only for the task types "+strings.Join(l.TaskTypes, ", "))
 }
 
 // quotaRefusal is the refusal of a key at one of its limits (in this

@@ -114,7 +114,8 @@ type run struct {
 	onNode   func(nodeID string)
 	sawGone  bool   // an owner refused because its instance is gone or draining
 	looked   bool   // the directory was asked to look again (lookAgain)
-	prefer   string // the node the request's session had ("" for none)
+	had      string // the node the request's session had ("" for none): what its metric is judged by
+	prefer   string // the node to prefer: had, until that node refuses
 }
 
 // lookAgain asks the directory, once per request, to re-read the cluster
@@ -149,7 +150,8 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 			w.Done(false) // gave up, or failed: a wake it holds goes on
 		}
 	}()
-	r.prefer = r.lastNode(ctx)
+	r.had = r.lastNode(ctx)
+	r.prefer = r.had
 	for r.attempts < d.cfg.MaxAttempts {
 		var c nodes.Candidate
 		var ok, busy bool
@@ -316,7 +318,7 @@ func (r *run) rememberNode(ctx context.Context, nodeID string) {
 	if r.req.Session == "" {
 		return
 	}
-	switch r.prefer {
+	switch r.had {
 	case nodeID:
 		r.d.metrics.affinity.WithLabelValues("hit").Inc()
 		return
@@ -330,7 +332,7 @@ func (r *run) rememberNode(ctx context.Context, nodeID string) {
 	if err := r.d.affinity.Remember(actx, r.req.Session, nodeID); err != nil {
 		r.d.metrics.affinity.WithLabelValues("error").Inc()
 	}
-	r.prefer = nodeID
+	r.had, r.prefer = nodeID, nodeID
 }
 
 // pick chooses a node for the next attempt: one not tried yet, preferring
