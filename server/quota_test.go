@@ -20,41 +20,17 @@ import (
 // is set while both instances have the key cached: they pick it up from
 // the database's change sequence, with nothing sent to them.
 func TestTokenQuotaAcrossInstances(t *testing.T) {
-	a, b := startPair(t, "quota", nil)
-	ctx := e2eCtx(t)
-	acct, limitedKey, err := a.store.CreateAccount(ctx, "quota", "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, freeKey, err := a.store.CreateKey(ctx, acct.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Every task costs 1,000 tokens: 400 prompt, 600 completion.
-	runSDKNode(t, a, sdk.NodeConfig{APIKey: limitedKey, Name: "n", Capabilities: []string{"chat"}, MaxConcurrency: 2,
-		Handler: sdk.HandlerFunc(func(ctx context.Context, task *sdk.Task, emit func(string) error) (sdk.Result, error) {
-			return sdk.Result{Text: "ok", Usage: &sdk.Usage{PromptTokens: 400, CompletionTokens: 600}}, nil
-		})}).WaitRegistered(t, 5*time.Second)
-
-	send := func(ta *testApp, key string) (int, []byte, http.Header) {
-		t.Helper()
-		code, raw, h, err := ta.do("POST", "/api/v1/request", key, map[string]any{"task_type": "chat", "content": "x"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return code, raw, h
-	}
+	q := startLimitedPair(t, "quota", sdk.Usage{PromptTokens: 400, CompletionTokens: 600})
+	a, b, limitedKey, freeKey, send := q.a, q.b, q.limitedKey, q.freeKey, q.send
+	ctx := e2eCtx(t)
 	// Both instances know the key (cached) before it gets its limit.
 	for _, ta := range []*testApp{a, b} {
 		if code, raw, _ := send(ta, limitedKey); code != http.StatusOK {
 			t.Fatalf("before the limit: %d %s", code, raw)
 		}
 	}
-	owner, err := a.store.Authenticate(ctx, limitedKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := a.store.SetKeyLimits(ctx, owner.KeyID, store.KeyLimits{TokensPerDay: 10_000})
+	k, err := a.store.SetKeyLimits(ctx, q.limitedKeyID, store.KeyLimits{TokensPerDay: 10_000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,34 +140,10 @@ func TestSpendOf(t *testing.T) {
 // budget_exhausted on the request after the tenth, on both instances; the
 // other key of the account is unaffected.
 func TestBudgetAcrossInstances(t *testing.T) {
-	a, b := startPair(t, "budget", nil)
-	ctx := e2eCtx(t)
-	acct, limitedKey, err := a.store.CreateAccount(ctx, "budget", "", "")
-	if err != nil {
+	q := startLimitedPair(t, "budget", sdk.Usage{PromptTokens: 250, CompletionTokens: 750})
+	a, b, limitedKey, freeKey, send := q.a, q.b, q.limitedKey, q.freeKey, q.send
+	if _, err := a.store.SetKeyLimits(e2eCtx(t), q.limitedKeyID, store.KeyLimits{BudgetPerDay: 10_000}); err != nil {
 		t.Fatal(err)
-	}
-	_, freeKey, err := a.store.CreateKey(ctx, acct.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	owner, err := a.store.Authenticate(ctx, limitedKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.store.SetKeyLimits(ctx, owner.KeyID, store.KeyLimits{BudgetPerDay: 10_000}); err != nil {
-		t.Fatal(err)
-	}
-	runSDKNode(t, a, sdk.NodeConfig{APIKey: freeKey, Name: "n", Capabilities: []string{"chat"}, MaxConcurrency: 2,
-		Handler: sdk.HandlerFunc(func(ctx context.Context, task *sdk.Task, emit func(string) error) (sdk.Result, error) {
-			return sdk.Result{Text: "ok", Usage: &sdk.Usage{PromptTokens: 250, CompletionTokens: 750}}, nil
-		})}).WaitRegistered(t, 5*time.Second)
-	send := func(ta *testApp, key string) (int, []byte, http.Header) {
-		t.Helper()
-		code, raw, h, err := ta.do("POST", "/api/v1/request", key, map[string]any{"task_type": "chat", "content": "x"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return code, raw, h
 	}
 	for i := range 10 {
 		if code, raw, _ := send([]*testApp{a, b}[i%2], limitedKey); code != http.StatusOK {
@@ -210,6 +162,47 @@ func TestBudgetAcrossInstances(t *testing.T) {
 			t.Errorf("the key without a budget: %d %s", code, raw)
 		}
 	}
+}
+
+// limitedPair is two instances of a cluster (real Redis and PostgreSQL),
+// an account with two keys — the one the test limits and a free one — and
+// a node (on a, of the free key) whose every chat task reports usage.
+type limitedPair struct {
+	a, b                              *testApp
+	limitedKey, limitedKeyID, freeKey string
+	// send asks ta for a chat task with key.
+	send func(ta *testApp, key string) (int, []byte, http.Header)
+}
+
+func startLimitedPair(t *testing.T, schema string, usage sdk.Usage) limitedPair {
+	t.Helper()
+	a, b := startPair(t, schema, nil)
+	ctx := e2eCtx(t)
+	acct, limitedKey, err := a.store.CreateAccount(ctx, schema, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, freeKey, err := a.store.CreateKey(ctx, acct.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, err := a.store.Authenticate(ctx, limitedKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSDKNode(t, a, sdk.NodeConfig{APIKey: freeKey, Name: "n", Capabilities: []string{"chat"}, MaxConcurrency: 2,
+		Handler: sdk.HandlerFunc(func(ctx context.Context, task *sdk.Task, emit func(string) error) (sdk.Result, error) {
+			return sdk.Result{Text: "ok", Usage: &usage}, nil
+		})}).WaitRegistered(t, 5*time.Second)
+	send := func(ta *testApp, key string) (int, []byte, http.Header) {
+		t.Helper()
+		code, raw, h, err := ta.do("POST", "/api/v1/request", key, map[string]any{"task_type": "chat", "content": "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return code, raw, h
+	}
+	return limitedPair{a: a, b: b, limitedKey: limitedKey, limitedKeyID: owner.KeyID, freeKey: freeKey, send: send}
 }
 
 // cachedLimits is the limits this instance's auth cache holds for key.
