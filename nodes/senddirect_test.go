@@ -35,13 +35,54 @@ func TestSendDirectAfterItsContextEndedQueues(t *testing.T) {
 	}
 }
 
-// The write SendDirect does in its caller's goroutine is bounded by the
-// caller's context, not only by WriteTimeout (an hour here): to a node
-// that stops reading, a write too large for the socket's buffers returns
-// when the context ends, and the session closes (the frame may be half
-// sent).
-func TestSendDirectWriteBoundedByContext(t *testing.T) {
-	h := serveHub(t, Config{PingInterval: time.Hour, WriteTimeout: time.Hour})
+// A request that ends while SendDirect is writing on its goroutine does
+// not cut the write: the library closes a connection whose write's
+// context ends, and a client going away must not cost the node its
+// connection (and the node's other tasks). The peer reads the frame's
+// first bytes, so the write is under way, far from done (64 MiB against
+// loopback's socket buffers), when the request's context is cancelled;
+// then it reads the rest, whole, and the session is still open.
+func TestSendDirectOutlivesItsRequest(t *testing.T) {
+	h := serveHub(t, Config{PingInterval: time.Hour})
+	p := dialRaw(t, h.url)
+	p.register(t, "slow")
+	s := h.Session(NodeID("acct", "slow"))
+	if s == nil {
+		t.Fatal("no session for the registered node")
+	}
+	big := bytes.Repeat([]byte("x"), 64<<20)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan bool, 1)
+	go func() { done <- s.SendDirect(ctx, big) }()
+	_ = p.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := p.br.Peek(2); err != nil {
+		t.Fatalf("the write did not begin: %v", err)
+	}
+	cancel()
+	if op, payload := p.readFrame(t, 20*time.Second); op != opText || len(payload) != len(big) {
+		t.Fatalf("got %#x with %d bytes, want the whole %d-byte message", op, len(payload), len(big))
+	}
+	if !<-done {
+		t.Fatal("SendDirect refused a message for an open session")
+	}
+	if s.isClosing() {
+		t.Fatal("the request's end closed the node's session")
+	}
+	if !s.SendDirect(context.Background(), []byte(`{"msg_type":"x"}`)) {
+		t.Fatal("the session refused the next message")
+	}
+	if op, payload := p.readFrame(t, 5*time.Second); op != opText || string(payload) != `{"msg_type":"x"}` {
+		t.Fatalf("got %#x %q, want the next message", op, payload)
+	}
+}
+
+// To a node that stops reading, the write SendDirect does on its caller's
+// goroutine ends at WriteTimeout, as the writer's writes do, and the
+// session closes (the frame may be half sent). The caller's context never
+// ends here: WriteTimeout alone bounds the wait.
+func TestSendDirectWriteBoundedByWriteTimeout(t *testing.T) {
+	h := serveHub(t, Config{PingInterval: time.Hour, WriteTimeout: 200 * time.Millisecond})
 	p := dialRaw(t, h.url)
 	p.register(t, "stalled")
 	s := h.Session(NodeID("acct", "stalled"))
@@ -49,17 +90,15 @@ func TestSendDirectWriteBoundedByContext(t *testing.T) {
 		t.Fatal("no session for the registered node")
 	}
 	big := bytes.Repeat([]byte("x"), 64<<20) // far more than loopback's socket buffers; the peer reads nothing
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
 	done := make(chan bool, 1)
-	go func() { done <- s.SendDirect(ctx, big) }()
+	go func() { done <- s.SendDirect(context.Background(), big) }()
 	select {
 	case <-done:
 	case <-time.After(20 * time.Second):
-		t.Fatal("SendDirect still writing 20s after its context ended")
+		t.Fatal("SendDirect still writing 20s after its WriteTimeout")
 	}
 	if !s.isClosing() {
-		t.Error("a write cut short by its context left the session open")
+		t.Error("a write cut short by WriteTimeout left the session open")
 	}
 }
 

@@ -171,10 +171,14 @@ func (s *Session) Send(msg []byte) bool {
 // floor, and fewer hand-offs"). Otherwise, or when ctx has ended already,
 // it queues msg as Send does, behind what is there, so the node still gets
 // its messages in the order they were sent. The write it does itself is
-// bounded by ctx (the caller's request) and by WriteTimeout; one that fails,
-// or that ctx cuts short (the library closes a connection whose write was
-// cut: a frame may be half sent), closes the session, as a failed write of
-// the writer's does. It reports whether msg was written or queued.
+// bounded by WriteTimeout alone, as the writer's are, and a failed one
+// closes the session as the writer's does. ctx only decides whether to
+// write at all: the library closes a connection whose write's context
+// ends (a frame may be half sent), even when the end races a write that
+// has just finished, so a request whose client went away at that moment
+// would cost the node its connection and every other task on it. The
+// caller waits at most WriteTimeout for a node that stopped reading. It
+// reports whether msg was written or queued.
 func (s *Session) SendDirect(ctx context.Context, msg []byte) bool {
 	s.mu.Lock()
 	if s.closing || s.writing || len(s.queue) > 0 || ctx.Err() != nil {
@@ -183,7 +187,7 @@ func (s *Session) SendDirect(ctx context.Context, msg []byte) bool {
 	}
 	s.writing = true
 	s.mu.Unlock()
-	wctx, cancel := context.WithTimeout(ctx, s.hub.cfg.WriteTimeout)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.hub.cfg.WriteTimeout)
 	err := s.conn.Write(wctx, websocket.MessageText, msg)
 	cancel()
 	s.mu.Lock()

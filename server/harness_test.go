@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,11 +38,39 @@ type testApp struct {
 	done   chan error
 }
 
+// testLogger writes the instance's log to stderr at debug level when
+// SWITCHYARD_TEST_LOG is set; otherwise it keeps the info-level log and
+// prints it only if the test fails, so a failure that shows once in a
+// hundred runs arrives with what the instance said.
 func testLogger(t testing.TB) *slog.Logger {
 	if os.Getenv("SWITCHYARD_TEST_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	var buf lockedBuffer
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("instance log:\n%s", buf.String())
+		}
+	})
+	return slog.New(slog.NewTextHandler(&buf, nil))
+}
+
+// lockedBuffer is a bytes.Buffer the instance's goroutines write to at once.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // startApp starts an instance with test-friendly settings; mutate adjusts

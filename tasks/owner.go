@@ -51,7 +51,8 @@ func (o *owner) assign(e *bus.Envelope) error { return o.admit(e, (*nodes.Sessio
 
 // assignDirect is assign for the request's own goroutine (the dispatcher's
 // local path): the node's session may write the assign in it when its
-// socket is free, bounded by ctx, the request's (nodes.Session.SendDirect).
+// socket is free (nodes.Session.SendDirect; ctx, the request's, ending
+// does not cut that write).
 func (o *owner) assignDirect(ctx context.Context, e *bus.Envelope) error {
 	return o.admit(e, func(s *nodes.Session, msg []byte) bool { return s.SendDirect(ctx, msg) })
 }
