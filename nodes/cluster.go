@@ -244,7 +244,7 @@ func (d *ClusterDirectory) Candidates(dst []Candidate, capability string) []Cand
 			continue
 		}
 		dst = append(dst, Candidate{
-			NodeID: n.entry.NodeID, Owner: n.entry.Instance, Gen: n.entry.Gen, Trust: n.entry.Trust,
+			NodeID: n.entry.NodeID, Owner: n.entry.Instance, Gen: n.entry.Gen, Trust: n.entry.Trust, Labels: n.entry.Labels,
 			FreeSlots: n.entry.FreeSlots - int(n.taken.Load()), CPU: n.entry.CPUPercent,
 			HasBench: n.entry.HasBench, BenchMs: n.entry.BenchMs, BenchFailed: n.entry.BenchFailed,
 		})

@@ -11,6 +11,7 @@ type Candidate struct {
 	Owner     string // id of the instance that holds the node's socket
 	Gen       uint64 // the generation of that connection; the owner refuses any other
 	Trust     string
+	Labels    map[string]string // the node's; shared, never changed
 	FreeSlots int
 	CPU       float64
 	Session   *Session // the session when the node is connected here, else nil
@@ -22,15 +23,19 @@ type Candidate struct {
 
 // NodeView is a node as GET /api/v1/nodes shows it.
 type NodeView struct {
-	NodeID         string          `json:"node_id"`
-	Name           string          `json:"name"`
-	Capabilities   []string        `json:"capabilities"`
-	Languages      []string        `json:"languages"`
-	ModelInfo      json.RawMessage `json:"model_info"`
-	Trust          string          `json:"trust"`
-	CPUPercent     float64         `json:"cpu_percent"`
-	ActiveTasks    int             `json:"active_tasks"`
-	MaxConcurrency int             `json:"max_concurrency"`
+	NodeID       string          `json:"node_id"`
+	Name         string          `json:"name"`
+	Capabilities []string        `json:"capabilities"`
+	Languages    []string        `json:"languages"`
+	ModelInfo    json.RawMessage `json:"model_info"`
+	Trust        string          `json:"trust"`
+	// Version and Labels are what the node declared at registration (ours;
+	// omitted when it declared none).
+	Version        string            `json:"version,omitempty"`
+	Labels         map[string]string `json:"labels,omitempty"`
+	CPUPercent     float64           `json:"cpu_percent"`
+	ActiveTasks    int               `json:"active_tasks"`
+	MaxConcurrency int               `json:"max_concurrency"`
 	// Online and Load are what GemmaNet's client SDK reads into NodeInfo
 	// (it defaults them to true and 0.0): every listed node is online
 	// (connected to a live instance), and Load is the fraction of its slots
@@ -73,7 +78,7 @@ func (h *Hub) Candidates(dst []Candidate, capability string) []Candidate {
 	for _, s := range h.withCapability(capability) {
 		has, ms, failed := s.benchFields()
 		dst = append(dst, Candidate{
-			NodeID: s.NodeID, Owner: h.cfg.Instance, Gen: s.Gen, Trust: s.Info.Trust,
+			NodeID: s.NodeID, Owner: h.cfg.Instance, Gen: s.Gen, Trust: s.Info.Trust, Labels: s.Info.Labels,
 			FreeSlots: s.FreeSlots(), CPU: s.CPU(), Session: s,
 			HasBench: has, BenchMs: ms, BenchFailed: failed,
 		})
@@ -106,6 +111,7 @@ func (s *Session) View(instance string) NodeView {
 		State: state, StateReason: reason, AccountID: s.Info.AccountID,
 		NodeID: s.NodeID, Name: s.Info.Name, Capabilities: s.Info.Capabilities,
 		Languages: s.Info.Languages, ModelInfo: s.Info.ModelInfo, Trust: s.Info.Trust,
+		Version: s.Info.Version, Labels: s.Info.Labels,
 		CPUPercent: s.CPU(), ActiveTasks: s.InFlight(), MaxConcurrency: s.Info.MaxConcurrency,
 		Online: true, Load: load(s.InFlight(), s.Info.MaxConcurrency),
 		Instance: instance, ConnectedAt: s.ConnectedAt.UTC(),

@@ -221,7 +221,7 @@ type Hub struct {
 func NewHub(cfg Config, auth Authenticator, claims Claims, events Events) *Hub {
 	cfg = cfg.withDefaults()
 	ws := NewWaiters()
-	return &Hub{
+	h := &Hub{
 		cfg:         cfg,
 		auth:        auth,
 		claims:      claims,
@@ -236,6 +236,10 @@ func NewHub(cfg Config, auth Authenticator, claims Claims, events Events) *Hub {
 		registering: make(chan struct{}, cfg.MaxRegistering),
 		shed:        newShedPacer(cfg.MaxRegistering),
 	}
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(versionCollector{h})
+	}
+	return h
 }
 
 // WaitSlot queues a request that found every node with capability full;
@@ -344,6 +348,7 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string, he
 			Name: reg.Name, AccountID: acct.ID, Trust: acct.Trust, KeyPrefix: acct.KeyPrefix,
 			Capabilities: reg.Capabilities, Languages: reg.Languages,
 			ModelInfo: reg.ModelInfo, MaxConcurrency: maxc, TaskCancel: reg.TaskCancel,
+			Version: reg.Version, Labels: reg.Labels,
 		},
 		conn:       conn,
 		heard:      heard,

@@ -1,6 +1,12 @@
 package nodes
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 type metrics struct {
 	connected  prometheus.Gauge
@@ -63,4 +69,49 @@ func newMetrics(reg prometheus.Registerer, ws *Waiters) *metrics {
 			}, func() float64 { return float64(ws.Len()) }))
 	}
 	return m
+}
+
+// maxVersionSeries caps the versions switchyard_nodes_connected_by_version
+// reports one by one; the nodes of the rest are counted under "other", so
+// nodes that declare many versions cannot grow the series without bound.
+const maxVersionSeries = 50
+
+var versionDesc = prometheus.NewDesc("switchyard_nodes_connected_by_version",
+	"Node connections held by this instance, by the version the node declared (\"unknown\" when it declared none; \"other\" past the 50 most common).",
+	[]string{"version"}, nil)
+
+// versionCollector counts the hub's nodes by version when scraped: nothing
+// to keep in step as nodes come and go.
+type versionCollector struct{ h *Hub }
+
+func (c versionCollector) Describe(ch chan<- *prometheus.Desc) { ch <- versionDesc }
+
+func (c versionCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := map[string]int{}
+	c.h.mu.RLock()
+	for _, s := range c.h.sessions {
+		counts[cmp.Or(s.Info.Version, "unknown")]++
+	}
+	c.h.mu.RUnlock()
+	other := counts["other"] // a node may call its version that: one series still
+	delete(counts, "other")
+	type vc struct {
+		v string
+		n int
+	}
+	all := make([]vc, 0, len(counts))
+	for v, n := range counts {
+		all = append(all, vc{v, n})
+	}
+	slices.SortFunc(all, func(a, b vc) int { return cmp.Or(b.n-a.n, strings.Compare(a.v, b.v)) })
+	for i, x := range all {
+		if i >= maxVersionSeries {
+			other += x.n
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(versionDesc, prometheus.GaugeValue, float64(x.n), x.v)
+	}
+	if other > 0 {
+		ch <- prometheus.MustNewConstMetric(versionDesc, prometheus.GaugeValue, float64(other), "other")
+	}
 }

@@ -24,9 +24,35 @@ const (
 	maxFeatures        = 32
 	maxFeatureChars    = 64
 	MaxNodeConcurrency = 1024 // the largest max_concurrency a node may declare
+	maxVersionChars    = 64
+	MaxLabels          = 16  // labels a node may declare, and a request require
+	MaxLabelValueChars = 128 // the longest label value
 )
 
 var capabilityRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// LabelKeyRE is what a label's key must match, on a node and in a request.
+var LabelKeyRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+
+// CheckLabels reports what is wrong with labels, naming field (the JSON
+// field that holds them) and the rule broken; nil when they are fine.
+func CheckLabels(field string, labels map[string]string) error {
+	if len(labels) > MaxLabels {
+		return fmt.Errorf("%s has more than %d labels", field, MaxLabels)
+	}
+	for k, v := range labels {
+		if !LabelKeyRE.MatchString(k) {
+			return fmt.Errorf("%s: key %q must match %s", field, truncate(k, 80), LabelKeyRE)
+		}
+		if n := utf8.RuneCountInString(v); n == 0 || n > MaxLabelValueChars {
+			return fmt.Errorf("%s: the value of %q must be 1-%d characters", field, k, MaxLabelValueChars)
+		}
+		if !displayable(v) {
+			return fmt.Errorf("%s: the value of %q must not contain control, format or bidirectional-override characters", field, k)
+		}
+	}
+	return nil
+}
 
 // Registration is a validated node_register.
 type Registration struct {
@@ -37,19 +63,23 @@ type Registration struct {
 	ModelInfo      json.RawMessage // a JSON object
 	MaxConcurrency int             // 0 when the node did not say
 	TaskCancel     bool            // it declared wire.FeatureTaskCancel
+	Version        string          // "" when the node did not say
+	Labels         map[string]string
 }
 
 // DecodeRegister decodes and validates a node_register payload. Its error
 // text is sent to the node, so it names the field and the rule.
 func DecodeRegister(p json.RawMessage) (Registration, error) {
 	var raw struct {
-		APIKey         *string         `json:"api_key"`
-		Name           *string         `json:"name"`
-		Capabilities   []string        `json:"capabilities"`
-		Languages      []string        `json:"languages"`
-		ModelInfo      json.RawMessage `json:"model_info"`
-		MaxConcurrency json.RawMessage `json:"max_concurrency"`
-		Features       []string        `json:"features"`
+		APIKey         *string           `json:"api_key"`
+		Name           *string           `json:"name"`
+		Capabilities   []string          `json:"capabilities"`
+		Languages      []string          `json:"languages"`
+		ModelInfo      json.RawMessage   `json:"model_info"`
+		MaxConcurrency json.RawMessage   `json:"max_concurrency"`
+		Features       []string          `json:"features"`
+		Version        string            `json:"version"`
+		Labels         map[string]string `json:"labels"`
 	}
 	var r Registration
 	if err := json.Unmarshal(p, &raw); err != nil {
@@ -74,6 +104,13 @@ func DecodeRegister(p json.RawMessage) (Registration, error) {
 		return r, fmt.Errorf("%w: languages has more than %d items", wire.ErrInvalidMessage, maxLanguages)
 	case len(raw.Features) > maxFeatures:
 		return r, fmt.Errorf("%w: features has more than %d items", wire.ErrInvalidMessage, maxFeatures)
+	case utf8.RuneCountInString(raw.Version) > maxVersionChars:
+		return r, fmt.Errorf("%w: version is longer than %d characters", wire.ErrInvalidMessage, maxVersionChars)
+	case !displayable(raw.Version):
+		return r, fmt.Errorf("%w: version must not contain control, format or bidirectional-override characters", wire.ErrInvalidMessage)
+	}
+	if err := CheckLabels("labels", raw.Labels); err != nil {
+		return r, fmt.Errorf("%w: %s", wire.ErrInvalidMessage, err)
 	}
 	for _, f := range raw.Features {
 		if n := utf8.RuneCountInString(f); n == 0 || n > maxFeatureChars {
@@ -127,6 +164,10 @@ func DecodeRegister(p json.RawMessage) (Registration, error) {
 		r.Languages = []string{}
 	}
 	r.ModelInfo = compact
+	r.Version = raw.Version
+	if len(raw.Labels) > 0 {
+		r.Labels = raw.Labels
+	}
 	return r, nil
 }
 

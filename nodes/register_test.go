@@ -20,6 +20,13 @@ func TestDecodeRegister(t *testing.T) {
 		}
 		return "[" + strings.Join(s, ",") + "]"
 	}
+	labels := func(n int) string {
+		s := make([]string, n)
+		for i := range s {
+			s[i] = fmt.Sprintf(`"k%d":"v"`, i)
+		}
+		return "{" + strings.Join(s, ",") + "}"
+	}
 	ok := func(extra string) string {
 		return `{"api_key":"gn_k","name":"n","capabilities":["echo"]` + extra + `}`
 	}
@@ -71,6 +78,22 @@ func TestDecodeRegister(t *testing.T) {
 		{"features too many", ok(`,"features":` + caps(33)), "features has more than 32"},
 		{"feature empty", ok(`,"features":[""]`), "each feature must be 1-64 characters"},
 		{"feature too long", ok(`,"features":["` + long(65) + `"]`), "each feature must be 1-64 characters"},
+		{"version and labels", ok(`,"version":"2.1.0-rc.1","labels":{"region":"eu-west","gpu.model":"a100","zone_2":"b"}`), ""},
+		{"version at limit", ok(`,"version":"` + long(64) + `"`), ""},
+		{"version too long", ok(`,"version":"` + long(65) + `"`), "version is longer than 64"},
+		{"version with ESC", ok(`,"version":"1\u001b[2J"`), "version must not contain control"},
+		{"version not a string", ok(`,"version":2`), "version must be a string"},
+		{"labels null", ok(`,"labels":null`), ""},
+		{"labels not an object", ok(`,"labels":["region"]`), "labels must be a"},
+		{"label value not a string", ok(`,"labels":{"gpus":2}`), "must be a string"},
+		{"label key upper case", ok(`,"labels":{"Region":"eu"}`), "key \"Region\" must match"},
+		{"label key empty", ok(`,"labels":{"":"eu"}`), "must match"},
+		{"label key too long", ok(`,"labels":{"` + long(64) + `":"eu"}`), "must match"},
+		{"label value empty", ok(`,"labels":{"region":""}`), "the value of \"region\" must be 1-128 characters"},
+		{"label value too long", ok(`,"labels":{"region":"` + long(129) + `"}`), "must be 1-128 characters"},
+		{"label value with RLO", ok(`,"labels":{"region":"eu\u202e"}`), "bidirectional-override"},
+		{"16 labels", ok(`,"labels":` + labels(16)), ""},
+		{"17 labels", ok(`,"labels":` + labels(17)), "labels has more than 16 labels"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -95,6 +118,13 @@ func TestDecodeRegisterDefaults(t *testing.T) {
 	}
 	if strings.Join(r.Capabilities, ",") != "a,b" {
 		t.Fatalf("duplicate capabilities kept: %v", r.Capabilities)
+	}
+	if r.Version != "" || r.Labels != nil {
+		t.Fatalf("a node that declared neither has version %q, labels %v", r.Version, r.Labels)
+	}
+	r, err = DecodeRegister(json.RawMessage(`{"api_key":"k","name":"n","capabilities":["a"],"version":"1.2","labels":{"region":"eu"}}`))
+	if err != nil || r.Version != "1.2" || len(r.Labels) != 1 || r.Labels["region"] != "eu" {
+		t.Fatalf("declared version 1.2 and region=eu: %+v, %v", r, err)
 	}
 }
 
@@ -138,6 +168,7 @@ func FuzzDecodeRegister(f *testing.F) {
 		`{"msg_type":"node_register","payload":{"api_key":"k","name":"n\u202e","capabilities":["a"]}}`,
 		`{"msg_type":"node_register","payload":{"api_key":"k","name":"n","capabilities":["a"],"max_concurrency":"8"}}`,
 		`{"msg_type":"node_register","payload":{"api_key":"k","name":"n","capabilities":["a"],"model_info":[1]}}`,
+		`{"msg_type":"node_register","payload":{"api_key":"k","name":"n","capabilities":["a"],"version":"1.0","labels":{"region":"eu","Gpu":"x"}}}`,
 		`{"msg_type":"heartbeat","payload":{}}`, `{}`, `null`,
 	} {
 		f.Add([]byte(s))
@@ -159,6 +190,9 @@ func FuzzDecodeRegister(f *testing.F) {
 		}
 		if reg.MaxConcurrency < 0 || reg.MaxConcurrency > MaxNodeConcurrency {
 			t.Fatalf("max_concurrency %d out of range", reg.MaxConcurrency)
+		}
+		if CheckLabels("labels", reg.Labels) != nil || !displayable(reg.Version) || utf8.RuneCountInString(reg.Version) > maxVersionChars {
+			t.Fatalf("accepted version %q, labels %v", reg.Version, reg.Labels)
 		}
 		if !displayable(reg.Name) || utf8.RuneCountInString(reg.Name) > maxNameChars {
 			t.Fatalf("accepted the name %q", reg.Name)

@@ -24,8 +24,11 @@ type Standing struct {
 // Pick says what a request needs of a node.
 type Pick struct {
 	Capability string
-	Trust      string   // "official" admits only official nodes; anything else admits all
-	Exclude    []string // nodes already tried for this request
+	Trust      string // "official" admits only official nodes; anything else admits all
+	// Labels admits only nodes that declared every one of them, with the
+	// same value; nil admits all.
+	Labels  map[string]string
+	Exclude []string // nodes already tried for this request
 	// Prefer is a node to take whenever it qualifies and has a free slot,
 	// whatever the others' scores (session affinity); "" for none. A
 	// preferred node held by another instance than Local is taken even
@@ -81,10 +84,21 @@ func Select(cands []Candidate, p Pick, standing func(nodeID string) Standing) (b
 	return best, false, false
 }
 
-// admits is what p asks of a node before its standing: not tried yet, and
-// of the demanded trust.
+// admits is what p asks of a node before its standing: not tried yet, of
+// the demanded trust, and with the demanded labels.
 func (p Pick) admits(c Candidate) bool {
-	return !slices.Contains(p.Exclude, c.NodeID) && (p.Trust != TrustOfficial || c.Trust == TrustOfficial)
+	return !slices.Contains(p.Exclude, c.NodeID) && (p.Trust != TrustOfficial || c.Trust == TrustOfficial) &&
+		HasLabels(c.Labels, p.Labels)
+}
+
+// HasLabels reports whether have holds every label of want, with its value.
+func HasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // Score is GemmaNet's routing score for a node that has the capability:

@@ -76,3 +76,38 @@ func TestSelectPrefersReputation(t *testing.T) {
 		}
 	}
 }
+
+// A pick that demands labels admits only nodes that declared all of them
+// with the same values; busy then speaks of those nodes alone.
+func TestSelectLabels(t *testing.T) {
+	eu := map[string]string{"region": "eu-west", "gpu": "l4"}
+	cands := []Candidate{
+		{NodeID: "plain", FreeSlots: 1},
+		{NodeID: "us", FreeSlots: 1, Labels: map[string]string{"region": "us-east", "gpu": "l4"}},
+		{NodeID: "eu", FreeSlots: 1, Labels: eu},
+		{NodeID: "eu-full", FreeSlots: 0, Labels: eu},
+	}
+	standing := func(string) Standing { return Standing{Score: 50} }
+	for range 50 {
+		if c, ok, _ := Select(cands, Pick{Labels: map[string]string{"region": "eu-west"}}, standing); !ok || c.NodeID != "eu" {
+			t.Fatalf("region=eu-west picked %q, %v; want eu", c.NodeID, ok)
+		}
+		if c, ok, _ := Select(cands, Pick{Labels: map[string]string{"gpu": "l4", "region": "us-east"}}, standing); !ok || c.NodeID != "us" {
+			t.Fatalf("gpu=l4,region=us-east picked %q, %v; want us", c.NodeID, ok)
+		}
+	}
+	if _, ok, busy := Select(cands, Pick{Labels: eu, Exclude: []string{"eu"}}, standing); ok || !busy {
+		t.Fatalf("only a full node has the labels: found %v, busy %v; want busy", ok, busy)
+	}
+	if _, ok, busy := Select(cands, Pick{Labels: map[string]string{"region": "ap-south"}}, standing); ok || busy {
+		t.Fatalf("no node has the label: found %v, busy %v; want neither", ok, busy)
+	}
+	seen := map[string]bool{}
+	for range 200 {
+		c, _, _ := Select(cands, Pick{}, standing)
+		seen[c.NodeID] = true
+	}
+	if len(seen) != 3 {
+		t.Fatalf("a pick with no labels took %v over 200 draws; want plain, us and eu", seen)
+	}
+}

@@ -29,6 +29,8 @@ type Info struct {
 	// TaskCancel: the node declared FeatureTaskCancel. Only such a node is
 	// sent task_cancel; GemmaNet's SDK cannot parse it.
 	TaskCancel bool
+	Version    string            // "" when the node did not say
+	Labels     map[string]string // nil when it declared none; never changed
 }
 
 // Events receives what a session's node sends about tasks. The tasks

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/url"
 	"regexp"
@@ -99,7 +100,13 @@ type NodeConfig struct {
 	// MaxConcurrency is how many handlers may run at once; sent to the
 	// server as max_concurrency. Default 1.
 	MaxConcurrency int
-	Handler        Handler // required
+	// Version is the node software's version (at most 64 characters) and
+	// Labels its labels (at most 16; keys ^[a-z0-9][a-z0-9_.-]{0,62}$,
+	// values 1–128 characters), such as {"region": "eu-west"}: shown in
+	// the node listing, and a request may require labels. Both optional.
+	Version string
+	Labels  map[string]string
+	Handler Handler // required
 	// HeartbeatInterval between heartbeats. Default 30 s.
 	HeartbeatInterval time.Duration
 	// PingInterval between WebSocket pings; a ping unanswered for as long
@@ -120,7 +127,10 @@ type NodeConfig struct {
 	OnRegistered func(nodeID string)
 }
 
-var capabilityRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+var (
+	capabilityRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+	labelKeyRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+)
 
 // withDefaults validates c and returns a copy with defaults filled in.
 func (c NodeConfig) withDefaults() (NodeConfig, error) {
@@ -160,6 +170,20 @@ func (c NodeConfig) withDefaults() (NodeConfig, error) {
 	if mi, err := json.Marshal(c.ModelInfo); err != nil || len(mi) > 2048 {
 		return c, fmt.Errorf("sdk: NodeConfig.ModelInfo must encode as JSON of at most 2048 bytes (%d bytes, %v)", len(mi), err)
 	}
+	if utf8.RuneCountInString(c.Version) > 64 {
+		return c, errors.New("sdk: NodeConfig.Version must be at most 64 characters")
+	}
+	if len(c.Labels) > 16 {
+		return c, fmt.Errorf("sdk: NodeConfig.Labels may hold at most 16, got %d", len(c.Labels))
+	}
+	for k, v := range c.Labels {
+		if !labelKeyRE.MatchString(k) {
+			return c, fmt.Errorf("sdk: label key %q must match %s", k, labelKeyRE)
+		}
+		if n := utf8.RuneCountInString(v); n < 1 || n > 128 {
+			return c, fmt.Errorf("sdk: the value of label %q must be 1–128 characters", k)
+		}
+	}
 	if c.Handler == nil {
 		return c, errors.New("sdk: NodeConfig.Handler is required")
 	}
@@ -175,6 +199,7 @@ func (c NodeConfig) withDefaults() (NodeConfig, error) {
 		mi[k] = v
 	}
 	c.ModelInfo = mi
+	c.Labels = maps.Clone(c.Labels)
 	if c.MaxConcurrency == 0 {
 		c.MaxConcurrency = 1
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -579,6 +580,15 @@ func TestNewNodeRefusesBadConfig(t *testing.T) {
 		{"language", func(c *sdk.NodeConfig) { c.Languages = []string{""} }},
 		{"ModelInfo", func(c *sdk.NodeConfig) { c.ModelInfo = map[string]any{"x": strings.Repeat("y", 2048)} }},
 		{"Handler", func(c *sdk.NodeConfig) { c.Handler = nil }},
+		{"Version", func(c *sdk.NodeConfig) { c.Version = strings.Repeat("v", 65) }},
+		{"label key", func(c *sdk.NodeConfig) { c.Labels = map[string]string{"Region": "eu"} }},
+		{"label \"region\"", func(c *sdk.NodeConfig) { c.Labels = map[string]string{"region": ""} }},
+		{"Labels", func(c *sdk.NodeConfig) {
+			c.Labels = map[string]string{}
+			for i := range 17 {
+				c.Labels[fmt.Sprint("k", i)] = "v"
+			}
+		}},
 		{"negative", func(c *sdk.NodeConfig) { c.MaxConcurrency = -1 }},
 		{"MinBackoff", func(c *sdk.NodeConfig) { c.MinBackoff, c.MaxBackoff = time.Minute, time.Second }},
 	} {

@@ -79,6 +79,8 @@ func (s *session) register(ctx context.Context) (string, error) {
 		Languages:      c.Languages,
 		ModelInfo:      c.ModelInfo,
 		MaxConcurrency: c.MaxConcurrency,
+		Version:        c.Version,
+		Labels:         c.Labels,
 		// The node stops a cancelled task's handler (task.go), so the
 		// server may tell it to and free the slot at once.
 		Features: []string{wire.FeatureTaskCancel},

@@ -110,6 +110,15 @@ func (a *App) submitTask(c echo.Context) error {
 	if strings.EqualFold(c.Request().Header.Get("X-GemmaNet-Trust"), "official") {
 		trust = "official"
 	}
+	if labels, err := nodeLabels(c, body.NodeLabels); err != nil {
+		return err
+	} else if len(labels) > 0 {
+		// An async task runs on its lease holder's own nodes, claimed by
+		// task type; a label it demanded could leave it claimed where no
+		// node has it.
+		return newError(http.StatusUnprocessableEntity, CodeInvalidRequest,
+			"node_labels and "+HeaderNodeLabels+" apply to POST /api/v1/request and the OpenAI routes, not to async tasks")
+	}
 	t := store.AsyncTask{
 		ID: uuid.Must(uuid.NewV7()).String(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, TaskType: body.TaskType,
 		Content: body.Content, Params: body.Params, Stream: body.Stream, Trust: trust, Priority: body.Priority,

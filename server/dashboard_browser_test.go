@@ -55,6 +55,7 @@ type browserReport struct {
 	Failed                  string   `json:"failed"`
 	NodeState               string   `json:"nodeState"`
 	NodeName                string   `json:"nodeName"`
+	LabelledMeta            string   `json:"labelledMeta"`
 	QuarantinedState        string   `json:"quarantinedState"`
 	QuarantinedReason       string   `json:"quarantinedReason"`
 	URL                     string   `json:"url"`
@@ -99,7 +100,10 @@ func TestDashboardInBrowser(t *testing.T) {
 		answerOne(t, ta, n, key, "echo", status)
 	}
 
-	connectNode(t, ta.wsURL, reg(key, "worker-2", "echo")) // after the traffic, which must reach n
+	// After the traffic, which must reach n; it declares a version and labels.
+	labelled := reg(key, "worker-2", "echo")
+	labelled["version"], labelled["labels"] = "1.4.2", map[string]string{"region": "eu-west", "gpu": "a100"}
+	w2 := connectNode(t, ta.wsURL, labelled)
 	// A node whose tasks fail for two accounts in a row is quarantined.
 	flaky := connectNode(t, ta.wsURL, reg(key, "flaky", "ocr"))
 	for _, k := range []string{key, ta.account(t, "bob", "")} {
@@ -137,6 +141,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		"DASHBOARD_TOKEN="+testAdmin,
 		"DASHBOARD_NODE="+n.ID,
 		"DASHBOARD_QUARANTINED="+flaky.ID,
+		"DASHBOARD_LABELLED="+w2.ID,
 		"DASHBOARD_SCREENSHOT="+shot,
 	)
 	var stdout, stderr bytes.Buffer
@@ -156,6 +161,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	if r.QuarantinedState != "quarantined" || !strings.HasPrefix(r.QuarantinedReason, "quarantined: 2 tasks in a row failed") {
 		t.Errorf("the quarantined node shows as %q, its reason as %q", r.QuarantinedState, r.QuarantinedReason)
+	}
+	if want := "v1.4.2 · gpu=a100 · region=eu-west"; r.LabelledMeta != want {
+		t.Errorf("the labelled node's line shows %q, want %q", r.LabelledMeta, want)
 	}
 	if r.NodeName != name {
 		t.Errorf("the node's name shows as %q, want %q as text", r.NodeName, name)

@@ -297,6 +297,9 @@ func readOpenAIBody[T any](a *App, c echo.Context, parse func([]byte) (T, error)
 	if err != nil {
 		return zero, err
 	}
+	if _, err := nodeLabels(c, nil); err != nil {
+		return zero, err
+	}
 	body, err := parse(b)
 	switch {
 	case errors.Is(err, errContextLength):
@@ -309,11 +312,13 @@ func readOpenAIBody[T any](a *App, c echo.Context, parse func([]byte) (T, error)
 
 // openAIRequest is the task of an OpenAI route's request, of taskType (one
 // of its model's targets); session is what the body names for affinity.
+// Its labels are the X-Node-Labels header's, checked by readOpenAIBody.
 func openAIRequest(c echo.Context, taskType, content string, params json.RawMessage, stream bool, session string) tasks.Request {
 	acct := accountOf(c)
+	labels, _ := nodeLabels(c, nil)
 	return tasks.Request{
 		TaskID: uuid.NewString(), AccountID: acct.ID, KeyID: acct.KeyID, Session: sessionOf(c, session), TaskType: taskType,
-		Content: content, Params: params, Stream: stream, Trust: trustOf(c), Priority: nodes.DefaultPriority,
+		Content: content, Params: params, Stream: stream, Trust: trustOf(c), Labels: labels, Priority: nodes.DefaultPriority,
 	}
 }
 

@@ -74,9 +74,13 @@ func (a *App) request(c echo.Context) error {
 	if strings.EqualFold(c.Request().Header.Get("X-GemmaNet-Trust"), "official") {
 		trust = "official" // the stricter of body and header wins
 	}
+	labels, err := nodeLabels(c, body.NodeLabels)
+	if err != nil {
+		return err
+	}
 	req := tasks.Request{
 		TaskID: uuid.NewString(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, Session: sessionOf(c, ""), TaskType: body.TaskType,
-		Content: body.Content, Params: body.Params, Stream: body.Stream, Trust: trust, Priority: body.Priority,
+		Content: body.Content, Params: body.Params, Stream: body.Stream, Trust: trust, Labels: labels, Priority: body.Priority,
 	}
 	if body.Stream {
 		sse := newSSE(c.Response())

@@ -6,10 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"net/http"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/labstack/echo/v4"
 
 	"github.com/switchyard-dev/switchyard/nodes"
 )
@@ -40,19 +44,22 @@ type taskBody struct {
 	Trust    string // "any" or "official"
 	APIKey   string // deprecated body field; the Authorization header wins
 	Priority int    // 0–9 (ours), nodes.DefaultPriority when absent
+	// NodeLabels are labels the node must have declared (ours); nil for any.
+	NodeLabels map[string]string
 }
 
 // parseTaskBody decodes and checks a request body. Every error wraps
 // errInvalidBody and names the field and the rule broken.
 func parseTaskBody(b []byte) (taskBody, error) {
 	var raw struct {
-		TaskType *string         `json:"task_type"`
-		Content  *string         `json:"content"`
-		Params   json.RawMessage `json:"params"`
-		Stream   *bool           `json:"stream"`
-		Trust    *string         `json:"trust"`
-		APIKey   *string         `json:"api_key"`
-		Priority *int            `json:"priority"`
+		TaskType *string           `json:"task_type"`
+		Content  *string           `json:"content"`
+		Params   json.RawMessage   `json:"params"`
+		Stream   *bool             `json:"stream"`
+		Trust    *string           `json:"trust"`
+		APIKey   *string           `json:"api_key"`
+		Priority *int              `json:"priority"`
+		Labels   map[string]string `json:"node_labels"`
 	}
 	var t taskBody
 	if err := decodeObject(b, &raw); err != nil {
@@ -95,7 +102,80 @@ func parseTaskBody(b []byte) (taskBody, error) {
 	if raw.APIKey != nil {
 		t.APIKey = *raw.APIKey
 	}
+	if err := nodes.CheckLabels("node_labels", raw.Labels); err != nil {
+		return t, invalid("%s", err)
+	}
+	if len(raw.Labels) > 0 {
+		t.NodeLabels = raw.Labels
+	}
 	return t, nil
+}
+
+// HeaderNodeLabels names labels a request's node must have, as
+// key=value pairs separated by commas: for clients that cannot add a body
+// field (the OpenAI routes), and beside node_labels on the others.
+const HeaderNodeLabels = "X-Node-Labels"
+
+const ctxNodeLabels = "switchyard.node_labels"
+
+// nodeLabels is what a request demands of its node's labels: the
+// X-Node-Labels header's and body's (which may be nil), joined. A label
+// both name must have one value. The header is read once per request.
+func nodeLabels(c echo.Context, body map[string]string) (map[string]string, error) {
+	header, ok := c.Get(ctxNodeLabels).(map[string]string)
+	if !ok {
+		var err error
+		if header, err = parseNodeLabels(c.Request().Header.Get(HeaderNodeLabels)); err != nil {
+			return nil, newError(http.StatusUnprocessableEntity, CodeInvalidRequest, err.Error())
+		}
+		c.Set(ctxNodeLabels, header)
+	}
+	if len(header) == 0 {
+		return body, nil
+	}
+	if len(body) == 0 {
+		return header, nil
+	}
+	joined := maps.Clone(body)
+	for k, v := range header {
+		if b, ok := joined[k]; ok && b != v {
+			return nil, newError(http.StatusUnprocessableEntity, CodeInvalidRequest,
+				fmt.Sprintf("the label %q is %q in node_labels and %q in %s", k, b, v, HeaderNodeLabels))
+		}
+		joined[k] = v
+	}
+	if err := nodes.CheckLabels("node_labels and "+HeaderNodeLabels, joined); err != nil {
+		return nil, newError(http.StatusUnprocessableEntity, CodeInvalidRequest, err.Error())
+	}
+	return joined, nil
+}
+
+// parseNodeLabels reads an X-Node-Labels header: "region=eu,gpu=a100".
+// Blank pairs are skipped; an empty header is no label.
+func parseNodeLabels(h string) (map[string]string, error) {
+	if strings.TrimSpace(h) == "" {
+		return map[string]string{}, nil
+	}
+	labels := map[string]string{}
+	for pair := range strings.SplitSeq(h, ",") {
+		pair = strings.TrimSpace(pair)
+		if pair == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(pair, "=")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if !ok {
+			return nil, fmt.Errorf("%s: %q is not key=value", HeaderNodeLabels, clip(pair, 80))
+		}
+		if prev, dup := labels[k]; dup && prev != v {
+			return nil, fmt.Errorf("%s names %q twice", HeaderNodeLabels, k)
+		}
+		labels[k] = v
+	}
+	if err := nodes.CheckLabels(HeaderNodeLabels, labels); err != nil {
+		return nil, err
+	}
+	return labels, nil
 }
 
 func invalid(format string, a ...any) error {

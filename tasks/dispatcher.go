@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,8 +30,11 @@ type Request struct {
 	Content  string
 	Params   json.RawMessage // a JSON object; nil means {}
 	Stream   bool
-	Trust    string   // "official" restricts routing to official nodes
-	Avoid    []string // nodes to use only if no other can take the task (a split task's siblings)
+	Trust    string // "official" restricts routing to official nodes
+	// Labels restricts routing to nodes that declared every one of them
+	// (nodes.Pick.Labels); nil for any node.
+	Labels map[string]string
+	Avoid  []string // nodes to use only if no other can take the task (a split task's siblings)
 	// Priority orders the requests waiting for a slot, 0–9, higher first
 	// (nodes.Waiters); within one, the accounts waiting take turns. The
 	// HTTP side sets it: a zero Request waits at priority 0.
@@ -235,6 +241,9 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 	if r.req.Trust == nodes.TrustOfficial {
 		msg = "no official node available for this task type"
 	}
+	if len(r.req.Labels) > 0 {
+		msg += " with the labels " + formatLabels(r.req.Labels)
+	}
 	return Outcome{}, &Error{Code: CodeNoNode, Message: msg}
 }
 
@@ -343,7 +352,7 @@ func (r *run) pick(cands []nodes.Candidate, tried []string) (_ []nodes.Candidate
 	if r.req.LocalOnly {
 		cands = localOnly(cands, d.cfg.Instance)
 	}
-	pick := nodes.Pick{Capability: r.req.TaskType, Trust: r.req.Trust, Exclude: tried, Prefer: r.prefer, Local: d.cfg.Instance}
+	pick := nodes.Pick{Capability: r.req.TaskType, Trust: r.req.Trust, Labels: r.req.Labels, Exclude: tried, Prefer: r.prefer, Local: d.cfg.Instance}
 	if len(r.req.Avoid) > 0 {
 		soft := pick
 		soft.Exclude = append(append([]string(nil), tried...), r.req.Avoid...)
@@ -603,4 +612,17 @@ func (d *dispatcher) finish(r *run, out Outcome, err error) {
 	if nodeOutcome != nil && nodeOutcome.NodeID != "" {
 		d.rec.RecordOutcome(*nodeOutcome)
 	}
+}
+
+// formatLabels writes labels as key=value pairs, by key, for messages.
+func formatLabels(labels map[string]string) string {
+	keys := slices.Sorted(maps.Keys(labels))
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k + "=" + labels[k])
+	}
+	return b.String()
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/switchyard-dev/switchyard/sdk"
@@ -42,6 +44,9 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Var(&langs, "languages", "languages the node handles; repeat it, or separate with commas")
 	modelInfo := fs.String("model-info", "", "a JSON object describing the model, sent at registration")
 	maxConc := fs.Int("max-concurrency", 1, "how many tasks may run at once")
+	nodeVersion := fs.String("node-version", "", "the version shown for this node in the listing and metrics (default: this binary's, "+version+")")
+	var labels stringList
+	fs.Var(&labels, "label", "a label KEY=VALUE, such as region=eu-west, that requests may require (node_labels); repeat it, or separate with commas")
 	handler := fs.String("handler", "echo", "echo, sleep or exec (see above)")
 	sleepMin := fs.Duration("sleep-min", 50*time.Millisecond, "sleep handler: the shortest sleep")
 	sleepMax := fs.Duration("sleep-max", 500*time.Millisecond, "sleep handler: the longest sleep")
@@ -57,6 +62,17 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		Capabilities:   caps,
 		Languages:      langs,
 		MaxConcurrency: *maxConc,
+		Version:        cmp.Or(*nodeVersion, version),
+	}
+	for _, l := range labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" || v == "" {
+			return fmt.Errorf("--label %q must be KEY=VALUE, such as region=eu-west", l)
+		}
+		if cfg.Labels == nil {
+			cfg.Labels = map[string]string{}
+		}
+		cfg.Labels[k] = v
 	}
 	var err error
 	if cfg.URL, err = nodeWSURL(*rawURL); err != nil {

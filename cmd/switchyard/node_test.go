@@ -36,6 +36,8 @@ func TestRunNodeRefusesBadFlags(t *testing.T) {
 		{append(base, "--handler", "sleep", "--sleep-min", "2s", "--sleep-max", "1s"), "--sleep-min (2s) must be between 0 and --sleep-max (1s)"},
 		{append(base, "--model-info", "[1]"), "--model-info must be a JSON object"},
 		{append(base, "--log-level", "loud"), "--log-level"},
+		{append(base, "--label", "region"), `--label "region" must be KEY=VALUE`},
+		{append(base, "--label", "Region=eu"), "label key"},
 		{append(base[:4], "--capability", "no spaces"), "capability"},
 	} {
 		err := runNode(context.Background(), tc.args, &bytes.Buffer{}, &bytes.Buffer{})
@@ -147,7 +149,8 @@ func TestRunNodeServesTasks(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- runNode(runCtx, []string{"--url", srv.URL, "--name", "w1", "--capability", "chat,echo", "--max-concurrency", "2", "--languages", "en"}, &stdout, &stderr)
+		done <- runNode(runCtx, []string{"--url", srv.URL, "--name", "w1", "--capability", "chat,echo", "--max-concurrency", "2", "--languages", "en",
+			"--label", "region=eu-west", "--label", "gpu=a100", "--node-version", "7.1"}, &stdout, &stderr)
 	}()
 	o := <-got
 	stop()
@@ -159,7 +162,8 @@ func TestRunNodeServesTasks(t *testing.T) {
 	}
 	reg, _ := json.Marshal(o.reg)
 	if o.reg.APIKey != "gn_from_env" || o.reg.Name != "w1" || strings.Join(o.reg.Capabilities, ",") != "chat,echo" ||
-		o.reg.MaxConcurrency != 2 || strings.Join(o.reg.Languages, ",") != "en" {
+		o.reg.MaxConcurrency != 2 || strings.Join(o.reg.Languages, ",") != "en" ||
+		o.reg.Version != "7.1" || len(o.reg.Labels) != 2 || o.reg.Labels["region"] != "eu-west" || o.reg.Labels["gpu"] != "a100" {
 		t.Errorf("node_register = %s", reg)
 	}
 	if o.res.TaskID != "t1" || o.res.Status != "completed" || o.res.Result != "ping" {

@@ -15,6 +15,11 @@ type RegisterPayload struct {
 	// Features are the protocol extensions the node understands (ours;
 	// GemmaNet ignores them), such as FeatureTaskCancel.
 	Features []string `json:"features,omitempty"`
+	// Version is the node software's version and Labels its labels (such
+	// as region=eu-west), both ours and optional: shown in the node
+	// listing, and a request may require labels (docs/PROTOCOL.md).
+	Version string            `json:"version,omitempty"`
+	Labels  map[string]string `json:"labels,omitempty"`
 }
 
 // RegisteredPayload is node_registered.

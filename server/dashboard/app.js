@@ -358,6 +358,7 @@
     const tr = el("tr", { "data-node-id": n.node_id });
     const c = {
       name: el("div", { class: "name ellipsis" }), id: el("div", { class: "sub mono" }),
+      meta: el("div", { class: "sub node-meta ellipsis" }),
       account: el("td", { class: "mono ellipsis" }), instance: el("td"), caps: el("td"),
       state: el("span"), reason: el("div", { class: "reason" }),
       slotsText: el("span"), bar: el("div", { class: "bar" }, el("span")),
@@ -389,7 +390,7 @@
     c.pause = pause; c.resume = resume; c.drain = drain;
     c.actions.append(pause, resume, drain);
     tr.append(
-      el("td", null, c.name, c.id),
+      el("td", null, c.name, c.id, c.meta),
       c.account, c.instance, c.caps,
       el("td", null, c.state, c.reason),
       el("td", { class: "num" }, el("span", { class: "slots" }, c.bar, c.slotsText)),
@@ -405,6 +406,12 @@
     c.name.title = n.name;
     setText(c.id, short(n.node_id));
     c.id.title = n.node_id;
+    // What the node declared: its version and labels (key=value, by key).
+    const labels = Object.keys(n.labels || {}).sort().map((k) => k + "=" + n.labels[k]);
+    const meta = [n.version ? "v" + n.version.replace(/^v/, "") : "", ...labels].filter(Boolean).join(" · ");
+    setText(c.meta, meta);
+    c.meta.title = meta;
+    c.meta.hidden = !meta;
     setText(c.account, short(n.account_id));
     c.account.title = n.account_id || "";
     setText(c.instance, instanceLabel(n.instance, n.instance_name));

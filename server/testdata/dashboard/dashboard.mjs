@@ -11,6 +11,7 @@
 //   DASHBOARD_TOKEN       the admin token
 //   DASHBOARD_NODE        the id of a serving node, which it pauses
 //   DASHBOARD_QUARANTINED the id of a quarantined node
+//   DASHBOARD_LABELLED    the id of a node that declared a version and labels
 //   DASHBOARD_SCREENSHOT  where to write the PNG
 //
 // It judges nothing itself: it waits for each step of the way (the
@@ -34,6 +35,7 @@ const url = env('DASHBOARD_URL');
 const token = env('DASHBOARD_TOKEN');
 const nodeID = env('DASHBOARD_NODE');
 const quarantinedID = env('DASHBOARD_QUARANTINED');
+const labelledID = env('DASHBOARD_LABELLED');
 const screenshot = env('DASHBOARD_SCREENSHOT');
 
 const launchTimeout = 30_000; // Chromium's start
@@ -44,6 +46,7 @@ const report = {
   failed: '', // "step: error" when a step did not happen
   nodeState: '', // the node's row's data-state once shown
   nodeName: '', // the node's name as the page shows it (innerText)
+  labelledMeta: '', // the labelled node's version and labels line, as shown
   quarantinedState: '',
   quarantinedReason: '',
   url: '', // the page's address once signed in
@@ -118,6 +121,9 @@ async function run() {
     await page.locator(row(nodeID) + '[data-state="serving"]').waitFor({ state: 'visible' });
     report.nodeState = await node.getAttribute('data-state');
     report.nodeName = await node.locator('.name').innerText();
+
+    step = 'reading a node\'s version and labels';
+    report.labelledMeta = await page.locator(row(labelledID) + ' .node-meta').innerText();
 
     const quarantined = page.locator(row(quarantinedID));
     step = 'seeing the quarantined node';
