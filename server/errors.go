@@ -17,9 +17,9 @@ type Code string
 
 // The codes of the API's own errors.
 const (
-	CodeAlreadyRated          Code = "already_rated" // 409: the task was rated by this account
-	CodeBadRequest            Code = "bad_request"
-	CodeBudgetExhausted       Code = "budget_exhausted"        // 402: the key's spend budget of the day or month is spent (X-Quota-*)             // 400: a body that is not what the route reads
+	CodeAlreadyRated          Code = "already_rated"           // 409: the task was rated by this account
+	CodeBadRequest            Code = "bad_request"             // 400: a body that is not what the route reads
+	CodeBudgetExhausted       Code = "budget_exhausted"        // 402: the key's spend budget of the day or month is spent (X-Quota-*)
 	CodeConflict              Code = "conflict"                // 409, raised without a code of its own
 	CodeContextLengthExceeded Code = "context_length_exceeded" // 400 on /v1/: the prompt is over the model's limit
 	CodeError                 Code = "error"                   // a status with no code of its own (never expected)

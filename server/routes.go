@@ -74,6 +74,8 @@ func (a *App) routes() *echo.Echo {
 		get(adm, "/nodes", a.adminNodes)
 		get(adm, "/overview", a.adminOverview)
 		get(adm, "/usage", a.adminUsage)
+		get(adm, "/keys", a.adminKeys)
+		adm.PUT("/keys/:key/limits", a.adminSetKeyLimits)
 		a.dashboardRoutes(e) // the page signs in with the token and reads /admin/api
 	}
 	return e
