@@ -49,6 +49,11 @@ type floor struct {
 
 	prevAt     time.Time // the last adjust, and the bytes allocated by then
 	prevAllocs uint64
+
+	// adjustedAt is the count of collections the last adjust had seen:
+	// until the hook has run after a collection, the heap's goal is the
+	// one the percent of the one before gave (tests wait for it).
+	adjustedAt atomic.Uint64
 }
 
 // Start lets a busy process's heap grow by up to bytes before a
@@ -68,7 +73,7 @@ func Start(bytes uint64) (stop func(), started bool) {
 	}
 	f := &floor{bytes: bytes, base: base, last: base, samples: []metrics.Sample{
 		{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"},
-		{Name: "/gc/heap/allocs:bytes"},
+		{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/total:gc-cycles"},
 	}}
 	mu.Lock()
 	if current != nil {
@@ -110,6 +115,7 @@ func (f *floor) arm() {
 func (f *floor) adjust() {
 	metrics.Read(f.samples)
 	live, stacks, globals, allocs := value(f.samples[0]), value(f.samples[1]), value(f.samples[2]), value(f.samples[3])
+	defer f.adjustedAt.Store(value(f.samples[4]))
 	now := time.Now()
 	var perSecond uint64
 	if !f.prevAt.IsZero() {

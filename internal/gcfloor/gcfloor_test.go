@@ -44,32 +44,22 @@ func read(name string) uint64 {
 
 var sink []byte
 
-// garbageOf allocates n bytes in 4 KiB pieces, keeping none, and returns
-// the collections that ran meanwhile.
-func garbageOf(n int) uint64 {
-	before := read("/gc/cycles/total:gc-cycles")
+// garbageOf allocates n bytes in 4 KiB pieces, keeping none.
+func garbageOf(n int) {
 	for range n >> 12 {
 		sink = make([]byte, 4<<10)
 	}
-	return read("/gc/cycles/total:gc-cycles") - before
 }
 
-// With a floor far above the live heap, garbage under the floor is
-// collected at most once; without it (GOGC's 100 on a heap of a few MiB)
-// the same garbage takes several collections. Then stop gives GOGC back.
+// A floor raises GOGC while the program allocates fast, never lets the
+// heap's goal pass the floor (or GOGC's own goal, when that is higher),
+// and stop gives GOGC back. How high the percent goes follows the
+// allocation rate over wall-clock time, which a busy machine lowers at
+// will (a descheduled test allocates slowly), so the goal the floor
+// yields for a given rate is judged in TestPercent, not here: counting
+// collections here failed under load (48 MiB of garbage took 2).
 func TestFloorDefersCollections(t *testing.T) {
 	const floor = 64 << 20
-	// Without a floor, the heap's goal (GOGC's 100 on a heap of a few MiB)
-	// is a third of the garbage or less: it takes three collections or
-	// more. The goal is judged, not a count: a count depends on the
-	// collector's pace, and on a busy machine the runtime lets the heap
-	// overshoot its goal (the GC CPU limiter turns assists off), so the
-	// same garbage took two.
-	runtime.GC()
-	if goal := read("/gc/heap/goal:bytes"); goal*3 > 48<<20 {
-		t.Fatalf("without a floor the heap's goal is %d MiB: the test cannot tell a floor from none with 48 MiB of garbage", goal>>20)
-	}
-
 	stop, ok := Start(floor)
 	if !ok {
 		t.Fatal("Start refused")
@@ -87,16 +77,23 @@ func TestFloorDefersCollections(t *testing.T) {
 		garbageOf(8 << 20)
 		runtime.Gosched()
 	}
-	if with := garbageOf(48 << 20); with > 1 {
-		t.Errorf("with a %d MiB floor, 48 MiB of garbage took %d collections, want at most 1", floor>>20, with)
-	}
 	// A floor, not a ceiling gone: garbage of several floors is collected
 	// about once a floor (a percent too high for the runtime's heap
-	// minimum once put a nearly empty heap's goal at 400 MiB).
-	// (Judged by the goal, for the reason above.)
+	// minimum once put a nearly empty heap's goal at 400 MiB). Judged by
+	// the goal, not a count (see above), once the hook has run after the last
+	// collection (until then the goal is what the percent set after the
+	// collection before gives the heap this one found), against the floor
+	// or GOGC's own goal, whichever is higher: on a busy machine a
+	// collection's marking runs long, what is allocated meanwhile counts
+	// as live, and a heap found at 42 MiB has GOGC's goal of 84 MiB, which
+	// the floor never lowers.
 	garbageOf(4 * floor)
-	if goal := read("/gc/heap/goal:bytes"); goal > floor*5/4 {
-		t.Errorf("with a %d MiB floor, the heap's goal is %d MiB after %d MiB of garbage, want about the floor", floor>>20, goal>>20, 4*floor>>20)
+	settled(t)
+	live, roots := read("/gc/heap/live:bytes"), read("/gc/scan/stack:bytes")+read("/gc/scan/globals:bytes")
+	want := max(uint64(floor), live+live+roots)
+	if goal := read("/gc/heap/goal:bytes"); goal > want*5/4 {
+		t.Errorf("with a %d MiB floor and %d MiB live, the heap's goal is %d MiB after %d MiB of garbage, want about %d MiB",
+			floor>>20, live>>20, goal>>20, 4*floor>>20, want>>20)
 	}
 
 	stop()
@@ -108,6 +105,30 @@ func TestFloorDefersCollections(t *testing.T) {
 		t.Error("a floor cannot start again after stop")
 	}
 	stopAgain()
+}
+
+// settled waits until the floor's hook has run after the latest
+// collection. It runs on the finalizer goroutine once that collection is
+// over, so the goal read before it may still be the previous percent's.
+// The hook runs when its sentinel is collected; one allocated while a
+// collection was marking survives it, and then only the next collection
+// runs the hook: when none comes, a forced one does.
+func settled(t *testing.T) {
+	t.Helper()
+	mu.Lock()
+	f := current
+	mu.Unlock()
+	for range 20 {
+		cycles := read("/gc/cycles/total:gc-cycles")
+		for wait := time.Now().Add(100 * time.Millisecond); f.adjustedAt.Load() < cycles && time.Now().Before(wait); {
+			runtime.Gosched()
+		}
+		if f.adjustedAt.Load() >= cycles {
+			return
+		}
+		runtime.GC()
+	}
+	t.Fatal("the floor's hook did not run after 20 forced collections")
 }
 
 // With collection off (GOGC=off, here debug.SetGCPercent(-1)) there is
