@@ -15,14 +15,17 @@
 #   SWITCHYARD_TEST_DATABASE_URL  PostgreSQL for the tests
 #                                 (default postgres://postgres:postgres@127.0.0.1:5432/test?sslmode=disable)
 #   SWITCHYARD_TEST_REDIS_URL     Redis for the tests (default redis://127.0.0.1:6379/0)
-#   FUZZTIME                      how long each fuzz target runs (default 5s; 0 skips fuzzing)
+#   FUZZTIME                      each fuzz target's budget, as go test -fuzztime takes it
+#                                 (default 10000x: executions, not seconds, because Go 1.26's fuzz
+#                                 coordinator can fail a target whose time runs out mid-call;
+#                                 0 skips fuzzing)
 #   SWITCHYARD_BROWSER_TEST       set here: the dashboard's browser test fails without Chromium or Node.js
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # shellcheck source=scripts/services.sh
 . scripts/services.sh
-FUZZTIME=${FUZZTIME:-5s}
+FUZZTIME=${FUZZTIME:-10000x}
 
 ensure_postgres
 ensure_redis
@@ -61,7 +64,15 @@ if [ $# -eq 0 ] && [ "$FUZZTIME" != 0 ]; then
 		dir=$(dirname "$target")
 		for fn in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$target" | cut -d' ' -f2); do
 			say "fuzz $dir $fn ($FUZZTIME)"
-			go test -run '^$' -fuzz "^$fn\$" -fuzztime "$FUZZTIME" "$dir" >/dev/null
+			out=$(mktemp)
+			if ! go test -run '^$' -fuzz "^$fn\$" -fuzztime "$FUZZTIME" "$dir" >"$out" 2>&1; then
+				# Its output says what failed; an input that fails it is kept
+				# in $dir/testdata/fuzz/$fn/, which go test then runs as a test.
+				cat "$out"
+				rm -f "$out"
+				exit 1
+			fi
+			rm -f "$out"
 		done
 	done
 fi
