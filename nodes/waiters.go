@@ -150,7 +150,9 @@ func (w *Waiter) Done(served bool) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if w.e != nil {
-		ws.removeLocked(w, false)
+		// Served while queued (it looked on its timer, or when nudged):
+		// its account's turn passes, as a woken waiter's does.
+		ws.removeLocked(w, served)
 		ws.nudgeLocked(w.capability)
 		return
 	}

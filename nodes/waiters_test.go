@@ -207,3 +207,30 @@ func TestWaitersAgainBeatsPriorityAndLeavingCleansUp(t *testing.T) {
 		t.Fatalf("empty queues left behind: %d", len(ws.q))
 	}
 }
+
+// A queued waiter that takes a slot without being woken (the first
+// waiter, looking on its timer or when nudged) passes its account's turn
+// as a woken one does: the next waiter served is the next account's, not
+// its own account's again. Before, it left with its account still first,
+// and under load X was served three times running while Y waited
+// (server.TestWaitingAccountsTakeTurns, once in a clean run).
+func TestWaitersServedWhileQueuedPassesTheTurn(t *testing.T) {
+	ws := NewWaiters()
+	x1 := ws.Wait("chat", Place{Account: "X", Priority: DefaultPriority})
+	x2 := ws.Wait("chat", Place{Account: "X", Priority: DefaultPriority})
+	y1 := ws.Wait("chat", Place{Account: "Y", Priority: DefaultPriority})
+	if !x1.Again() {
+		t.Fatal("x1, the oldest, is not first")
+	}
+	x1.Done(true) // it found a slot on its own look
+	if !woken(y1) {
+		t.Fatal("the new first waiter (y1, Y's turn) was not nudged to look")
+	}
+	if !y1.Again() || x2.Again() {
+		t.Fatal("after x1 was served while queued, Y's turn did not come before X's next")
+	}
+	ws.Wake([]string{"chat"}, 1)
+	if !woken(y1) || woken(x2) {
+		t.Fatal("the next slot did not go to y1")
+	}
+}
