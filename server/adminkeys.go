@@ -26,18 +26,6 @@ func (a *App) adminKeys(c echo.Context) error {
 	return c.JSON(http.StatusOK, keys)
 }
 
-// keyLimitsBody is PUT /admin/api/keys/{key}/limits: every limit of the
-// key, as `switchyard keys set-limits` sets them; a field left out is no
-// limit.
-type keyLimitsBody struct {
-	TokensPerDay   int64    `json:"tokens_per_day"`
-	TokensPerMonth int64    `json:"tokens_per_month"`
-	BudgetPerDay   int64    `json:"budget_per_day"`
-	BudgetPerMonth int64    `json:"budget_per_month"`
-	Use            string   `json:"use"`
-	TaskTypes      []string `json:"task_types"`
-}
-
 // adminSetKeyLimits is PUT /admin/api/keys/{key}/limits, {key} a key id or
 // prefix. Every instance applies the limits within a second (the store's
 // auth change counter, as for a revoked key); the key's connected nodes
@@ -47,15 +35,13 @@ func (a *App) adminSetKeyLimits(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var body keyLimitsBody
-	if err := decodeObject(b, &body); err != nil {
+	// The body is the key's limits, as GET /admin/api/keys shows them; a
+	// field left out is no limit.
+	var limits store.KeyLimits
+	if err := decodeObject(b, &limits); err != nil {
 		return newError(http.StatusUnprocessableEntity, CodeInvalidRequest, trimKind(err))
 	}
-	k, err := a.store.SetKeyLimits(c.Request().Context(), c.Param("key"), store.KeyLimits{
-		TokensPerDay: body.TokensPerDay, TokensPerMonth: body.TokensPerMonth,
-		BudgetPerDay: body.BudgetPerDay, BudgetPerMonth: body.BudgetPerMonth,
-		Use: body.Use, TaskTypes: body.TaskTypes,
-	})
+	k, err := a.store.SetKeyLimits(c.Request().Context(), c.Param("key"), limits)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return newError(http.StatusNotFound, CodeNotFound, "no key "+clip(c.Param("key"), 80)+" (GET /admin/api/keys lists them)")

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -40,29 +41,24 @@ func TestNodeLabelsRouteRequests(t *testing.T) {
 	}
 
 	// Both instances list all three, with what each declared.
-	for _, ta := range []*testApp{a, b} {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			var list []struct {
-				Name    string            `json:"name"`
-				Version string            `json:"version"`
-				Labels  map[string]string `json:"labels"`
-			}
-			ta.call(t, "GET", "/api/v1/nodes", key, nil, &list)
-			got := map[string]string{}
-			for _, n := range list {
-				raw, _ := json.Marshal(n.Labels)
-				got[n.Name] = n.Version + " " + string(raw)
-			}
-			want := map[string]string{"eu": `2.0.0 {"gpu":"l4","region":"eu-west"}`, "us": `1.9.0 {"region":"us-east"}`, "plain": " null"}
-			if len(got) == 3 && got["eu"] == want["eu"] && got["us"] == want["us"] && got["plain"] == want["plain"] {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s lists %v, want %v", ta.url, got, want)
-			}
-			time.Sleep(20 * time.Millisecond) // the other instance's directory entry is on its way
+	want := map[string]string{"eu": `2.0.0 {"gpu":"l4","region":"eu-west"}`, "us": `1.9.0 {"region":"us-east"}`, "plain": " null"}
+	listed := func(ta *testApp) map[string]string {
+		var list []struct {
+			Name    string            `json:"name"`
+			Version string            `json:"version"`
+			Labels  map[string]string `json:"labels"`
 		}
+		ta.call(t, "GET", "/api/v1/nodes", key, nil, &list)
+		got := map[string]string{}
+		for _, n := range list {
+			raw, _ := json.Marshal(n.Labels)
+			got[n.Name] = n.Version + " " + string(raw)
+		}
+		return got
+	}
+	for _, ta := range []*testApp{a, b} {
+		// The other instance's directory entry is on its way.
+		waitUntilFor(t, 10*time.Second, func() bool { return maps.Equal(listed(ta), want) })
 	}
 
 	served := func(ta *testApp, body map[string]any, header string) (int, string) {

@@ -122,10 +122,14 @@ const ctxNodeLabels = "switchyard.node_labels"
 // X-Node-Labels header's and body's (which may be nil), joined. A label
 // both name must have one value. The header is read once per request.
 func nodeLabels(c echo.Context, body map[string]string) (map[string]string, error) {
+	raw := c.Request().Header.Get(HeaderNodeLabels)
+	if raw == "" {
+		return body, nil // the common case: nothing to parse or keep
+	}
 	header, ok := c.Get(ctxNodeLabels).(map[string]string)
 	if !ok {
 		var err error
-		if header, err = parseNodeLabels(c.Request().Header.Get(HeaderNodeLabels)); err != nil {
+		if header, err = parseNodeLabels(raw); err != nil {
 			return nil, newError(http.StatusUnprocessableEntity, CodeInvalidRequest, err.Error())
 		}
 		c.Set(ctxNodeLabels, header)
