@@ -45,9 +45,10 @@ type Envelope struct {
 	Content  string `msgpack:"c,omitempty"`
 	Params   []byte `msgpack:"p,omitempty"` // the client's params, as a JSON object
 	Stream   bool   `msgpack:"s,omitempty"`
-	Deadline int64  `msgpack:"d,omitempty"` // unix milliseconds; the owner forgets the task after it
-	ReplyTo  string `msgpack:"r,omitempty"` // requester instance id
-	Account  string `msgpack:"a,omitempty"` // the requesting account's id (the owner's quarantine counts accounts)
+	Deadline int64  `msgpack:"d,omitempty"`  // unix milliseconds; the owner forgets the task after it
+	ReplyTo  string `msgpack:"r,omitempty"`  // requester instance id
+	Account  string `msgpack:"a,omitempty"`  // the requesting account's id (the owner's quarantine counts accounts)
+	KeyID    string `msgpack:"ky,omitempty"` // the requesting key's id (the owner's usage reports)
 
 	// chunk
 	Seq   uint32 `msgpack:"q,omitempty"` // 1, 2, 3, … per task

@@ -11,7 +11,7 @@ import (
 func sampleEnvelopes() []*bus.Envelope {
 	return []*bus.Envelope{
 		{Kind: bus.KindAssign, From: "a", TaskID: "t1", NodeID: "n1", Gen: 3, TaskType: "echo", Content: "hi",
-			Params: []byte(`{"x":1}`), Stream: true, Deadline: 1700000000000, ReplyTo: "a"},
+			Params: []byte(`{"x":1}`), Stream: true, Deadline: 1700000000000, ReplyTo: "a", Account: "acct", KeyID: "key"},
 		{Kind: bus.KindChunk, From: "b", TaskID: "t1", NodeID: "n1", Gen: 3, Seq: 9, Delta: "δ"},
 		{Kind: bus.KindResult, From: "b", TaskID: "t1", NodeID: "n1", Gen: 3, Result: &bus.Result{
 			Status: "completed", Text: "done", ProcessingMs: 12, HasUsage: true, PromptTokens: 1, OutputTokens: 2, Chunks: 9}},

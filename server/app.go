@@ -538,7 +538,8 @@ func (r recorder) RecordTask(rec store.TaskRecord) {
 	r.a.spendTokens(rec)
 	r.a.writer.AddTask(rec)
 }
-func (r recorder) RecordOutcome(o store.Outcome) { r.a.rep.Observe(o) }
+func (r recorder) RecordOutcome(o store.Outcome)     { r.a.rep.Observe(o) }
+func (r recorder) RecordUsage(rep store.UsageReport) { r.a.writer.AddUsage(rep) }
 
 // benchStore keeps node benchmark profiles in the store, where every
 // instance sees them.

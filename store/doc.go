@@ -2,7 +2,8 @@
 //
 // It owns:
 //   - the Store interface — accounts and their API keys, records of finished
-//     tasks and the usage ledger they add to (usage.go), ratings, the
+//     tasks and the usage ledger they and the nodes' usage reports add to
+//     (usage.go), ratings, the
 //     per-node counters reputation is computed from, suspensions, the nodes
 //     seen and their benchmark profiles — and its one implementation
 //     (sqlstore.go: accounts.go, tasks.go, usage.go, nodes.go, async.go,
@@ -18,7 +19,8 @@
 //     embedded migrations (package migrations) applied with goose, under a
 //     PostgreSQL session lock so that instances booting together do not race;
 //   - the two components the request path uses without waiting on a
-//     database: Writer, which batches task records and node outcomes off the
+//     database: Writer, which batches task records, node outcomes and usage
+//     reports off the
 //     hot path in a bounded buffer (what overflows is counted and dropped,
 //     never blocks a request; the end of its Run flushes what is pending), and Reputation,
 //     an in-memory cache of node scores that routing reads on every pick.

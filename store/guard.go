@@ -22,8 +22,8 @@ type GuardConfig struct {
 	// Timeout bounds one call (a lookup, a single write). Default 1.5s:
 	// a never-seen API key gets its 503 within it while the database stalls.
 	Timeout time.Duration
-	// WriteTimeout bounds the writer's batches (WriteTasks of more than one
-	// record, ApplyOutcomes), which may legitimately take longer. Default 10s.
+	// WriteTimeout bounds the writer's batches (WriteTasks and WriteUsage of
+	// more than one item, ApplyOutcomes), which may legitimately take longer. Default 10s.
 	WriteTimeout time.Duration
 	// Failures is how many consecutive failed calls open the breaker.
 	// Default 3.
@@ -282,6 +282,14 @@ func (g *Guard) WriteTasks(ctx context.Context, recs []TaskRecord) error {
 		timeout = g.cfg.WriteTimeout
 	}
 	return guardedErr(g, ctx, timeout, func(c context.Context) error { return g.st.WriteTasks(c, recs) })
+}
+
+func (g *Guard) WriteUsage(ctx context.Context, reps []UsageReport) error {
+	timeout := g.cfg.Timeout
+	if len(reps) > 1 {
+		timeout = g.cfg.WriteTimeout
+	}
+	return guardedErr(g, ctx, timeout, func(c context.Context) error { return g.st.WriteUsage(c, reps) })
 }
 
 func (g *Guard) Task(ctx context.Context, id string) (TaskRecord, error) {

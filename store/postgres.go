@@ -142,6 +142,8 @@ func (c *pgConn) writeTasks(ctx context.Context, recs []TaskRecord) error {
 	}
 	// The usage rows are upserted in key order, so that two batches
 	// touching the same rows lock them in the same order (no deadlock).
+	// A task record adds its request and content; its node's tokens,
+	// time and result come from the node's report (writeUsage).
 	_, err := c.pool.Exec(ctx, `WITH ins AS (
 		INSERT INTO tasks (id, account_id, key_id, task_type, stream, status, error_code,
 			node_ids, requester_instance, owner_instance, attempts, created_at, assigned_at, finished_at,
@@ -157,22 +159,51 @@ func (c *pgConn) writeTasks(ctx context.Context, recs []TaskRecord) error {
 			node_ids, requester, owner, attempts, created_at, assigned_at, finished_at,
 			processing_ms, content_bytes, result_bytes, prompt_tokens, completion_tokens)
 		ON CONFLICT (id) DO NOTHING
-		RETURNING account_id, key_id, task_type, status, finished_at,
-			processing_ms, content_bytes, result_bytes, prompt_tokens, completion_tokens)
-	INSERT INTO usage_daily AS d (account_id, day, key_id, task_type, requests, completed,
-		prompt_tokens, completion_tokens, node_ms, content_bytes, result_bytes)
+		RETURNING account_id, key_id, task_type, status, finished_at, content_bytes)
+	INSERT INTO usage_daily AS d (account_id, day, key_id, task_type, requests, completed, content_bytes)
 	SELECT account_id, to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, key_id, task_type,
-		count(*), count(*) FILTER (WHERE status = 'completed'),
-		sum(prompt_tokens), sum(completion_tokens), sum(processing_ms), sum(content_bytes), sum(result_bytes)
+		count(*), count(*) FILTER (WHERE status = 'completed'), sum(content_bytes)
 	FROM ins GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
 	ON CONFLICT (account_id, day, key_id, task_type) DO UPDATE SET
 		requests = d.requests + EXCLUDED.requests, completed = d.completed + EXCLUDED.completed,
-		prompt_tokens = d.prompt_tokens + EXCLUDED.prompt_tokens,
-		completion_tokens = d.completion_tokens + EXCLUDED.completion_tokens,
-		node_ms = d.node_ms + EXCLUDED.node_ms, content_bytes = d.content_bytes + EXCLUDED.content_bytes,
-		result_bytes = d.result_bytes + EXCLUDED.result_bytes`,
+		content_bytes = d.content_bytes + EXCLUDED.content_bytes`,
 		ids, accounts, keys, types, streams, statuses, codes,
 		nodeIDs, requesters, owners, attempts, created, assigned, finished,
 		procMs, contentB, resultB, promptT, completionT)
+	return err
+}
+
+func (c *pgConn) writeUsage(ctx context.Context, reps []UsageReport) error {
+	// As writeTasks: one statement, the rows as one array per column; the
+	// reports it inserted, and only those, added to usage_daily.
+	n := len(reps)
+	var (
+		tasks, nodes, accounts, keys, types = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		at                                  = make([]time.Time, n)
+		promptT, completionT, ms, resultB   = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	)
+	for i, r := range reps {
+		r = cleanReport(r)
+		tasks[i], nodes[i], accounts[i], keys[i], types[i] = r.TaskID, r.NodeID, r.AccountID, r.KeyID, r.TaskType
+		at[i] = dbTime(r.At)
+		promptT[i], completionT[i], ms[i], resultB[i] = r.PromptTokens, r.CompletionTokens, r.NodeMs, r.ResultBytes
+	}
+	_, err := c.pool.Exec(ctx, `WITH ins AS (
+		INSERT INTO usage_reports (task_id, node_id, account_id, key_id, task_type,
+			reported_at, prompt_tokens, completion_tokens, node_ms, result_bytes)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+			$6::timestamptz[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])
+		ON CONFLICT (task_id, node_id) DO NOTHING
+		RETURNING account_id, key_id, task_type, reported_at, prompt_tokens, completion_tokens, node_ms, result_bytes)
+	INSERT INTO usage_daily AS d (account_id, day, key_id, task_type,
+		prompt_tokens, completion_tokens, node_ms, result_bytes)
+	SELECT account_id, to_char(reported_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, key_id, task_type,
+		sum(prompt_tokens), sum(completion_tokens), sum(node_ms), sum(result_bytes)
+	FROM ins GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
+	ON CONFLICT (account_id, day, key_id, task_type) DO UPDATE SET
+		prompt_tokens = d.prompt_tokens + EXCLUDED.prompt_tokens,
+		completion_tokens = d.completion_tokens + EXCLUDED.completion_tokens,
+		node_ms = d.node_ms + EXCLUDED.node_ms, result_bytes = d.result_bytes + EXCLUDED.result_bytes`,
+		tasks, nodes, accounts, keys, types, at, promptT, completionT, ms, resultB)
 	return err
 }

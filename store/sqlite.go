@@ -149,7 +149,8 @@ func (c *sqliteConn) writeTasks(ctx context.Context, recs []TaskRecord) error {
 	// allocation per parameter per row here (BenchmarkWriteTasks256: 7,457
 	// allocations with ?, 12,064 with $n). The tasks it inserted, and only
 	// those (a retried batch inserts nothing twice), are added to
-	// usage_daily in the same transaction.
+	// usage_daily in the same transaction (their requests and content;
+	// the tokens are writeUsage's).
 	return c.sqlTx(ctx, func(tx *sql.Tx) error {
 		stmt, err := tx.PrepareContext(ctx, `INSERT INTO tasks (id, account_id, key_id, task_type, stream, status, error_code,
 			node_ids, requester_instance, owner_instance, attempts, created_at, assigned_at, finished_at,
@@ -176,7 +177,37 @@ func (c *sqliteConn) writeTasks(ctx context.Context, recs []TaskRecord) error {
 			if n, err := res.RowsAffected(); err != nil {
 				return err
 			} else if n == 1 {
-				usage.add(r)
+				usage.add(r.AccountID, r.KeyID, r.TaskType, r.FinishedAt, recordTotals(r))
+			}
+		}
+		return usage.write(ctx, tx)
+	})
+}
+
+func (c *sqliteConn) writeUsage(ctx context.Context, reps []UsageReport) error {
+	// As writeTasks: the reports it inserted, and only those, are added to
+	// usage_daily in the same transaction.
+	return c.sqlTx(ctx, func(tx *sql.Tx) error {
+		stmt, err := tx.PrepareContext(ctx, `INSERT INTO usage_reports (task_id, node_id, account_id, key_id, task_type,
+			reported_at, prompt_tokens, completion_tokens, node_ms, result_bytes)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (task_id, node_id) DO NOTHING`)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		var usage usageSums
+		for _, r := range reps {
+			r = cleanReport(r)
+			res, err := stmt.ExecContext(ctx, r.TaskID, r.NodeID, r.AccountID, r.KeyID, r.TaskType,
+				dbTime(r.At), r.PromptTokens, r.CompletionTokens, r.NodeMs, r.ResultBytes)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 1 {
+				usage.add(r.AccountID, r.KeyID, r.TaskType, r.At, reportTotals(r))
 			}
 		}
 		return usage.write(ctx, tx)

@@ -26,6 +26,9 @@ type conn interface {
 	// transaction: the batch writer's statement, on its hot path, written
 	// for each database (postgres.go, sqlite.go).
 	writeTasks(ctx context.Context, recs []TaskRecord) error
+	// writeUsage inserts usage reports, skipping (task, node) pairs already
+	// stored, and adds those it inserted to usage_daily, in one transaction.
+	writeUsage(ctx context.Context, reps []UsageReport) error
 	ping(ctx context.Context) error
 	close() error
 }

@@ -205,9 +205,16 @@ type Store interface {
 	// ID fails the batch with ErrInvalid. NUL bytes are removed from strings
 	// and invalid UTF-8 replaced, as PostgreSQL cannot store them.
 	WriteTasks(ctx context.Context, recs []TaskRecord) error
-	// Usage returns the usage of the tasks stored by WriteTasks, a row per
-	// account, UTC day, key and task type (usage.go). Each task is counted
-	// once, in the same transaction that stores it.
+	// WriteUsage stores what nodes reported for the tasks they ran (in one
+	// transaction; a batch from the writer). Writing the same task and
+	// node twice keeps the first. A report without a task or node ID fails
+	// the batch with ErrInvalid; strings are cleaned as WriteTasks does.
+	WriteUsage(ctx context.Context, reps []UsageReport) error
+	// Usage returns a row per account, UTC day, key and task type
+	// (usage.go): requests, completed and content_bytes of the tasks stored
+	// by WriteTasks, tokens, node_ms and result_bytes of the reports stored
+	// by WriteUsage. Each is counted once, in the same transaction that
+	// stores it.
 	Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error)
 	// Task returns a stored task (NodeIDs never nil); ErrNotFound if unknown.
 	Task(ctx context.Context, id string) (TaskRecord, error)

@@ -54,14 +54,66 @@ func (t *UsageTotals) add(o UsageTotals) {
 	t.ResultBytes += o.ResultBytes
 }
 
-// recordTotals is what one finished task adds to its usage row.
+// recordTotals is what one finished task's record adds to its usage row:
+// the request and its content. What its node did (tokens, node_ms,
+// result_bytes) comes from the node's UsageReport.
 func recordTotals(r TaskRecord) UsageTotals {
-	t := UsageTotals{Requests: 1, PromptTokens: r.Usage.PromptTokens, CompletionTokens: r.Usage.CompletionTokens,
-		NodeMs: r.ProcessingMs, ContentBytes: r.ContentBytes, ResultBytes: r.ResultBytes}
+	t := UsageTotals{Requests: 1, ContentBytes: r.ContentBytes}
 	if r.Status == StatusCompleted {
 		t.Completed = 1
 	}
 	return t
+}
+
+// UsageReport is what a node reported for one task it ran, as the instance
+// that holds the node received it: the node's tokens (task_result's usage),
+// its processing time and the size of its result. It is counted in
+// usage_daily once per task and node, whatever became of the task's
+// requester: a task whose client left, or whose requesting instance died,
+// after its node answered is counted all the same.
+type UsageReport struct {
+	TaskID    string
+	NodeID    string
+	AccountID string
+	KeyID     string
+	TaskType  string
+	// At is when the report arrived; its UTC day is the usage row's.
+	At               time.Time
+	PromptTokens     int64
+	CompletionTokens int64
+	NodeMs           int64
+	ResultBytes      int64
+}
+
+// reportTotals is what one node's report adds to its usage row.
+func reportTotals(r UsageReport) UsageTotals {
+	return UsageTotals{PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens, NodeMs: r.NodeMs, ResultBytes: r.ResultBytes}
+}
+
+// cleanReport applies cleanText to a report's strings (see cleanRecord).
+func cleanReport(r UsageReport) UsageReport {
+	r.TaskID, r.NodeID, r.AccountID = cleanText(r.TaskID), cleanText(r.NodeID), cleanText(r.AccountID)
+	r.KeyID, r.TaskType = cleanText(r.KeyID), cleanText(r.TaskType)
+	return r
+}
+
+func checkReports(reps []UsageReport) error {
+	for _, r := range reps {
+		if r.TaskID == "" || r.NodeID == "" {
+			return fmt.Errorf("store: usage report without a task id or a node id: %w", ErrInvalid)
+		}
+	}
+	return nil
+}
+
+func (s *sqlStore) WriteUsage(ctx context.Context, reps []UsageReport) error {
+	if len(reps) == 0 {
+		return nil
+	}
+	if err := checkReports(reps); err != nil {
+		return err
+	}
+	return wrapErr("write usage reports", s.db.writeUsage(ctx, reps))
 }
 
 // Usage groupings (GroupUsage).
@@ -153,21 +205,22 @@ func (s *sqlStore) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) 
 	return out, wrapErr("usage", rs.Err())
 }
 
-// usageSums gathers, in SQLite's writeTasks, what the tasks a batch
-// inserted add to usage_daily.
+// usageSums gathers, in SQLite's writeTasks and writeUsage, what the tasks
+// and reports a batch inserted add to usage_daily.
 type usageSums map[UsageRow]*UsageTotals
 
-func (u *usageSums) add(r TaskRecord) {
+// add adds o to the row of account, key and task type on at's UTC day.
+func (u *usageSums) add(account, key, taskType string, at time.Time, o UsageTotals) {
 	if *u == nil {
 		*u = usageSums{}
 	}
-	k := UsageRow{AccountID: r.AccountID, Day: dbTime(r.FinishedAt).UTC().Format(DayLayout), KeyID: r.KeyID, TaskType: r.TaskType}
+	k := UsageRow{AccountID: account, Day: dbTime(at).Format(DayLayout), KeyID: key, TaskType: taskType}
 	t, ok := (*u)[k]
 	if !ok {
 		t = &UsageTotals{}
 		(*u)[k] = t
 	}
-	t.add(recordTotals(r))
+	t.add(o)
 }
 
 func (u usageSums) write(ctx context.Context, tx *sql.Tx) error {

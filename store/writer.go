@@ -19,11 +19,12 @@ import (
 type WriterConfig struct {
 	// FlushInterval is how often buffered items are written. Default 200ms.
 	FlushInterval time.Duration
-	// BatchSize is the most task records (and, separately, outcomes) written
-	// in one transaction; a full batch is written without waiting for the
+	// BatchSize is the most task records (and, separately, outcomes and
+	// usage reports) written in one transaction; a full batch is written without waiting for the
 	// interval. Default 500.
 	BatchSize int
-	// MaxPending bounds the task records plus outcomes held in memory,
+	// MaxPending bounds the task records, outcomes and usage reports held
+	// in memory,
 	// including a batch being written or retried. Beyond it new items are
 	// dropped and counted: a slow or absent database must never slow or
 	// block a request. Default 20000.
@@ -67,7 +68,8 @@ func (c WriterConfig) withDefaults() WriterConfig {
 // writing resumes within seconds of the database coming back.
 const maxBackoff = 10 * time.Second
 
-// Writer takes task records and node outcomes from the request path and
+// Writer takes task records, node outcomes and usage reports from the
+// request path and
 // writes them in batches from one goroutine, Run's. Adding never blocks and
 // never does I/O; what is buffered is bounded by MaxPending.
 //
@@ -99,6 +101,7 @@ type Writer struct {
 	tasks    []pendingTask
 	index    map[string]TaskRecord // ids of tasks, for LookupTask
 	outs     []pendingOutcome
+	usage    []pendingUsage
 	susp     map[string]time.Time // node id -> suspended until, not yet written
 	closed   bool
 	dropping bool // an episode of drops is under way (logged once)
@@ -116,6 +119,11 @@ type pendingTask struct {
 
 type pendingOutcome struct {
 	out Outcome
+	seq uint64
+}
+
+type pendingUsage struct {
+	rep UsageReport
 	seq uint64
 }
 
@@ -156,7 +164,7 @@ func (w *Writer) AddTask(rec TaskRecord) {
 	w.tasks = append(w.tasks, pendingTask{rec: rec, added: now, seq: w.seq})
 	w.index[rec.ID] = rec
 	full := len(w.tasks) >= w.cfg.BatchSize
-	w.m.pending.Set(float64(len(w.tasks) + len(w.outs)))
+	w.m.pending.Set(float64(w.pendingLocked()))
 	w.mu.Unlock()
 	if full {
 		w.kickLoop()
@@ -182,18 +190,48 @@ func (w *Writer) AddOutcome(o Outcome) {
 	w.seq++
 	w.outs = append(w.outs, pendingOutcome{out: o, seq: w.seq})
 	full := len(w.outs) >= w.cfg.BatchSize
-	w.m.pending.Set(float64(len(w.tasks) + len(w.outs)))
+	w.m.pending.Set(float64(w.pendingLocked()))
 	w.mu.Unlock()
 	if full {
 		w.kickLoop()
 	}
 }
 
+// AddUsage queues a node's usage report, like AddTask. A zero At is taken
+// as now. A report already queued or stored for the same task and node is
+// kept once (WriteUsage keeps the first).
+func (w *Writer) AddUsage(r UsageReport) {
+	if r.TaskID == "" || r.NodeID == "" {
+		w.drop("usage", "usage report without a task id or a node id")
+		return
+	}
+	if r.At.IsZero() {
+		r.At = time.Now()
+	}
+	w.mu.Lock()
+	if !w.admitLocked() {
+		w.mu.Unlock()
+		w.drop("usage", "")
+		return
+	}
+	w.seq++
+	w.usage = append(w.usage, pendingUsage{rep: r, seq: w.seq})
+	full := len(w.usage) >= w.cfg.BatchSize
+	w.m.pending.Set(float64(w.pendingLocked()))
+	w.mu.Unlock()
+	if full {
+		w.kickLoop()
+	}
+}
+
+// pendingLocked is how many items are held, written or not.
+func (w *Writer) pendingLocked() int { return len(w.tasks) + len(w.outs) + len(w.usage) }
+
 // admitLocked reports whether one more item fits. A dropping episode ends
 // (and the next one is logged again) once the buffer has drained to 90%, so
 // that a buffer hovering at the limit logs once, not at every flush.
 func (w *Writer) admitLocked() bool {
-	n := len(w.tasks) + len(w.outs)
+	n := w.pendingLocked()
 	if w.closed || n >= w.cfg.MaxPending {
 		return false
 	}
@@ -216,7 +254,7 @@ func (w *Writer) drop(kind, invalid string) {
 	first := !w.dropping
 	w.dropping = true
 	closed := w.closed
-	pending := len(w.tasks) + len(w.outs)
+	pending := w.pendingLocked()
 	w.mu.Unlock()
 	if first {
 		w.log.Warn("store writer is dropping items", "kind", kind, "closed", closed, "pending", pending,
@@ -265,6 +303,7 @@ func (w *Writer) Rate(ctx context.Context, taskID, accountID string, rating int,
 type WriterStats struct {
 	PendingTasks    int   `json:"pending_tasks"`
 	PendingOutcomes int   `json:"pending_outcomes"`
+	PendingUsage    int   `json:"pending_usage"`
 	Dropped         int64 `json:"dropped"`
 }
 
@@ -272,7 +311,8 @@ type WriterStats struct {
 func (w *Writer) Stats() WriterStats {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return WriterStats{PendingTasks: len(w.tasks), PendingOutcomes: len(w.outs), Dropped: w.dropped.Load()}
+	return WriterStats{PendingTasks: len(w.tasks), PendingOutcomes: len(w.outs), PendingUsage: len(w.usage),
+		Dropped: w.dropped.Load()}
 }
 
 // Flush writes everything buffered when it is called. On a write error it
@@ -286,7 +326,7 @@ func (w *Writer) Flush(ctx context.Context) error {
 
 // Run writes what is buffered, every FlushInterval or at once when a batch
 // is full, until ctx ends. Then it takes no more items (AddTask and
-// AddOutcome drop from then on) and writes what is left, retrying with
+// AddOutcome and AddUsage drop from then on) and writes what is left, retrying with
 // backoff, within FinalFlushTimeout of ctx's end. It returns nil once
 // everything was written, or an error naming what could not be; those
 // items stay buffered, so a later Flush may still write them. Run once.
@@ -342,9 +382,10 @@ func (w *Writer) drain(ctx context.Context) error {
 			t.Stop()
 		}
 		st := w.Stats()
-		w.log.Error("store writer stopped with items unwritten", "tasks", st.PendingTasks, "outcomes", st.PendingOutcomes, "err", err)
-		return fmt.Errorf("store: writer stopped with %d task records and %d outcomes unwritten: %w",
-			st.PendingTasks, st.PendingOutcomes, err)
+		w.log.Error("store writer stopped with items unwritten", "tasks", st.PendingTasks, "outcomes", st.PendingOutcomes,
+			"usage_reports", st.PendingUsage, "err", err)
+		return fmt.Errorf("store: writer stopped with %d task records, %d outcomes and %d usage reports unwritten: %w",
+			st.PendingTasks, st.PendingOutcomes, st.PendingUsage, err)
 	}
 }
 
@@ -388,7 +429,7 @@ func (w *Writer) loop(ctx, wctx context.Context) {
 			if failures == 1 {
 				st := w.Stats()
 				w.log.Warn("store write failed; keeping the batch and retrying", "err", err,
-					"pending_tasks", st.PendingTasks, "pending_outcomes", st.PendingOutcomes)
+					"pending_tasks", st.PendingTasks, "pending_outcomes", st.PendingOutcomes, "pending_usage", st.PendingUsage)
 			} else {
 				w.log.Debug("store write failed again", "err", err, "attempt", failures, "retry_in", wait)
 			}
@@ -423,6 +464,12 @@ func (w *Writer) flush(ctx context.Context, mark uint64) error {
 		}
 		if batch := w.headOutcomes(mark); len(batch) > 0 {
 			if err := w.writeOutcomes(ctx, batch); err != nil {
+				return err
+			}
+			wrote = true
+		}
+		if batch := w.headUsage(mark); len(batch) > 0 {
+			if err := w.writeUsage(ctx, batch); err != nil {
 				return err
 			}
 			wrote = true
@@ -483,7 +530,7 @@ func (w *Writer) writeTasks(ctx context.Context, batch []pendingTask) error {
 	for _, p := range batch {
 		delete(w.index, p.rec.ID)
 	}
-	w.m.pending.Set(float64(len(w.tasks) + len(w.outs)))
+	w.m.pending.Set(float64(w.pendingLocked()))
 	w.mu.Unlock()
 	if err == nil {
 		for _, p := range batch {
@@ -514,7 +561,41 @@ func (w *Writer) writeOutcomes(ctx context.Context, batch []pendingOutcome) erro
 	}
 	w.mu.Lock()
 	w.outs = slices.Delete(w.outs, 0, len(batch))
-	w.m.pending.Set(float64(len(w.tasks) + len(w.outs)))
+	w.m.pending.Set(float64(w.pendingLocked()))
+	w.mu.Unlock()
+	return nil
+}
+
+func (w *Writer) headUsage(mark uint64) []pendingUsage {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for n < len(w.usage) && n < w.cfg.BatchSize && w.usage[n].seq <= mark {
+		n++
+	}
+	return slices.Clone(w.usage[:n])
+}
+
+func (w *Writer) writeUsage(ctx context.Context, batch []pendingUsage) error {
+	reps := make([]UsageReport, len(batch))
+	for i, p := range batch {
+		reps[i] = p.rep
+	}
+	start := time.Now()
+	err := w.st.WriteUsage(ctx, reps)
+	w.m.flushDuration.Observe(time.Since(start).Seconds())
+	if err != nil {
+		w.m.flushErrors.Inc()
+		if !errors.Is(err, ErrInvalid) {
+			return err
+		}
+		w.log.Error("store rejected a batch of usage reports; dropping it", "reports", len(batch), "err", err)
+		w.dropped.Add(int64(len(batch)))
+		w.m.dropped.WithLabelValues("usage").Add(float64(len(batch)))
+	}
+	w.mu.Lock()
+	w.usage = slices.Delete(w.usage, 0, len(batch))
+	w.m.pending.Set(float64(w.pendingLocked()))
 	w.mu.Unlock()
 	return nil
 }

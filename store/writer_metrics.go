@@ -11,7 +11,7 @@ import (
 // not a registry was given, so the Writer never checks for nil.
 type writerMetrics struct {
 	pending       prometheus.Gauge
-	dropped       *prometheus.CounterVec // kind: task, outcome
+	dropped       *prometheus.CounterVec // kind: task, outcome, usage
 	batchLag      prometheus.Histogram
 	flushErrors   prometheus.Counter
 	flushDuration prometheus.Histogram
@@ -22,11 +22,11 @@ func newWriterMetrics(reg prometheus.Registerer, log *slog.Logger) writerMetrics
 	m := writerMetrics{
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "pending_items",
-			Help: "Task records and node outcomes buffered for the database, including a batch being written.",
+			Help: "Task records, node outcomes and usage reports buffered for the database, including a batch being written.",
 		}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "dropped_total",
-			Help: "Task records and node outcomes dropped because the buffer was full or the writer closed.",
+			Help: "Task records, node outcomes and usage reports (kind task, outcome, usage) dropped because the buffer was full or the writer closed.",
 		}, []string{"kind"}),
 		batchLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "batch_lag_seconds",

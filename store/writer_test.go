@@ -265,6 +265,44 @@ func TestWriterMaxPending(t *testing.T) {
 	}
 }
 
+// Usage reports take the same path as task records: queued without I/O,
+// counted against MaxPending, written by Flush into the usage rows, and an
+// invalid one dropped under its own kind.
+func TestWriterUsageReports(t *testing.T) {
+	ctx := testCtx(t)
+	w, hs, reg := newWriter(t, store.WriterConfig{FlushInterval: time.Hour, MaxPending: 3})
+	rep := store.UsageReport{TaskID: "t-1", NodeID: "n1", AccountID: "acct", TaskType: "chat",
+		PromptTokens: 5, CompletionTokens: 7, NodeMs: 11, ResultBytes: 13}
+	w.AddUsage(rep) // At zero: taken as now
+	w.AddTask(rec("t-1"))
+	rep.NodeID = "n2"
+	w.AddUsage(rep)
+	rep.NodeID = "n3"
+	w.AddUsage(rep) // over MaxPending
+	w.AddUsage(store.UsageReport{TaskID: "t-2"})
+	if st := w.Stats(); st.PendingUsage != 2 || st.PendingTasks != 1 || st.Dropped != 2 {
+		t.Errorf("Stats = %+v, want 2 reports and 1 task pending, 2 dropped", st)
+	}
+	if got := metric(t, reg, "switchyard_store_dropped_total", "kind", "usage"); got != 2 {
+		t.Errorf("dropped_total{kind=usage} = %v, want 2", got)
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	rows, err := hs.Store.Usage(ctx, store.UsageQuery{From: now.Add(-time.Hour), To: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := store.UsageTotals{Requests: 1, Completed: 1, PromptTokens: 10, CompletionTokens: 14, NodeMs: 22, ResultBytes: 26}
+	if len(rows) != 1 || rows[0].UsageTotals != want {
+		t.Errorf("usage after Flush = %+v, want one row of %+v (the task, and the reports of n1 and n2)", rows, want)
+	}
+	if st := w.Stats(); st.PendingUsage != 0 {
+		t.Errorf("Stats after Flush = %+v, want nothing pending", st)
+	}
+}
+
 // A database that hangs must not slow the request path: adding stays
 // immediate and the buffer stays bounded while the writer is stuck.
 func TestWriterNeverBlocks(t *testing.T) {

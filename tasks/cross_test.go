@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -41,6 +42,7 @@ type instance struct {
 type records struct {
 	mu    sync.Mutex
 	tasks []store.TaskRecord
+	usage []store.UsageReport
 }
 
 func (r *records) RecordTask(rec store.TaskRecord) {
@@ -49,6 +51,18 @@ func (r *records) RecordTask(rec store.TaskRecord) {
 	r.mu.Unlock()
 }
 func (r *records) RecordOutcome(store.Outcome) {}
+func (r *records) RecordUsage(rep store.UsageReport) {
+	r.mu.Lock()
+	r.usage = append(r.usage, rep)
+	r.mu.Unlock()
+}
+
+// reports returns the usage reports recorded so far.
+func (r *records) reports() []store.UsageReport {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.usage)
+}
 
 type keyAuth struct{}
 
@@ -359,6 +373,63 @@ func TestCancelHeldAcrossTheBus(t *testing.T) {
 	}
 	if d, h := gathered(t, reg, "switchyard_tasks_dropped_events_total"), gathered(t, reg, "switchyard_tasks_cancel_holds_ended_total"); d != 0 || h != 1 || o.eng.Holding() != 0 {
 		t.Fatalf("dropped %v, holds ended %v, holding %d; want 0, 1, 0", d, h, o.eng.Holding())
+	}
+	// The node did the cancelled task's work: its answer is reported too.
+	if got := o.rec.reports(); len(got) != 2 || got[0].TaskID != "h1" || got[0].ResultBytes != int64(len("too late")) || got[1].TaskID != "h2" {
+		t.Fatalf("the owner's usage reports %+v, want h1's late answer and h2's", got)
+	}
+}
+
+// What a node reports for a task is recorded where the node is connected
+// (the owner), with the requesting account, key and task type, once per
+// task and node: also when nobody waits for the answer any more (the
+// requester is gone), and never by the requester.
+func TestUsageReportedByTheOwner(t *testing.T) {
+	b := bus.NewMemory()
+	t.Cleanup(func() { _ = b.Close() })
+	cfg := tasks.Config{TaskTimeout: time.Minute}
+	o := newInstance(t, "O", b, nil, cfg)
+	r := newInstance(t, "R", b, o.hub, cfg)
+	n := nodetest.Connect(t, o.wsURL, nodetest.Reg("good", "w", "echo"))
+	answer := func(id string, ms any, usage any) {
+		n.MustSend("task_result", map[string]any{"task_id": id, "node_id": n.ID, "status": "completed",
+			"result": "answer", "processing_time_ms": ms, "usage": usage})
+	}
+
+	ch := run(t, r, context.Background(), tasks.Request{TaskID: "u1", AccountID: "acct", KeyID: "key-1", TaskType: "echo"}, tasks.Hooks{})
+	n.Expect("task_assign")
+	answer("u1", 42, map[string]any{"prompt_tokens": 3, "completion_tokens": 5})
+	if got := wait(t, ch); got.err != nil || got.out.Usage == nil || got.out.Usage.PromptTokens != 3 {
+		t.Fatalf("%+v", got)
+	}
+	answer("u1", 42, map[string]any{"prompt_tokens": 3, "completion_tokens": 5}) // again: a stray, not counted twice
+
+	// The requester dies with u2 on the node; the node answers anyway.
+	run(t, r, context.Background(), tasks.Request{TaskID: "u2", AccountID: "acct", KeyID: "key-2", TaskType: "echo"}, tasks.Hooks{})
+	n.Expect("task_assign")
+	_ = r.sub.Close()
+	answer("u2", nil, map[string]any{"prompt_tokens": 7, "completion_tokens": 11}) // no processing time: the owner's measure
+
+	waitUntil(t, func() bool { return len(o.rec.reports()) == 2 })
+	got := o.rec.reports()
+	want := []store.UsageReport{
+		{TaskID: "u1", NodeID: n.ID, AccountID: "acct", KeyID: "key-1", TaskType: "echo", PromptTokens: 3, CompletionTokens: 5, NodeMs: 42, ResultBytes: 6},
+		{TaskID: "u2", NodeID: n.ID, AccountID: "acct", KeyID: "key-2", TaskType: "echo", PromptTokens: 7, CompletionTokens: 11, ResultBytes: 6},
+	}
+	for i := range got {
+		if got[i].At.IsZero() || got[i].NodeMs < 0 {
+			t.Errorf("report %d has no time or a negative node time: %+v", i, got[i])
+		}
+		got[i].At = time.Time{}
+		if i == 1 {
+			got[i].NodeMs = 0
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the owner's usage reports\n got  %+v\n want %+v", got, want)
+	}
+	if len(r.rec.reports()) != 0 {
+		t.Fatalf("the requester recorded usage reports: %+v", r.rec.reports())
 	}
 }
 

@@ -425,7 +425,7 @@ func (d *dispatcher) send(ctx context.Context, c nodes.Candidate, req *Request, 
 		Kind: bus.KindAssign, From: d.cfg.Instance, ReplyTo: d.cfg.Instance,
 		TaskID: req.TaskID, NodeID: c.NodeID, Gen: c.Gen,
 		TaskType: req.TaskType, Content: req.Content, Params: req.Params, Stream: req.Stream,
-		Deadline: p.created.Add(d.deadline(req)).UnixMilli(), Account: req.AccountID,
+		Deadline: p.created.Add(d.deadline(req)).UnixMilli(), Account: req.AccountID, KeyID: req.KeyID,
 	}
 	if c.Owner == d.cfg.Instance {
 		return noRelease, d.owner.assignDirect(ctx, e)

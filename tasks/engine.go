@@ -123,8 +123,15 @@ type Directory interface {
 // Recorder keeps what is known of finished tasks (the store's batch writer
 // and the reputation cache). It must not block.
 type Recorder interface {
+	// RecordTask takes a task's record from its requester, once per
+	// request.
 	RecordTask(rec store.TaskRecord)
+	// RecordOutcome takes a node's outcome for its reputation.
 	RecordOutcome(o store.Outcome)
+	// RecordUsage takes what a node connected here reported for a task it
+	// ran (tokens, time, result size), once per task and node, whatever
+	// became of the task's requester (owner.result).
+	RecordUsage(r store.UsageReport)
 }
 
 // Standings is routing's view of each node's reputation.
@@ -221,7 +228,7 @@ func New(cfg Config, deps Deps) *Engine {
 	e.tracker = newTrackerWith(trackerLimits{taskBytes: cfg.StreamQueueBytes, instanceBytes: cfg.StreamBufferBytes,
 		overflow: e.overflowed})
 	e.out = newOutbound(deps.Bus, cfg.OutboundQueue, e.metrics, e.log)
-	e.owner = newOwner(cfg, deps.Bus, e.tracker.deliver, e.out, e.metrics)
+	e.owner = newOwner(cfg, deps.Bus, e.tracker.deliver, e.out, deps.Recorder, e.metrics)
 	ns := deps.Nodes(e)
 	e.owner.sessions = ns.Sessions
 	e.disp = &dispatcher{
@@ -354,8 +361,9 @@ func (e *Engine) Closed(s *nodes.Session) { e.owner.closed(s) }
 
 type noRecorder struct{}
 
-func (noRecorder) RecordTask(store.TaskRecord) {}
-func (noRecorder) RecordOutcome(store.Outcome) {}
+func (noRecorder) RecordTask(store.TaskRecord)   {}
+func (noRecorder) RecordOutcome(store.Outcome)   {}
+func (noRecorder) RecordUsage(store.UsageReport) {}
 
 type neutralStanding struct{}
 

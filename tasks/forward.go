@@ -28,13 +28,16 @@ type fwdEntry struct {
 	taskID   string
 	nodeID   string
 	replyTo  string
-	account  string // the requesting account, for the node's quarantine
+	account  string // the requesting account, for the node's quarantine and usage
+	keyID    string // the requesting key and
+	taskType string // the task's type, for the node's usage report
 	sess     *nodes.Session
 	gen      uint64
 	stream   bool
 	deadline time.Time
-	bytes    int64  // chunk bytes so far (each delta plus ChunkOverhead), against the result cap
-	seq      uint32 // chunks forwarded so far
+	sentAt   time.Time // when the assign was admitted: node time for a node that reports none
+	bytes    int64     // chunk bytes so far (each delta plus ChunkOverhead), against the result cap
+	seq      uint32    // chunks forwarded so far
 	state    entryState
 	// holdUntil (stateHeld) is when the slot is freed if the node never
 	// answers: the task's timeout, counted again from each chunk the node

@@ -10,6 +10,7 @@ import (
 	"github.com/switchyard-dev/switchyard/bus"
 	"github.com/switchyard-dev/switchyard/nodes"
 	"github.com/switchyard-dev/switchyard/sdk/wire"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 // Sessions finds this instance's session of a node (the nodes.Hub).
@@ -24,6 +25,7 @@ type owner struct {
 	sessions  Sessions
 	bus       Bus
 	local     func(*bus.Envelope) bool // this instance's requester side (Tracker.deliver)
+	rec       Recorder                 // takes the nodes' usage reports
 	out       *outbound
 	fwd       *forwardTable
 	metrics   *Metrics
@@ -34,10 +36,10 @@ type owner struct {
 	run atomic.Pointer[context.Context]
 }
 
-func newOwner(cfg Config, b Bus, local func(*bus.Envelope) bool, out *outbound, m *Metrics) *owner {
+func newOwner(cfg Config, b Bus, local func(*bus.Envelope) bool, out *outbound, rec Recorder, m *Metrics) *owner {
 	return &owner{
 		instance: cfg.Instance, resultMax: cfg.ResultMaxBytes,
-		bus: b, local: local, out: out, fwd: newForwardTable(cfg.TaskTimeout), metrics: m, log: cfg.Logger,
+		bus: b, local: local, rec: rec, out: out, fwd: newForwardTable(cfg.TaskTimeout), metrics: m, log: cfg.Logger,
 	}
 }
 
@@ -73,8 +75,8 @@ func (o *owner) admit(e *bus.Envelope, send func(*nodes.Session, []byte) bool) e
 		return &refusal{refusedFull, "the node has no free slot"}
 	}
 	ent := &fwdEntry{
-		taskID: e.TaskID, nodeID: e.NodeID, replyTo: e.ReplyTo, account: e.Account, sess: s, gen: s.Gen,
-		stream: e.Stream, deadline: time.UnixMilli(e.Deadline),
+		taskID: e.TaskID, nodeID: e.NodeID, replyTo: e.ReplyTo, account: e.Account, keyID: e.KeyID, taskType: e.TaskType,
+		sess: s, gen: s.Gen, stream: e.Stream, deadline: time.UnixMilli(e.Deadline), sentAt: time.Now(),
 	}
 	if !o.fwd.add(ent) {
 		s.Release()
@@ -168,6 +170,7 @@ func (o *owner) result(s *nodes.Session, r wire.TaskResultPayload) {
 		return
 	}
 	s.Release()
+	o.report(ent, r)
 	if held {
 		// The answer to a task cancelled on a node that was not told: the
 		// node has done what it was asked, and nobody waits for it.
@@ -183,6 +186,27 @@ func (o *owner) result(s *nodes.Session, r wire.TaskResultPayload) {
 		res = &bus.Result{Code: string(CodeResultTooLarge), Message: o.tooLarge()}
 	}
 	o.reply(ent, &bus.Envelope{Kind: bus.KindResult, Result: res})
+}
+
+// report hands what the node reported for ent's task to the recorder:
+// here, where the node's answer arrives, it is counted whether or not the
+// requester is still there to record the task (its client left, its
+// instance died), and once per task and node (the entry is taken once). A
+// node that answers a task cancelled on it without being told (held) did
+// the work too. An answer the owner cannot read (badResult), or that
+// comes after its entry left (a task_cancel node told to stop, a task past
+// its timeout), reports nothing.
+func (o *owner) report(ent *fwdEntry, r wire.TaskResultPayload) {
+	now := time.Now()
+	rep := store.UsageReport{TaskID: ent.taskID, NodeID: ent.nodeID, AccountID: ent.account, KeyID: ent.keyID,
+		TaskType: ent.taskType, At: now, NodeMs: r.ProcessingTimeMs, ResultBytes: int64(len(r.Result))}
+	if rep.NodeMs < 0 { // the node reported no time: as the requester's record counts it
+		rep.NodeMs = now.Sub(ent.sentAt).Milliseconds()
+	}
+	if u := r.Usage; u != nil {
+		rep.PromptTokens, rep.CompletionTokens = int64(u.PromptTokens), int64(u.CompletionTokens)
+	}
+	o.rec.RecordUsage(rep)
 }
 
 func (o *owner) badResult(s *nodes.Session, taskID string, err error) {

@@ -18,7 +18,7 @@ func stepped(t *testing.T) (*watcher, *fakeBus, *fakeDir, *pending) {
 	m := NewMetrics(nil)
 	cfg := Config{Instance: "R", Logger: quietLog()}.withDefaults()
 	tr := newTracker()
-	o := newOwner(cfg, b, tr.deliver, newOutbound(b, 1, m, cfg.Logger), m)
+	o := newOwner(cfg, b, tr.deliver, newOutbound(b, 1, m, cfg.Logger), noRecorder{}, m)
 	o.sessions = noSessions{}
 	w := newWatcher(cfg, b, noLiveness{}, dir, tr, o, m)
 	p := tr.add(&Request{TaskID: "t"}, time.Now())

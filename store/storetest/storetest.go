@@ -37,6 +37,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"CountCompletedSince", testCountCompletedSince},
 		{"Usage", testUsage},
 		{"UsageRetriedBatchCountsOnce", testUsageRetriedBatch},
+		{"UsageReports", testUsageReports},
 		{"ConcurrentUsage", testConcurrentUsage},
 		{"RecordNode", testRecordNode},
 		{"ApplyOutcomes", testApplyOutcomes},

@@ -18,8 +18,24 @@ func usageRecord(id, account, key, taskType, status string, finished time.Time, 
 		Usage: store.Usage{PromptTokens: n, CompletionTokens: 2 * n}}
 }
 
-// wantUsage sums records the way the store must, a row per account, UTC
-// day, key and task type.
+// reportOf is the usage report of a record's node: its tokens, time and
+// result, reported when the task finished.
+func reportOf(r store.TaskRecord) store.UsageReport {
+	return store.UsageReport{TaskID: r.ID, NodeID: "n", AccountID: r.AccountID, KeyID: r.KeyID, TaskType: r.TaskType,
+		At: r.FinishedAt, PromptTokens: r.Usage.PromptTokens, CompletionTokens: r.Usage.CompletionTokens,
+		NodeMs: r.ProcessingMs, ResultBytes: r.ResultBytes}
+}
+
+func reportsOf(recs []store.TaskRecord) []store.UsageReport {
+	out := make([]store.UsageReport, len(recs))
+	for i, r := range recs {
+		out[i] = reportOf(r)
+	}
+	return out
+}
+
+// wantUsage sums records, and the reports of their nodes (reportOf), the
+// way the store must: a row per account, UTC day, key and task type.
 func wantUsage(recs []store.TaskRecord) []store.UsageRow {
 	var rows []store.UsageRow
 	for _, r := range recs {
@@ -63,6 +79,8 @@ func testUsage(t *testing.T, st store.Store) {
 	}
 	noErr(t, st.WriteTasks(c, recs[:3]), "WriteTasks")
 	noErr(t, st.WriteTasks(c, recs[3:]), "WriteTasks")
+	noErr(t, st.WriteUsage(c, reportsOf(recs[:4])), "WriteUsage")
+	noErr(t, st.WriteUsage(c, reportsOf(recs[4:])), "WriteUsage")
 
 	day := func(d int) time.Time { return midnight.AddDate(0, 0, d) }
 	all, err := st.Usage(c, store.UsageQuery{From: day(-1), To: day(2)})
@@ -102,7 +120,8 @@ func testUsage(t *testing.T, st store.Store) {
 }
 
 // The writer retries a batch that failed, and two instances may write the
-// same task: a task is counted once, however often it is written.
+// same task: a task, and a node's report for it, are counted once, however
+// often they are written.
 func testUsageRetriedBatch(t *testing.T, st store.Store) {
 	c := ctx(t)
 	now := time.Now()
@@ -113,6 +132,10 @@ func testUsageRetriedBatch(t *testing.T, st store.Store) {
 	noErr(t, st.WriteTasks(c, recs[:6]), "WriteTasks")
 	noErr(t, st.WriteTasks(c, recs), "WriteTasks (retried, with more)")
 	noErr(t, st.WriteTasks(c, recs[2:4]), "WriteTasks (again)")
+	reps := reportsOf(recs)
+	noErr(t, st.WriteUsage(c, reps[:6]), "WriteUsage")
+	noErr(t, st.WriteUsage(c, reps), "WriteUsage (retried, with more)")
+	noErr(t, st.WriteUsage(c, append(reps[2:4:4], reps[3])), "WriteUsage (again, one twice in the batch)")
 	got, err := st.Usage(c, store.UsageQuery{From: now, To: now})
 	noErr(t, err, "Usage")
 	sameUsage(t, "after overlapping batches", got, wantUsage(recs))
@@ -134,10 +157,13 @@ func testConcurrentUsage(t *testing.T, st store.Store) {
 		for j := range 10 {
 			recs = append(recs, usageRecord(fmt.Sprintf("shared-%d", j), "acct", keys[j%3], "chat", store.StatusCompleted, now, 1))
 		}
-		return st.WriteTasks(c, recs)
+		if err := st.WriteTasks(c, recs); err != nil {
+			return err
+		}
+		return st.WriteUsage(c, reportsOf(recs))
 	})
 	for _, err := range errs {
-		noErr(t, err, "concurrent WriteTasks")
+		noErr(t, err, "concurrent WriteTasks and WriteUsage")
 	}
 	for i := range workers {
 		for j := range 30 {
@@ -151,4 +177,42 @@ func testConcurrentUsage(t *testing.T, st store.Store) {
 	got, err := st.Usage(c, store.UsageQuery{From: now, To: now})
 	noErr(t, err, "Usage")
 	sameUsage(t, "after concurrent batches", got, wantUsage(all))
+}
+
+// A node's report counts whatever became of its task's record: reports of
+// tasks whose record never came (their requesting instance died) add their
+// tokens, a record without a report (its node never answered) adds its
+// request alone, and a task run by two nodes (its first failed) adds both
+// nodes' reports, each once.
+func testUsageReports(t *testing.T, st store.Store) {
+	c := ctx(t)
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	recorded := usageRecord("ur1", "acct", "key", "chat", store.StatusCompleted, now, 1)
+	orphan := reportOf(usageRecord("ur2", "acct", "key", "chat", store.StatusCompleted, now, 2))
+	silent := usageRecord("ur3", "acct", "key", "chat", store.StatusError, now, 4)
+	retried := usageRecord("ur4", "acct", "key", "chat", store.StatusCompleted, now, 8)
+	first := reportOf(retried)
+	first.NodeID, first.PromptTokens, first.CompletionTokens, first.NodeMs, first.ResultBytes = "m", 100, 0, 1000, 0
+	noErr(t, st.WriteTasks(c, []store.TaskRecord{recorded, silent, retried}), "WriteTasks")
+	noErr(t, st.WriteUsage(c, []store.UsageReport{reportOf(recorded), orphan, first, reportOf(retried)}), "WriteUsage")
+	noErr(t, st.WriteUsage(c, []store.UsageReport{first, orphan}), "WriteUsage (again)")
+
+	got, err := st.Usage(c, store.UsageQuery{From: now, To: now})
+	noErr(t, err, "Usage")
+	want := []store.UsageRow{{AccountID: "acct", Day: "2026-05-01", KeyID: "key", TaskType: "chat",
+		UsageTotals: store.UsageTotals{Requests: 3, Completed: 2,
+			PromptTokens: 1 + 2 + 100 + 8, CompletionTokens: 2 + 4 + 16, NodeMs: 10 + 20 + 1000 + 80,
+			ContentBytes: 100 + 400 + 800, ResultBytes: 1000 + 2000 + 8000}}}
+	sameUsage(t, "records and reports", got, want)
+
+	bad := reportOf(recorded)
+	bad.NodeID = ""
+	isErr(t, st.WriteUsage(c, []store.UsageReport{orphan, bad}), store.ErrInvalid, "WriteUsage without a node id")
+	bad = reportOf(recorded)
+	bad.TaskID = ""
+	isErr(t, st.WriteUsage(c, []store.UsageReport{bad}), store.ErrInvalid, "WriteUsage without a task id")
+	noErr(t, st.WriteUsage(c, nil), "WriteUsage(nil)")
+	again, err := st.Usage(c, store.UsageQuery{From: now, To: now})
+	noErr(t, err, "Usage")
+	sameUsage(t, "after rejected batches", again, want)
 }
