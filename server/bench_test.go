@@ -2,7 +2,6 @@ package server
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,7 +19,6 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/internal/nodetest"
-	"github.com/switchyard-dev/switchyard/sdk"
 	"github.com/switchyard-dev/switchyard/sdk/handlers"
 )
 
@@ -108,25 +106,7 @@ func freePort(b *testing.B) string {
 
 // startEchoNodes runs SDK echo nodes until the benchmark ends.
 func startEchoNodes(b *testing.B, wsURL, key string, nodes, concurrency int) {
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	registered := make(chan string, nodes)
-	for i := 0; i < nodes; i++ {
-		n, err := sdk.NewNode(sdk.NodeConfig{
-			URL: wsURL, APIKey: key, Name: fmt.Sprintf("echo-%d", i), Capabilities: []string{"echo"},
-			MaxConcurrency: concurrency, Handler: handlers.Echo(), Logger: testLogger(b),
-			OnRegistered: func(id string) { registered <- id },
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = n.Run(ctx) }()
-	}
-	for i := 0; i < nodes; i++ {
-		<-registered
-	}
-	b.Cleanup(func() { cancel(); wg.Wait() })
+	startNodes(b, wsURL, key, nodes, concurrency, handlers.Echo())
 }
 
 func benchClient() *http.Client {
