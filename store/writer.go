@@ -20,14 +20,13 @@ type WriterConfig struct {
 	// FlushInterval is how often buffered items are written. Default 200ms.
 	FlushInterval time.Duration
 	// BatchSize is the most task records (and, separately, outcomes and
-	// usage reports) written in one transaction; a full batch is written without waiting for the
-	// interval. Default 500.
+	// usage reports) written in one transaction; a full batch is written
+	// without waiting for the interval. Default 500.
 	BatchSize int
 	// MaxPending bounds the task records, outcomes and usage reports held
-	// in memory,
-	// including a batch being written or retried. Beyond it new items are
-	// dropped and counted: a slow or absent database must never slow or
-	// block a request. Default 20000.
+	// in memory, including a batch being written or retried. Beyond it new
+	// items are dropped and counted: a slow or absent database must never
+	// slow or block a request. Default 20000.
 	MaxPending int
 	// WriteTimeout bounds one background database write. Default 10s.
 	WriteTimeout time.Duration
@@ -69,9 +68,9 @@ func (c WriterConfig) withDefaults() WriterConfig {
 const maxBackoff = 10 * time.Second
 
 // Writer takes task records, node outcomes and usage reports from the
-// request path and
-// writes them in batches from one goroutine, Run's. Adding never blocks and
-// never does I/O; what is buffered is bounded by MaxPending.
+// request path and writes them in batches from one goroutine, Run's.
+// Adding never blocks and never does I/O; what is buffered is bounded by
+// MaxPending.
 //
 // NewWriter starts nothing. Before Run, the Writer takes items (they wait
 // in the buffer, counted against MaxPending), finds them (LookupTask, Task)
@@ -126,6 +125,10 @@ type pendingUsage struct {
 	rep UsageReport
 	seq uint64
 }
+
+func (p pendingTask) seqNo() uint64    { return p.seq }
+func (p pendingOutcome) seqNo() uint64 { return p.seq }
+func (p pendingUsage) seqNo() uint64   { return p.seq }
 
 // NewWriter returns a Writer over st. Run writes what it is given.
 func NewWriter(st Store, cfg WriterConfig) *Writer {
@@ -325,9 +328,9 @@ func (w *Writer) Flush(ctx context.Context) error {
 }
 
 // Run writes what is buffered, every FlushInterval or at once when a batch
-// is full, until ctx ends. Then it takes no more items (AddTask and
-// AddOutcome and AddUsage drop from then on) and writes what is left, retrying with
-// backoff, within FinalFlushTimeout of ctx's end. It returns nil once
+// is full, until ctx ends. Then it takes no more items (AddTask,
+// AddOutcome and AddUsage drop from then on) and writes what is left,
+// retrying with backoff, within FinalFlushTimeout of ctx's end. It returns nil once
 // everything was written, or an error naming what could not be; those
 // items stay buffered, so a later Flush may still write them. Run once.
 func (w *Writer) Run(ctx context.Context) error {
@@ -456,19 +459,19 @@ func (w *Writer) flush(ctx context.Context, mark uint64) error {
 	defer w.flushMu.Unlock()
 	for {
 		wrote := false
-		if batch := w.headTasks(mark); len(batch) > 0 {
+		if batch := head(w, &w.tasks, mark); len(batch) > 0 {
 			if err := w.writeTasks(ctx, batch); err != nil {
 				return err
 			}
 			wrote = true
 		}
-		if batch := w.headOutcomes(mark); len(batch) > 0 {
+		if batch := head(w, &w.outs, mark); len(batch) > 0 {
 			if err := w.writeOutcomes(ctx, batch); err != nil {
 				return err
 			}
 			wrote = true
 		}
-		if batch := w.headUsage(mark); len(batch) > 0 {
+		if batch := head(w, &w.usage, mark); len(batch) > 0 {
 			if err := w.writeUsage(ctx, batch); err != nil {
 				return err
 			}
@@ -481,26 +484,39 @@ func (w *Writer) flush(ctx context.Context, mark uint64) error {
 	return w.writeSuspensions(ctx)
 }
 
-// headTasks copies up to BatchSize tasks from the queue head with sequence
-// numbers up to mark. They stay queued until writeTasks removes them.
-func (w *Writer) headTasks(mark uint64) []pendingTask {
+// head copies up to BatchSize items from the head of the queue q (one of
+// w's) with sequence numbers up to mark. They stay queued until their
+// batch's write removes them.
+func head[T interface{ seqNo() uint64 }](w *Writer, q *[]T, mark uint64) []T {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := 0
-	for n < len(w.tasks) && n < w.cfg.BatchSize && w.tasks[n].seq <= mark {
+	for n < len(*q) && n < w.cfg.BatchSize && (*q)[n].seqNo() <= mark {
 		n++
 	}
-	return slices.Clone(w.tasks[:n])
+	return slices.Clone((*q)[:n])
 }
 
-func (w *Writer) headOutcomes(mark uint64) []pendingOutcome {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n := 0
-	for n < len(w.outs) && n < w.cfg.BatchSize && w.outs[n].seq <= mark {
-		n++
+// write times a batch's write and sorts its error. Nil: committed. An
+// ErrInvalid batch is dropped and counted under kind (what names its items
+// in the log): retrying cannot fix it, and keeping it would block
+// everything behind it. Either way the batch leaves its queue; any other
+// error is returned, and the batch stays for the next attempt.
+func (w *Writer) write(kind, what string, n int, f func() error) (committed bool, err error) {
+	start := time.Now()
+	err = f()
+	w.m.flushDuration.Observe(time.Since(start).Seconds())
+	if err == nil {
+		return true, nil
 	}
-	return slices.Clone(w.outs[:n])
+	w.m.flushErrors.Inc()
+	if !errors.Is(err, ErrInvalid) {
+		return false, err
+	}
+	w.log.Error("store rejected a batch; dropping it", "kind", kind, what, n, "err", err)
+	w.dropped.Add(int64(n))
+	w.m.dropped.WithLabelValues(kind).Add(float64(n))
+	return false, nil
 }
 
 func (w *Writer) writeTasks(ctx context.Context, batch []pendingTask) error {
@@ -508,19 +524,9 @@ func (w *Writer) writeTasks(ctx context.Context, batch []pendingTask) error {
 	for i, p := range batch {
 		recs[i] = p.rec
 	}
-	start := time.Now()
-	err := w.st.WriteTasks(ctx, recs)
-	w.m.flushDuration.Observe(time.Since(start).Seconds())
+	ok, err := w.write("task", "records", len(batch), func() error { return w.st.WriteTasks(ctx, recs) })
 	if err != nil {
-		w.m.flushErrors.Inc()
-		if !errors.Is(err, ErrInvalid) {
-			return err
-		}
-		// Retrying cannot fix an invalid batch, and keeping it would
-		// block everything behind it.
-		w.log.Error("store rejected a batch of task records; dropping it", "records", len(batch), "err", err)
-		w.dropped.Add(int64(len(batch)))
-		w.m.dropped.WithLabelValues("task").Add(float64(len(batch)))
+		return err
 	}
 	committed := time.Now()
 	w.mu.Lock()
@@ -532,7 +538,7 @@ func (w *Writer) writeTasks(ctx context.Context, batch []pendingTask) error {
 	}
 	w.m.pending.Set(float64(w.pendingLocked()))
 	w.mu.Unlock()
-	if err == nil {
+	if ok {
 		for _, p := range batch {
 			w.m.batchLag.Observe(committed.Sub(p.added).Seconds())
 		}
@@ -547,17 +553,8 @@ func (w *Writer) writeOutcomes(ctx context.Context, batch []pendingOutcome) erro
 	}
 	w.applyMu.Lock()
 	defer w.applyMu.Unlock()
-	start := time.Now()
-	err := w.st.ApplyOutcomes(ctx, outs)
-	w.m.flushDuration.Observe(time.Since(start).Seconds())
-	if err != nil {
-		w.m.flushErrors.Inc()
-		if !errors.Is(err, ErrInvalid) {
-			return err
-		}
-		w.log.Error("store rejected a batch of outcomes; dropping it", "outcomes", len(batch), "err", err)
-		w.dropped.Add(int64(len(batch)))
-		w.m.dropped.WithLabelValues("outcome").Add(float64(len(batch)))
+	if _, err := w.write("outcome", "outcomes", len(batch), func() error { return w.st.ApplyOutcomes(ctx, outs) }); err != nil {
+		return err
 	}
 	w.mu.Lock()
 	w.outs = slices.Delete(w.outs, 0, len(batch))
@@ -566,32 +563,13 @@ func (w *Writer) writeOutcomes(ctx context.Context, batch []pendingOutcome) erro
 	return nil
 }
 
-func (w *Writer) headUsage(mark uint64) []pendingUsage {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n := 0
-	for n < len(w.usage) && n < w.cfg.BatchSize && w.usage[n].seq <= mark {
-		n++
-	}
-	return slices.Clone(w.usage[:n])
-}
-
 func (w *Writer) writeUsage(ctx context.Context, batch []pendingUsage) error {
 	reps := make([]UsageReport, len(batch))
 	for i, p := range batch {
 		reps[i] = p.rep
 	}
-	start := time.Now()
-	err := w.st.WriteUsage(ctx, reps)
-	w.m.flushDuration.Observe(time.Since(start).Seconds())
-	if err != nil {
-		w.m.flushErrors.Inc()
-		if !errors.Is(err, ErrInvalid) {
-			return err
-		}
-		w.log.Error("store rejected a batch of usage reports; dropping it", "reports", len(batch), "err", err)
-		w.dropped.Add(int64(len(batch)))
-		w.m.dropped.WithLabelValues("usage").Add(float64(len(batch)))
+	if _, err := w.write("usage", "reports", len(batch), func() error { return w.st.WriteUsage(ctx, reps) }); err != nil {
+		return err
 	}
 	w.mu.Lock()
 	w.usage = slices.Delete(w.usage, 0, len(batch))
