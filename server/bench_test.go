@@ -38,24 +38,34 @@ func benchSetup(b *testing.B, nodes, concurrency int) (*testApp, string) {
 // in production: its garbage collector and scheduler are not shared with
 // the load generator), with nodes echo nodes in this process.
 func benchProcess(b *testing.B, nodes, concurrency int) (url, key string) {
+	url, key, _ = benchInstance(b, []string{"--data-dir", b.TempDir()}, nil)
+	startEchoNodes(b, "ws"+strings.TrimPrefix(url, "http")+"/ws/node", key, nodes, concurrency)
+	return url, key
+}
+
+// benchInstance creates an account in the store that storeArgs name (an
+// SQLite --data-dir, or a --database-url) and starts an instance on it,
+// with serveArgs more and every rate limit off, stopped when the benchmark
+// ends. It returns the instance's URL, the account's key and its process.
+func benchInstance(b *testing.B, storeArgs, serveArgs []string) (url, key string, proc *os.Process) {
 	bin := buildBinary(b)
-	dir := b.TempDir()
-	out, err := exec.Command(bin, "accounts", "create", "--name", "bench", "--data-dir", dir).Output()
+	out, err := exec.Command(bin, append([]string{"accounts", "create", "--name", "bench"}, storeArgs...)...).Output()
 	if err != nil {
 		b.Fatalf("accounts create: %v", err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	key = lines[len(lines)-1]
 	port := freePort(b)
-	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:"+port, "--data-dir", dir, "--log-level", "warn",
-		"--request-rate", "-1", "--public-rate", "-1", "--handshake-rate", "-1", "--max-nodes-per-account", "1000")
+	args := append([]string{"serve", "--listen", "127.0.0.1:" + port, "--log-level", "warn",
+		"--request-rate", "-1", "--public-rate", "-1", "--handshake-rate", "-1", "--max-nodes-per-account", "1000"}, storeArgs...)
+	cmd := exec.Command(bin, append(args, serveArgs...)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() })
 	url = "http://127.0.0.1:" + port
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if resp, err := http.Get(url + "/livez"); err == nil {
 			resp.Body.Close()
@@ -64,10 +74,9 @@ func benchProcess(b *testing.B, nodes, concurrency int) (url, key string) {
 		if time.Now().After(deadline) {
 			b.Fatal("the server did not start")
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // polling a process that signals nothing else
 	}
-	startEchoNodes(b, "ws://127.0.0.1:"+port+"/ws/node", key, nodes, concurrency)
-	return url, key
+	return url, key, cmd.Process
 }
 
 var (

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,43 +26,14 @@ import (
 // that a drifting machine weighs on both alike; b.N is the number of
 // requests in all.
 //
-//	go test -run '^$' -bench BenchmarkMeteringCPU -benchtime 16000x ./server
+//	go test -run '^$' -bench BenchmarkMeteringCPU -benchtime 40000x ./server
 func BenchmarkMeteringCPU(b *testing.B) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		b.Skip("needs /proc")
 	}
 	redistest.Client(b)
-	bin := buildBinary(b)
-	dbURL, ns := pgtest.SchemaURL(b, "bench"), redistest.Namespace(b)
-	out, err := exec.Command(bin, "accounts", "create", "--name", "bench", "--database-url", dbURL).Output()
-	if err != nil {
-		b.Fatalf("accounts create: %v", err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	key := lines[len(lines)-1]
-	port := freePort(b)
-	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:"+port, "--database-url", dbURL,
-		"--redis-url", redistest.URL(), "--namespace", ns, "--log-level", "warn",
-		"--request-rate", "-1", "--public-rate", "-1", "--handshake-rate", "-1", "--max-nodes-per-account", "1000")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() })
-	url := "http://127.0.0.1:" + port
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if resp, err := http.Get(url + "/livez"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("the server did not start")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	url, key, proc := benchInstance(b, []string{"--database-url", pgtest.SchemaURL(b, "bench")},
+		[]string{"--redis-url", redistest.URL(), "--namespace", redistest.Namespace(b)})
 	// Echo nodes that report usage for content starting with "u".
 	handler := sdk.HandlerFunc(func(_ context.Context, t *sdk.Task, _ func(string) error) (sdk.Result, error) {
 		r := sdk.Result{Text: t.Content}
@@ -73,14 +42,14 @@ func BenchmarkMeteringCPU(b *testing.B) {
 		}
 		return r, nil
 	})
-	startNodes(b, "ws://127.0.0.1:"+port+"/ws/node", key, 4, 64, handler)
+	startNodes(b, "ws"+strings.TrimPrefix(url, "http")+"/ws/node", key, 4, 64, handler)
 
 	c := benchClient()
 	// block sends n requests from 16 clients and returns the instance's
 	// CPU per request.
 	block := func(n int, content string) time.Duration {
 		body := `{"task_type":"echo","content":"` + content + `"}`
-		before := procCPU(b, cmd.Process.Pid)
+		before := procCPU(b, proc.Pid)
 		var next, failed atomic.Int64
 		var wg sync.WaitGroup
 		for range 16 {
@@ -98,32 +67,26 @@ func BenchmarkMeteringCPU(b *testing.B) {
 		if failed.Load() > 0 {
 			b.Fatalf("%d of %d requests failed", failed.Load(), n)
 		}
-		return (procCPU(b, cmd.Process.Pid) - before) / time.Duration(n)
+		return (procCPU(b, proc.Pid) - before) / time.Duration(n)
 	}
 	block(500, "warm-up")
 	const size = 2000
 	rounds := max(1, b.N/(2*size))
-	var plain, metered time.Duration
+	kinds := []struct {
+		name, content string
+		cpu           time.Duration // summed over the rounds
+	}{{"plain", "plain-echo task xyz", 0}, {"usage", "usage-reporting task", 0}}
 	b.ResetTimer()
 	for r := range rounds {
-		kinds := []string{"plain", "usage"}
-		if r%2 == 1 {
-			kinds = []string{"usage", "plain"}
-		}
-		for _, k := range kinds {
-			if k == "usage" {
-				d := block(size, "usage-reporting task")
-				metered += d
-				b.Logf("round %d usage: %d µs/req", r, d.Microseconds())
-			} else {
-				d := block(size, "plain-echo task xyz")
-				plain += d
-				b.Logf("round %d plain: %d µs/req", r, d.Microseconds())
-			}
+		for i := range kinds {
+			k := &kinds[(i+r)%2] // ABBA: each round starts with the kind the last one ended with
+			d := block(size, k.content)
+			k.cpu += d
+			b.Logf("round %d %s: %d µs/req", r, k.name, d.Microseconds())
 		}
 	}
 	b.StopTimer()
-	p, m := float64(plain.Microseconds())/float64(rounds), float64(metered.Microseconds())/float64(rounds)
+	p, m := float64(kinds[0].cpu.Microseconds())/float64(rounds), float64(kinds[1].cpu.Microseconds())/float64(rounds)
 	b.ReportMetric(p, "plain-cpu-µs/req")
 	b.ReportMetric(m, "usage-cpu-µs/req")
 	b.ReportMetric(m-p, "metering-µs/req")

@@ -28,9 +28,9 @@ type fwdEntry struct {
 	taskID   string
 	nodeID   string
 	replyTo  string
-	account  string // the requesting account, for the node's quarantine and usage
-	keyID    string // the requesting key and
-	taskType string // the task's type, for the node's usage report
+	account  string // the requesting account: the node's quarantine counts it; usage reports name it
+	keyID    string // the requesting key, named in the node's usage report
+	taskType string // named in the node's usage report
 	sess     *nodes.Session
 	gen      uint64
 	stream   bool
