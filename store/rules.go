@@ -124,6 +124,15 @@ func checkTasks(recs []TaskRecord) error {
 	return nil
 }
 
+func checkReports(reps []UsageReport) error {
+	for _, r := range reps {
+		if r.TaskID == "" || r.NodeID == "" {
+			return fmt.Errorf("store: usage report without a task id or a node id: %w", ErrInvalid)
+		}
+	}
+	return nil
+}
+
 // sortedUnique returns the distinct non-empty ids in ascending order (lock
 // order, see aggregateOutcomes).
 func sortedUnique(ids []string) []string {
@@ -162,6 +171,13 @@ func cleanRecord(r TaskRecord) TaskRecord {
 		}
 		r.NodeIDs = ids
 	}
+	return r
+}
+
+// cleanReport applies cleanText to a report's strings (see cleanRecord).
+func cleanReport(r UsageReport) UsageReport {
+	r.TaskID, r.NodeID, r.AccountID = cleanText(r.TaskID), cleanText(r.NodeID), cleanText(r.AccountID)
+	r.KeyID, r.TaskType = cleanText(r.KeyID), cleanText(r.TaskType)
 	return r
 }
 

@@ -90,22 +90,6 @@ func reportTotals(r UsageReport) UsageTotals {
 	return UsageTotals{PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens, NodeMs: r.NodeMs, ResultBytes: r.ResultBytes}
 }
 
-// cleanReport applies cleanText to a report's strings (see cleanRecord).
-func cleanReport(r UsageReport) UsageReport {
-	r.TaskID, r.NodeID, r.AccountID = cleanText(r.TaskID), cleanText(r.NodeID), cleanText(r.AccountID)
-	r.KeyID, r.TaskType = cleanText(r.KeyID), cleanText(r.TaskType)
-	return r
-}
-
-func checkReports(reps []UsageReport) error {
-	for _, r := range reps {
-		if r.TaskID == "" || r.NodeID == "" {
-			return fmt.Errorf("store: usage report without a task id or a node id: %w", ErrInvalid)
-		}
-	}
-	return nil
-}
-
 func (s *sqlStore) WriteUsage(ctx context.Context, reps []UsageReport) error {
 	if len(reps) == 0 {
 		return nil
