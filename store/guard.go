@@ -22,8 +22,9 @@ type GuardConfig struct {
 	// Timeout bounds one call (a lookup, a single write). Default 1.5s:
 	// a never-seen API key gets its 503 within it while the database stalls.
 	Timeout time.Duration
-	// WriteTimeout bounds the writer's batches (WriteTasks and WriteUsage of
-	// more than one item, ApplyOutcomes), which may legitimately take longer. Default 10s.
+	// WriteTimeout bounds the writer's batches (WriteTasks and WriteUsage
+	// of more than one item, ApplyOutcomes), which may legitimately take
+	// longer. Default 10s.
 	WriteTimeout time.Duration
 	// Failures is how many consecutive failed calls open the breaker.
 	// Default 3.

@@ -112,8 +112,8 @@ func (c *pgConn) writeTasks(ctx context.Context, recs []TaskRecord) error {
 	// tasks/s the PostgreSQL backends used 13 % of a core before, 10 %
 	// after (one run each; the indexes' work is the rest). The same
 	// statement adds the tasks it inserted, and only those (a retried batch
-	// inserts nothing twice), to usage_daily: the usage totals are the task
-	// history's, whatever happens between the two.
+	// inserts nothing twice), to usage_daily: the requests counted there
+	// are the task history's, whatever happens between the two.
 	n := len(recs)
 	var (
 		ids, accounts, keys, types, statuses = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
