@@ -19,6 +19,11 @@ type Quota interface {
 	Spend(ctx context.Context, key string, a Amount, now time.Time) error
 	// Spent returns key's totals of the day and the month containing now.
 	Spent(ctx context.Context, key string, now time.Time) (day, month Amount, err error)
+	// Raise lifts key's totals of the day and the month containing now to
+	// at least day and month, each count on its own, and leaves a larger
+	// total alone: seeding the counters from a ledger that already holds
+	// some of their spends never counts one twice.
+	Raise(ctx context.Context, key string, day, month Amount, now time.Time) error
 }
 
 // Amount is what a Quota totals: two counts the caller gives a meaning
@@ -30,6 +35,12 @@ type Amount struct {
 func (a *Amount) add(b Amount) {
 	a.Tokens += b.Tokens
 	a.Units += b.Units
+}
+
+// raise lifts each of a's counts to b's where b's is larger.
+func (a *Amount) raise(b Amount) {
+	a.Tokens = max(a.Tokens, b.Tokens)
+	a.Units = max(a.Units, b.Units)
 }
 
 // quotaWindows are the names of the windows containing now.
@@ -80,6 +91,16 @@ func (m *MemoryQuota) Spend(_ context.Context, key string, a Amount, now time.Ti
 	return nil
 }
 
+// Raise implements Quota.
+func (m *MemoryQuota) Raise(_ context.Context, key string, day, month Amount, now time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.totalsLocked(key, now)
+	t.dayN.raise(day)
+	t.monthN.raise(month)
+	return nil
+}
+
 // Spent implements Quota.
 func (m *MemoryQuota) Spent(_ context.Context, key string, now time.Time) (Amount, Amount, error) {
 	m.mu.Lock()
@@ -92,7 +113,7 @@ func (m *MemoryQuota) Spent(_ context.Context, key string, now time.Time) (Amoun
 // prefix + "{" + key + "}:d:YYYYMMDD" and ":m:YYYYMM", fields t (Tokens)
 // and u (Units), the key in a hash tag so that both windows live in one
 // slot of a Redis Cluster (Spend is one MULTI, Spent one pipeline of two
-// HMGETs: a round trip each). Each expires a while after its window ends.
+// HMGETs, Raise one script: a round trip each). Each expires a while after its window ends.
 //
 //	redis-cli hgetall 'sy:quota:{key_…}:d:20261204'
 type RedisQuota struct {
@@ -137,6 +158,33 @@ func (r *RedisQuota) Spend(ctx context.Context, key string, a Amount, now time.T
 		}
 		return nil
 	})
+	if err != nil {
+		return fmt.Errorf("ratelimit: quota: redis: %w", err)
+	}
+	return nil
+}
+
+// raiseScript lifts the fields t and u of KEYS[1] (the day) and KEYS[2]
+// (the month) to at least ARGV[1..2] and ARGV[3..4], and sets their
+// expiries to ARGV[5] and ARGV[6] seconds: atomically, so that a spend in
+// between is neither lost nor counted twice.
+var raiseScript = redis.NewScript(`
+for i, k in ipairs(KEYS) do
+  for j, f in ipairs({'t', 'u'}) do
+    local want = tonumber(ARGV[(i - 1) * 2 + j])
+    if tonumber(redis.call('HGET', k, f) or '0') < want then
+      redis.call('HSET', k, f, want)
+    end
+  end
+  redis.call('EXPIRE', k, ARGV[4 + i])
+end
+return 1`)
+
+// Raise implements Quota: one script, both windows in one slot.
+func (r *RedisQuota) Raise(ctx context.Context, key string, day, month Amount, now time.Time) error {
+	d, m := r.keys(key, now)
+	err := raiseScript.Run(ctx, r.rdb, []string{d, m}, day.Tokens, day.Units, month.Tokens, month.Units,
+		int64(quotaDayTTL/time.Second), int64(quotaMonthTTL/time.Second)).Err()
 	if err != nil {
 		return fmt.Errorf("ratelimit: quota: redis: %w", err)
 	}

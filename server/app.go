@@ -44,6 +44,7 @@ type App struct {
 	limiter         ratelimit.Limiter
 	inflight        ratelimit.InFlight // --max-inflight-per-key (inflight.go)
 	quota           ratelimit.Quota    // token quotas per key (quota.go)
+	quotaKeys       quotaKeys          // which keys have token limits, and their counters' seeding (quota.go)
 	quotaRefused    prometheus.Counter
 	quotaErrors     prometheus.Counter
 	tokens          *prometheus.CounterVec // tokens reported, by task type and kind

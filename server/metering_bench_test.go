@@ -20,9 +20,9 @@ import (
 // BenchmarkMeteringCPU is what metering costs the instance: its CPU per
 // request (from /proc, as the sweep counts it) for tasks whose node
 // reports usage against tasks whose node reports none, on the cluster
-// setup (a process with Redis and PostgreSQL: the key's tokens spent in
-// Redis before the answer, the node's usage report written by the batch
-// writer). The two kinds alternate in blocks of 2,000 requests (ABBA), so
+// setup (a process with Redis and PostgreSQL: the node's usage report
+// written by the batch writer; the key has no token limits, so its tokens
+// are not added to quota counters in Redis). The two kinds alternate in blocks of 2,000 requests (ABBA), so
 // that a drifting machine weighs on both alike; b.N is the number of
 // requests in all.
 //

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -27,6 +28,14 @@ import (
 // it resets. The task that crosses the limit runs (its tokens are known only
 // at its end); the next is refused, on every instance: the totals are
 // added to before the crossing task's answer is sent.
+//
+// Only the tokens of keys with such limits are added up there (a key
+// without them costs no Redis round trip per task): when an instance first
+// checks a limited key on a UTC day, or sees a key's limits appear, it
+// raises the key's totals to what the usage ledger holds for the day and
+// the month (one store read; ratelimit.Quota.Raise never counts a spend
+// twice). So limits set on a key that has been spending count what it
+// spent before, all but its last flush interval's.
 
 // newQuota builds the quota counters (shared through Redis in a cluster)
 // and their metrics.
@@ -64,10 +73,15 @@ func (a *App) checkKey(next echo.HandlerFunc) echo.HandlerFunc {
 		if b, ok := c.Get(ctxTaskBody).(*taskBody); ok && !acct.KeyLimits.AllowsType(b.TaskType) {
 			return typeOutOfScope(acct.KeyLimits)
 		}
-		if !acct.KeyLimits.Any() {
+		now := time.Now()
+		limited := acct.KeyLimits.Any()
+		seed := a.quotaKeys.note(acct.KeyID, limited, now)
+		if !limited {
 			return next(c)
 		}
-		now := time.Now()
+		if seed {
+			a.seedQuota(c.Request().Context(), acct, now)
+		}
 		ctx, cancel := context.WithTimeout(c.Request().Context(), 250*time.Millisecond)
 		day, month, err := a.quota.Spent(ctx, acct.KeyID, now)
 		cancel()
@@ -134,15 +148,120 @@ func quotaRefusal(h http.Header, l store.KeyLimits, day, month ratelimit.Amount,
 const unitScale = 1000
 
 // spendOf is what a finished task costs its key: its tokens, and those
-// tokens at its task type's price (--token-prices; 1 unit per token when
-// the type has none).
+// tokens at its task type's price.
 func (a *App) spendOf(rec store.TaskRecord) ratelimit.Amount {
-	n := rec.Usage.PromptTokens + rec.Usage.CompletionTokens
-	price, ok := a.cfg.TokenPrices[rec.TaskType]
+	return a.priced(rec.TaskType, rec.Usage.PromptTokens+rec.Usage.CompletionTokens)
+}
+
+// priced is n tokens of taskType and their price (--token-prices; 1 unit
+// per token when the type has none).
+func (a *App) priced(taskType string, n int64) ratelimit.Amount {
+	price, ok := a.cfg.TokenPrices[taskType]
 	if !ok {
 		price = 1
 	}
 	return ratelimit.Amount{Tokens: n, Units: int64(math.Round(float64(n) * price * unitScale))}
+}
+
+// seedQuota raises acct's key's totals of now's day and month to what the
+// usage ledger holds for them. A failure is counted and retried a while
+// later (quotaKeys.note); meanwhile the totals count from the spends alone.
+func (a *App) seedQuota(ctx context.Context, acct store.Account, now time.Time) {
+	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	u := now.UTC()
+	today := u.Format(time.DateOnly)
+	rows, err := a.store.Usage(ctx, store.UsageQuery{AccountID: acct.ID, From: u.AddDate(0, 0, 1-u.Day()), To: u})
+	if err == nil {
+		var day, month ratelimit.Amount
+		for _, r := range rows {
+			if r.KeyID != acct.KeyID {
+				continue
+			}
+			p := a.priced(r.TaskType, r.PromptTokens+r.CompletionTokens)
+			month.Tokens, month.Units = month.Tokens+p.Tokens, month.Units+p.Units
+			if r.Day == today {
+				day.Tokens, day.Units = day.Tokens+p.Tokens, day.Units+p.Units
+			}
+		}
+		err = a.quota.Raise(ctx, acct.KeyID, day, month, now)
+	}
+	if err != nil {
+		a.quotaErrors.Inc()
+		a.log.Debug("cannot seed a key's token totals from the usage ledger; counting from its spends", "key_id", acct.KeyID, "err", err)
+		return
+	}
+	a.quotaKeys.seeded(acct.KeyID, now)
+}
+
+// quotaKeys is what an instance knows of the keys it has checked: whether
+// each has token or budget limits, and the UTC day its totals were last
+// raised to the usage ledger's (App.seedQuota).
+type quotaKeys struct {
+	mu   sync.Mutex
+	keys map[string]quotaKey
+}
+
+type quotaKey struct {
+	limited bool
+	seeded  string    // YYYYMMDD (UTC) of the last seeding; "" none since the limits appeared
+	retry   time.Time // no seeding is started before
+}
+
+// quotaKeysMax bounds the keys remembered; past it they are forgotten,
+// and a forgotten key's tokens are counted, as an unknown key's are.
+const quotaKeysMax = 100_000
+
+// seedRetry is how long a seeding that was started (and may have failed)
+// holds off the next.
+const seedRetry = 5 * time.Second
+
+// note records whether key has limits, as checked at now, and reports
+// whether its totals should be seeded now: limited, not yet seeded on
+// now's day, and no seeding started within seedRetry (the caller seeds).
+func (q *quotaKeys) note(key string, limited bool, now time.Time) bool {
+	if key == "" {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k, ok := q.keys[key]
+	if ok && !limited && !k.limited {
+		return false // the common case: nothing changes
+	}
+	if q.keys == nil || len(q.keys) >= quotaKeysMax && !ok {
+		q.keys = map[string]quotaKey{}
+	}
+	if limited && !k.limited {
+		k = quotaKey{} // limits appeared: what was spent meanwhile is only in the ledger
+	}
+	k.limited = limited
+	seed := limited && k.seeded != now.UTC().Format("20060102") && !now.Before(k.retry)
+	if seed {
+		k.retry = now.Add(seedRetry)
+	}
+	q.keys[key] = k
+	return seed
+}
+
+// seeded records that key's totals were raised to the ledger's on now's day.
+func (q *quotaKeys) seeded(key string, now time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if k, ok := q.keys[key]; ok && k.limited {
+		k.seeded = now.UTC().Format("20060102")
+		q.keys[key] = k
+	}
+}
+
+// counted reports whether key's tokens are added to its totals: unless
+// this instance last checked it without limits. An unknown key's are (an
+// async task may run on an instance that never checked its key).
+func (q *quotaKeys) counted(key string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k, ok := q.keys[key]
+	return !ok || k.limited
 }
 
 // spendTokens adds a finished task's tokens to its key's totals. It runs
@@ -158,7 +277,7 @@ func (a *App) spendTokens(rec store.TaskRecord) {
 	if rec.Usage.CompletionTokens > 0 {
 		a.tokens.WithLabelValues(rec.TaskType, "completion").Add(float64(rec.Usage.CompletionTokens))
 	}
-	if rec.KeyID == "" {
+	if rec.KeyID == "" || !a.quotaKeys.counted(rec.KeyID) {
 		return
 	}
 	if a.cluster != nil && !a.cluster.redisOK.Load() {

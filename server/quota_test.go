@@ -30,6 +30,13 @@ func TestTokenQuotaAcrossInstances(t *testing.T) {
 			t.Fatalf("before the limit: %d %s", code, raw)
 		}
 	}
+	// Without limits, the key's tokens are in the usage ledger only (no
+	// Redis round trip per task); once the ledger has them, the limit is
+	// set, and each instance's first check raises the key's totals to them.
+	waitUntil(t, func() bool { return ledgerTokens(t, a, q.limitedKeyID) == 2000 })
+	if day, _, err := a.quota.Spent(ctx, q.limitedKeyID, time.Now()); err != nil || day.Tokens != 0 {
+		t.Fatalf("the key's totals before it has limits: %+v, %v; want nothing counted", day, err)
+	}
 	k, err := a.store.SetKeyLimits(ctx, q.limitedKeyID, store.KeyLimits{TokensPerDay: 10_000})
 	if err != nil {
 		t.Fatal(err)
@@ -66,6 +73,10 @@ func TestTokenQuotaAcrossInstances(t *testing.T) {
 		if code, raw, _ := send(ta, freeKey); code != http.StatusOK {
 			t.Errorf("the key without limits: %d %s", code, raw)
 		}
+	}
+	// Its tokens were never added to the quota totals.
+	if day, month, err := b.quota.Spent(ctx, q.freeKeyID, time.Now()); err != nil || day.Tokens != 0 || month.Tokens != 0 {
+		t.Errorf("the key without limits has totals %+v, %+v, %v; want none counted", day, month, err)
 	}
 	// Lifted: served again.
 	if _, err := a.store.SetKeyLimits(ctx, k.ID, store.KeyLimits{}); err != nil {
@@ -168,8 +179,8 @@ func TestBudgetAcrossInstances(t *testing.T) {
 // an account with two keys — the one the test limits and a free one — and
 // a node (on a, of the free key) whose every chat task reports usage.
 type limitedPair struct {
-	a, b                              *testApp
-	limitedKey, limitedKeyID, freeKey string
+	a, b                                         *testApp
+	limitedKey, limitedKeyID, freeKey, freeKeyID string
 	// send asks ta for a chat task with key.
 	send func(ta *testApp, key string) (int, []byte, http.Header)
 }
@@ -190,6 +201,10 @@ func startLimitedPair(t *testing.T, schema string, usage sdk.Usage) limitedPair 
 	if err != nil {
 		t.Fatal(err)
 	}
+	free, err := a.store.Authenticate(ctx, freeKey)
+	if err != nil {
+		t.Fatal(err)
+	}
 	runSDKNode(t, a, sdk.NodeConfig{APIKey: freeKey, Name: "n", Capabilities: []string{"chat"}, MaxConcurrency: 2,
 		Handler: sdk.HandlerFunc(func(ctx context.Context, task *sdk.Task, emit func(string) error) (sdk.Result, error) {
 			return sdk.Result{Text: "ok", Usage: &usage}, nil
@@ -202,7 +217,24 @@ func startLimitedPair(t *testing.T, schema string, usage sdk.Usage) limitedPair 
 		}
 		return code, raw, h
 	}
-	return limitedPair{a: a, b: b, limitedKey: limitedKey, limitedKeyID: owner.KeyID, freeKey: freeKey, send: send}
+	return limitedPair{a: a, b: b, limitedKey: limitedKey, limitedKeyID: owner.KeyID, freeKey: freeKey, freeKeyID: free.KeyID, send: send}
+}
+
+// ledgerTokens is the tokens the usage ledger holds for keyID today.
+func ledgerTokens(t *testing.T, ta *testApp, keyID string) int64 {
+	t.Helper()
+	now := time.Now()
+	rows, err := ta.store.Usage(e2eCtx(t), store.UsageQuery{From: now, To: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, r := range rows {
+		if r.KeyID == keyID {
+			n += r.PromptTokens + r.CompletionTokens
+		}
+	}
+	return n
 }
 
 // cachedLimits is the limits this instance's auth cache holds for key.
@@ -234,5 +266,47 @@ func TestParseTokenPrices(t *testing.T) {
 	if err := (Config{TokenPrices: map[string]float64{"chat": -1}}).withDefaults().Validate(); err == nil ||
 		!strings.Contains(err.Error(), "--token-prices") {
 		t.Errorf("a negative price: %v", err)
+	}
+}
+
+// quotaKeys' choices, by the calendar: which keys' tokens are counted, and
+// when their totals are seeded from the ledger.
+func TestQuotaKeys(t *testing.T) {
+	var q quotaKeys
+	day1 := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	if !q.counted("k") {
+		t.Error("a key never checked here is not counted (an async task's key may be one)")
+	}
+	if q.note("k", false, day1) || q.counted("k") {
+		t.Error("a key without limits is seeded or counted")
+	}
+	if !q.note("k", true, day1) || !q.counted("k") {
+		t.Fatal("a key whose limits appear is not seeded, or not counted")
+	}
+	if q.note("k", true, day1.Add(time.Second)) {
+		t.Error("a second seeding started while the first may still run")
+	}
+	// The first failed (nothing recorded): tried again after seedRetry.
+	if !q.note("k", true, day1.Add(seedRetry)) {
+		t.Fatal("a failed seeding is never tried again")
+	}
+	q.seeded("k", day1.Add(seedRetry))
+	if q.note("k", true, day1.Add(time.Hour)) {
+		t.Error("seeded twice in a day")
+	}
+	if !q.note("k", true, day1.Add(14*time.Hour)) { // 00:00 UTC the next day
+		t.Error("not seeded on a new day")
+	}
+	q.seeded("k", day1.Add(14*time.Hour))
+	// Limits lifted then set again the same day: what was spent meanwhile
+	// is only in the ledger.
+	if q.note("k", false, day1.Add(15*time.Hour)) || q.counted("k") {
+		t.Error("a key whose limits were lifted is still counted")
+	}
+	if !q.note("k", true, day1.Add(15*time.Hour+time.Second)) {
+		t.Error("limits set again are not seeded")
+	}
+	if q.note("", true, day1) {
+		t.Error("a request without a key is seeded")
 	}
 }

@@ -69,4 +69,36 @@ func RunQuota(t *testing.T, newQuota func(t *testing.T) ratelimit.Quota) {
 		wg.Wait()
 		spent(t, q, "c", now, 1900, 1900)
 	})
+	t.Run("RaiseNeverCountsTwice", func(t *testing.T) {
+		q := newQuota(t)
+		now := at("2026-05-20T08:00:00Z")
+		amt := func(n int64) ratelimit.Amount { return ratelimit.Amount{Tokens: n, Units: 10 * n} }
+		// A fresh key's counters rise to the ledger's totals.
+		if err := q.Raise(ctx, "r", amt(50), amt(400), now); err != nil {
+			t.Fatal(err)
+		}
+		spent(t, q, "r", now, 50, 400)
+		// Spends add on top; a lower ledger (one that lags them) changes nothing.
+		if err := q.Spend(ctx, "r", amt(30), now); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Raise(ctx, "r", amt(60), amt(420), now); err != nil {
+			t.Fatal(err)
+		}
+		spent(t, q, "r", now, 80, 430)
+		// Each window, and each count, rises on its own.
+		if err := q.Raise(ctx, "r", amt(90), amt(10), now); err != nil {
+			t.Fatal(err)
+		}
+		spent(t, q, "r", now, 90, 430)
+		if err := q.Raise(ctx, "r", ratelimit.Amount{Tokens: 95, Units: 1}, amt(10), now); err != nil {
+			t.Fatal(err)
+		}
+		if d, _, err := q.Spent(ctx, "r", now); err != nil || d != (ratelimit.Amount{Tokens: 95, Units: 900}) {
+			t.Fatalf("after raising the tokens alone: %+v, %v; want 95 tokens, 900 units", d, err)
+		}
+		// The next day starts from what is raised or spent in it.
+		spent(t, q, "r", at("2026-05-21T00:00:00Z"), 0, 430)
+		spent(t, q, "other", now, 0, 0)
+	})
 }
