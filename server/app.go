@@ -45,6 +45,7 @@ type App struct {
 	inflight        ratelimit.InFlight // --max-inflight-per-key (inflight.go)
 	quota           ratelimit.Quota    // token quotas per key (quota.go)
 	quotaKeys       quotaKeys          // which keys have token limits, and their counters' seeding (quota.go)
+	orphanSpends    chan struct{}      // the spends of orphaned tasks' tokens in flight (quota.go)
 	quotaRefused    prometheus.Counter
 	quotaErrors     prometheus.Counter
 	tokens          *prometheus.CounterVec // tokens reported, by task type and kind
@@ -539,8 +540,13 @@ func (r recorder) RecordTask(rec store.TaskRecord) {
 	r.a.spendTokens(rec)
 	r.a.writer.AddTask(rec)
 }
-func (r recorder) RecordOutcome(o store.Outcome)     { r.a.rep.Observe(o) }
-func (r recorder) RecordUsage(rep store.UsageReport) { r.a.writer.AddUsage(rep) }
+func (r recorder) RecordOutcome(o store.Outcome) { r.a.rep.Observe(o) }
+func (r recorder) RecordUsage(rep store.UsageReport, requesterGone bool) {
+	r.a.writer.AddUsage(rep)
+	if requesterGone {
+		r.a.spendOrphan(rep)
+	}
+}
 
 // benchStore keeps node benchmark profiles in the store, where every
 // instance sees them.

@@ -35,7 +35,9 @@ import (
 // raises the key's totals to what the usage ledger holds for the day and
 // the month (one store read; ratelimit.Quota.Raise never counts a spend
 // twice). So limits set on a key that has been spending count what it
-// spent before, all but its last flush interval's.
+// spent before, all but its last flush interval's. The tokens of a task
+// whose answer reached no requester are added by the instance holding its
+// node (spendOrphan): leaving before each answer spends no less.
 
 // newQuota builds the quota counters (shared through Redis in a cluster)
 // and their metrics.
@@ -54,6 +56,7 @@ func (a *App) newQuota() {
 	}, []string{"task_type", "kind"})
 	a.registry.MustRegister(a.quotaRefused, a.quotaErrors, a.tokens)
 	a.quota = ratelimit.NewMemoryQuota()
+	a.orphanSpends = make(chan struct{}, maxOrphanSpends)
 	if a.cluster != nil {
 		a.quota = ratelimit.NewRedisQuota(a.cluster.conn.Client(), ratelimit.QuotaPrefix(a.cfg.Namespace))
 	}
@@ -277,7 +280,12 @@ func (a *App) spendTokens(rec store.TaskRecord) {
 	if rec.Usage.CompletionTokens > 0 {
 		a.tokens.WithLabelValues(rec.TaskType, "completion").Add(float64(rec.Usage.CompletionTokens))
 	}
-	if rec.KeyID == "" || !a.quotaKeys.counted(rec.KeyID) {
+	a.spend(rec.KeyID, a.spendOf(rec), rec.FinishedAt)
+}
+
+// spend adds amt to key's totals, if its tokens are counted (quotaKeys).
+func (a *App) spend(key string, amt ratelimit.Amount, at time.Time) {
+	if key == "" || !a.quotaKeys.counted(key) {
 		return
 	}
 	if a.cluster != nil && !a.cluster.redisOK.Load() {
@@ -288,11 +296,37 @@ func (a *App) spendTokens(rec store.TaskRecord) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
 	defer cancel()
-	if err := a.quota.Spend(ctx, rec.KeyID, a.spendOf(rec), rec.FinishedAt); err != nil {
+	if err := a.quota.Spend(ctx, key, amt, at); err != nil {
 		a.quotaErrors.Inc()
-		a.log.Debug("cannot count a task's tokens toward its key's quota", "key_id", rec.KeyID, "err", err)
+		a.log.Debug("cannot count a task's tokens toward its key's quota", "key_id", key, "err", err)
 	}
 }
+
+// spendOrphan counts toward its key's limits the tokens of a task whose
+// answer no requester received (its client left, say, while a node that
+// cannot be told to stop ran it to its end): the requester, which counts
+// a task's tokens, never saw them. It runs in the background — the node's
+// reader must not wait on Redis — a bounded number at a time; past
+// that, the tokens go uncounted, and counted as such (maxOrphanSpends).
+func (a *App) spendOrphan(rep store.UsageReport) {
+	n := rep.PromptTokens + rep.CompletionTokens
+	if n <= 0 || rep.KeyID == "" || !a.quotaKeys.counted(rep.KeyID) {
+		return
+	}
+	select {
+	case a.orphanSpends <- struct{}{}:
+	default:
+		a.quotaErrors.Inc()
+		return
+	}
+	go func() {
+		defer func() { <-a.orphanSpends }()
+		a.spend(rep.KeyID, a.priced(rep.TaskType, n), rep.At)
+	}()
+}
+
+// maxOrphanSpends bounds the orphans' spends in flight (App.spendOrphan).
+const maxOrphanSpends = 64
 
 // sessionOf is the affinity key of a request: its account and the session
 // id the client named (X-Session-Id, or on the OpenAI routes the body's

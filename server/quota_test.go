@@ -310,3 +310,42 @@ func TestQuotaKeys(t *testing.T) {
 		t.Error("a request without a key is seeded")
 	}
 }
+
+// A client that leaves while a node that cannot be told to stop runs its
+// task does not take the task's tokens off its key's limits: the node's
+// answer reaches no requester, and the instance holding the node counts
+// them (in the ledger, and toward the limits). Without that, leaving just
+// before each answer would spend a budget without end.
+func TestTokensOfAnAbandonedTaskCount(t *testing.T) {
+	ta := startApp(t, nil)
+	ctx := e2eCtx(t)
+	_, key, err := ta.store.CreateAccount(ctx, "leaver", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	acct, err := ta.store.Authenticate(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ta.store.SetKeyLimits(ctx, acct.KeyID, store.KeyLimits{TokensPerDay: 10_000}); err != nil {
+		t.Fatal(err)
+	}
+	// GemmaNet's node: no task_cancel, so a cancelled task runs to its end.
+	n := connectNode(t, ta.wsURL, map[string]any{"api_key": key, "name": "gemmanet", "capabilities": []string{"echo"}, "max_concurrency": 1})
+
+	rctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := plainAsync(rctx, ta, key)
+	id := n.Expect("task_assign").TaskID()
+	cancel() // the client leaves before the answer
+	waitFor(t, done, 3*time.Second)
+	ta.waitHolding(t, 1)
+	n.MustSend("task_result", map[string]any{"task_id": id, "status": "completed", "result": "late",
+		"usage": map[string]any{"prompt_tokens": 300, "completion_tokens": 700}})
+
+	waitUntil(t, func() bool {
+		day, _, err := ta.quota.Spent(ctx, acct.KeyID, time.Now())
+		return err == nil && day.Tokens == 1000
+	})
+	waitUntil(t, func() bool { return ledgerTokens(t, ta, acct.KeyID) == 1000 })
+}

@@ -43,6 +43,7 @@ type records struct {
 	mu    sync.Mutex
 	tasks []store.TaskRecord
 	usage []store.UsageReport
+	gone  []string // the tasks whose reports came with requesterGone
 }
 
 func (r *records) RecordTask(rec store.TaskRecord) {
@@ -51,9 +52,12 @@ func (r *records) RecordTask(rec store.TaskRecord) {
 	r.mu.Unlock()
 }
 func (r *records) RecordOutcome(store.Outcome) {}
-func (r *records) RecordUsage(rep store.UsageReport) {
+func (r *records) RecordUsage(rep store.UsageReport, requesterGone bool) {
 	r.mu.Lock()
 	r.usage = append(r.usage, rep)
+	if requesterGone {
+		r.gone = append(r.gone, rep.TaskID)
+	}
 	r.mu.Unlock()
 }
 
@@ -430,6 +434,14 @@ func TestUsageReportedByTheOwner(t *testing.T) {
 	}
 	if len(r.rec.reports()) != 0 {
 		t.Fatalf("the requester recorded usage reports: %+v", r.rec.reports())
+	}
+	// Only u2's answer reached no requester: its tokens are the owner's to
+	// count toward the key's limits.
+	o.rec.mu.Lock()
+	gone := slices.Clone(o.rec.gone)
+	o.rec.mu.Unlock()
+	if !slices.Equal(gone, []string{"u2"}) {
+		t.Fatalf("reports of answers no requester received: %v, want [u2]", gone)
 	}
 }
 

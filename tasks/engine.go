@@ -130,8 +130,11 @@ type Recorder interface {
 	RecordOutcome(o store.Outcome)
 	// RecordUsage takes what a node connected here reported for a task it
 	// ran (tokens, time, result size), once per task and node, whatever
-	// became of the task's requester (owner.result).
-	RecordUsage(r store.UsageReport)
+	// became of the task's requester (owner.result). requesterGone says
+	// that no requester received the answer (its client or its instance
+	// had left, or the task was cancelled on a node that was not told):
+	// nobody else will count its tokens toward its key's limits.
+	RecordUsage(r store.UsageReport, requesterGone bool)
 }
 
 // Standings is routing's view of each node's reputation.
@@ -361,9 +364,9 @@ func (e *Engine) Closed(s *nodes.Session) { e.owner.closed(s) }
 
 type noRecorder struct{}
 
-func (noRecorder) RecordTask(store.TaskRecord)   {}
-func (noRecorder) RecordOutcome(store.Outcome)   {}
-func (noRecorder) RecordUsage(store.UsageReport) {}
+func (noRecorder) RecordTask(store.TaskRecord)         {}
+func (noRecorder) RecordOutcome(store.Outcome)         {}
+func (noRecorder) RecordUsage(store.UsageReport, bool) {}
 
 type neutralStanding struct{}
 

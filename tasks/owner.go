@@ -170,10 +170,10 @@ func (o *owner) result(s *nodes.Session, r wire.TaskResultPayload) {
 		return
 	}
 	s.Release()
-	o.report(ent, r)
 	if held {
 		// The answer to a task cancelled on a node that was not told: the
 		// node has done what it was asked, and nobody waits for it.
+		o.report(ent, r, true)
 		o.metrics.holdEnds.WithLabelValues("answered").Inc()
 		return
 	}
@@ -185,7 +185,8 @@ func (o *owner) result(s *nodes.Session, r wire.TaskResultPayload) {
 	if int64(len(r.Result)) > o.resultMax {
 		res = &bus.Result{Code: string(CodeResultTooLarge), Message: o.tooLarge()}
 	}
-	o.reply(ent, &bus.Envelope{Kind: bus.KindResult, Result: res})
+	delivered := o.reply(ent, &bus.Envelope{Kind: bus.KindResult, Result: res})
+	o.report(ent, r, delivered == 0) // -1: the bus failed, maybe after delivering
 }
 
 // report hands what the node reported for ent's task to the recorder:
@@ -195,8 +196,9 @@ func (o *owner) result(s *nodes.Session, r wire.TaskResultPayload) {
 // node that answers a task cancelled on it without being told (held) did
 // the work too. An answer the owner cannot read (badResult), or that
 // comes after its entry left (a task_cancel node told to stop, a task past
-// its timeout), reports nothing.
-func (o *owner) report(ent *fwdEntry, r wire.TaskResultPayload) {
+// its timeout), reports nothing. requesterGone: no requester received the
+// answer (Recorder.RecordUsage).
+func (o *owner) report(ent *fwdEntry, r wire.TaskResultPayload, requesterGone bool) {
 	now := time.Now()
 	rep := store.UsageReport{TaskID: ent.taskID, NodeID: ent.nodeID, AccountID: ent.account, KeyID: ent.keyID,
 		TaskType: ent.taskType, At: now, NodeMs: r.ProcessingTimeMs, ResultBytes: int64(len(r.Result))}
@@ -206,7 +208,7 @@ func (o *owner) report(ent *fwdEntry, r wire.TaskResultPayload) {
 	if u := r.Usage; u != nil {
 		rep.PromptTokens, rep.CompletionTokens = int64(u.PromptTokens), int64(u.CompletionTokens)
 	}
-	o.rec.RecordUsage(rep)
+	o.rec.RecordUsage(rep, requesterGone)
 }
 
 func (o *owner) badResult(s *nodes.Session, taskID string, err error) {
