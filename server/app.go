@@ -541,9 +541,9 @@ func (r recorder) RecordTask(rec store.TaskRecord) {
 	r.a.writer.AddTask(rec)
 }
 func (r recorder) RecordOutcome(o store.Outcome) { r.a.rep.Observe(o) }
-func (r recorder) RecordUsage(rep store.UsageReport, requesterGone bool) {
+func (r recorder) RecordUsage(rep store.UsageReport, unseen bool) {
 	r.a.writer.AddUsage(rep)
-	if requesterGone {
+	if unseen {
 		r.a.spendOrphan(rep)
 	}
 }

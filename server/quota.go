@@ -303,9 +303,9 @@ func (a *App) spend(key string, amt ratelimit.Amount, at time.Time) {
 }
 
 // spendOrphan counts toward its key's limits the tokens of a task whose
-// answer no requester received (its client left, say, while a node that
-// cannot be told to stop ran it to its end): the requester, which counts
-// a task's tokens, never saw them. It runs in the background — the node's
+// answer's usage no requester was told (its client left, say, while a node
+// that cannot be told to stop ran it to its end): the requester, which
+// counts a task's tokens, never saw them. It runs in the background — the node's
 // reader must not wait on Redis — a bounded number at a time; past
 // that, the tokens go uncounted, and counted as such (maxOrphanSpends).
 func (a *App) spendOrphan(rep store.UsageReport) {

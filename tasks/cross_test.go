@@ -43,7 +43,7 @@ type records struct {
 	mu    sync.Mutex
 	tasks []store.TaskRecord
 	usage []store.UsageReport
-	gone  []string // the tasks whose reports came with requesterGone
+	gone  []string // the tasks whose reports came unseen
 }
 
 func (r *records) RecordTask(rec store.TaskRecord) {
@@ -52,10 +52,10 @@ func (r *records) RecordTask(rec store.TaskRecord) {
 	r.mu.Unlock()
 }
 func (r *records) RecordOutcome(store.Outcome) {}
-func (r *records) RecordUsage(rep store.UsageReport, requesterGone bool) {
+func (r *records) RecordUsage(rep store.UsageReport, unseen bool) {
 	r.mu.Lock()
 	r.usage = append(r.usage, rep)
-	if requesterGone {
+	if unseen {
 		r.gone = append(r.gone, rep.TaskID)
 	}
 	r.mu.Unlock()
@@ -498,5 +498,38 @@ func waitUntil(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 5s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// An answer too large to pass on reaches its requester as an error without
+// its usage: the owner's report of it says unseen, so that its tokens are
+// still counted toward the key's limits (by the owner).
+func TestUsageOfATooLargeAnswerIsUnseen(t *testing.T) {
+	b := bus.NewMemory()
+	t.Cleanup(func() { _ = b.Close() })
+	cfg := tasks.Config{TaskTimeout: time.Minute, ResultMaxBytes: 8}
+	o := newInstance(t, "O", b, nil, cfg)
+	r := newInstance(t, "R", b, o.hub, cfg)
+	n := nodetest.Connect(t, o.wsURL, nodetest.Reg("good", "w", "echo"))
+	usage := map[string]any{"prompt_tokens": 2, "completion_tokens": 4}
+
+	small := run(t, r, context.Background(), tasks.Request{TaskID: "s", AccountID: "acct", KeyID: "k", TaskType: "echo"}, tasks.Hooks{})
+	n.Expect("task_assign")
+	n.MustSend("task_result", map[string]any{"task_id": "s", "status": "completed", "result": "fits", "usage": usage})
+	if got := wait(t, small); got.err != nil || got.out.Usage == nil {
+		t.Fatalf("the answer that fits: %+v", got)
+	}
+	big := run(t, r, context.Background(), tasks.Request{TaskID: "b", AccountID: "acct", KeyID: "k", TaskType: "echo"}, tasks.Hooks{})
+	n.Expect("task_assign")
+	n.MustSend("task_result", map[string]any{"task_id": "b", "status": "completed", "result": "far more than eight bytes", "usage": usage})
+	if got := wait(t, big); got.err == nil || tasks.AsError(got.err).Code != tasks.CodeResultTooLarge {
+		t.Fatalf("the answer too large: %+v, want %s", got, tasks.CodeResultTooLarge)
+	}
+	waitUntil(t, func() bool { return len(o.rec.reports()) == 2 })
+	o.rec.mu.Lock()
+	gone := slices.Clone(o.rec.gone)
+	o.rec.mu.Unlock()
+	if !slices.Equal(gone, []string{"b"}) {
+		t.Fatalf("unseen reports: %v, want [b]", gone)
 	}
 }

@@ -130,11 +130,12 @@ type Recorder interface {
 	RecordOutcome(o store.Outcome)
 	// RecordUsage takes what a node connected here reported for a task it
 	// ran (tokens, time, result size), once per task and node, whatever
-	// became of the task's requester (owner.result). requesterGone says
-	// that no requester received the answer (its client or its instance
-	// had left, or the task was cancelled on a node that was not told):
-	// nobody else will count its tokens toward its key's limits.
-	RecordUsage(r store.UsageReport, requesterGone bool)
+	// became of the task's requester (owner.result). unseen says that no
+	// requester was told the answer's usage (its client or its instance
+	// had left, the task was cancelled on a node that was not told, or
+	// the answer was too large to pass on): nobody else will count its
+	// tokens toward its key's limits.
+	RecordUsage(r store.UsageReport, unseen bool)
 }
 
 // Standings is routing's view of each node's reputation.

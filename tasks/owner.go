@@ -182,11 +182,15 @@ func (o *owner) result(s *nodes.Session, r wire.TaskResultPayload) {
 	if u := r.Usage; u != nil {
 		res.HasUsage, res.PromptTokens, res.OutputTokens = true, int64(u.PromptTokens), int64(u.CompletionTokens)
 	}
-	if int64(len(r.Result)) > o.resultMax {
+	tooLarge := int64(len(r.Result)) > o.resultMax
+	if tooLarge {
 		res = &bus.Result{Code: string(CodeResultTooLarge), Message: o.tooLarge()}
 	}
 	delivered := o.reply(ent, &bus.Envelope{Kind: bus.KindResult, Result: res})
-	o.report(ent, r, delivered == 0) // -1: the bus failed, maybe after delivering
+	// The requester counts the tokens it is told of: not those of an
+	// answer it never got (-1: the bus failed, maybe after delivering)
+	// nor of one too large to pass on.
+	o.report(ent, r, delivered == 0 || tooLarge)
 }
 
 // report hands what the node reported for ent's task to the recorder:
@@ -196,9 +200,9 @@ func (o *owner) result(s *nodes.Session, r wire.TaskResultPayload) {
 // node that answers a task cancelled on it without being told (held) did
 // the work too. An answer the owner cannot read (badResult), or that
 // comes after its entry left (a task_cancel node told to stop, a task past
-// its timeout), reports nothing. requesterGone: no requester received the
-// answer (Recorder.RecordUsage).
-func (o *owner) report(ent *fwdEntry, r wire.TaskResultPayload, requesterGone bool) {
+// its timeout), reports nothing. unseen: no requester was told the
+// answer's usage (Recorder.RecordUsage).
+func (o *owner) report(ent *fwdEntry, r wire.TaskResultPayload, unseen bool) {
 	now := time.Now()
 	rep := store.UsageReport{TaskID: ent.taskID, NodeID: ent.nodeID, AccountID: ent.account, KeyID: ent.keyID,
 		TaskType: ent.taskType, At: now, NodeMs: r.ProcessingTimeMs, ResultBytes: int64(len(r.Result))}
@@ -208,7 +212,7 @@ func (o *owner) report(ent *fwdEntry, r wire.TaskResultPayload, requesterGone bo
 	if u := r.Usage; u != nil {
 		rep.PromptTokens, rep.CompletionTokens = int64(u.PromptTokens), int64(u.CompletionTokens)
 	}
-	o.rec.RecordUsage(rep, requesterGone)
+	o.rec.RecordUsage(rep, unseen)
 }
 
 func (o *owner) badResult(s *nodes.Session, taskID string, err error) {
