@@ -32,7 +32,8 @@ type Amount struct {
 	Tokens, Units int64
 }
 
-func (a *Amount) add(b Amount) {
+// Add adds b to a.
+func (a *Amount) Add(b Amount) {
 	a.Tokens += b.Tokens
 	a.Units += b.Units
 }
@@ -86,8 +87,8 @@ func (m *MemoryQuota) Spend(_ context.Context, key string, a Amount, now time.Ti
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t := m.totalsLocked(key, now)
-	t.dayN.add(a)
-	t.monthN.add(a)
+	t.dayN.Add(a)
+	t.monthN.Add(a)
 	return nil
 }
 

@@ -76,12 +76,13 @@ func (a *App) checkKey(next echo.HandlerFunc) echo.HandlerFunc {
 		if b, ok := c.Get(ctxTaskBody).(*taskBody); ok && !acct.KeyLimits.AllowsType(b.TaskType) {
 			return typeOutOfScope(acct.KeyLimits)
 		}
-		now := time.Now()
 		limited := acct.KeyLimits.Any()
-		seed := a.quotaKeys.note(acct.KeyID, limited, now)
 		if !limited {
+			a.quotaKeys.note(acct.KeyID, false, time.Time{}) // no clock read: the hot path of a key without limits
 			return next(c)
 		}
+		now := time.Now()
+		seed := a.quotaKeys.note(acct.KeyID, true, now)
 		if seed {
 			a.seedQuota(c.Request().Context(), acct, now)
 		}
@@ -182,9 +183,9 @@ func (a *App) seedQuota(ctx context.Context, acct store.Account, now time.Time) 
 				continue
 			}
 			p := a.priced(r.TaskType, r.PromptTokens+r.CompletionTokens)
-			month.Tokens, month.Units = month.Tokens+p.Tokens, month.Units+p.Units
+			month.Add(p)
 			if r.Day == today {
-				day.Tokens, day.Units = day.Tokens+p.Tokens, day.Units+p.Units
+				day.Add(p)
 			}
 		}
 		err = a.quota.Raise(ctx, acct.KeyID, day, month, now)
@@ -305,9 +306,10 @@ func (a *App) spend(key string, amt ratelimit.Amount, at time.Time) {
 // spendOrphan counts toward its key's limits the tokens of a task whose
 // answer's usage no requester was told (its client left, say, while a node
 // that cannot be told to stop ran it to its end): the requester, which
-// counts a task's tokens, never saw them. It runs in the background — the node's
-// reader must not wait on Redis — a bounded number at a time; past
-// that, the tokens go uncounted, and counted as such (maxOrphanSpends).
+// counts a task's tokens, never saw them. It runs in the background (the
+// node's reader must not wait on Redis), a bounded number at a time;
+// past that, the tokens go uncounted, and counted as such
+// (maxOrphanSpends).
 func (a *App) spendOrphan(rep store.UsageReport) {
 	n := rep.PromptTokens + rep.CompletionTokens
 	if n <= 0 || rep.KeyID == "" || !a.quotaKeys.counted(rep.KeyID) {
