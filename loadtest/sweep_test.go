@@ -108,6 +108,20 @@ func TestSweepRun(t *testing.T) {
 		if r.Mode != config.ModeNATS && r.P99VsNATS <= 0 {
 			t.Errorf("%s at %g/s: no ratio to NATS", r.Mode, r.Rate)
 		}
+		// The cross mode's every request crosses the bus twice (the assign
+		// to the instance holding the node, the result back): two publishes
+		// each, less at most the first request's (it may go out just before
+		// the count is read at the window's opening); the local mode's none.
+		switch {
+		case (r.Mode == config.ModeLocal || r.Mode == config.ModeCross) && r.Redis == nil:
+			t.Errorf("%s at %g/s: Redis commands not counted", r.Mode, r.Rate)
+		case r.Mode == config.ModeCross && r.Redis.Publishes < 1.9:
+			t.Errorf("cross at %g/s: %.2f publishes per request, want 2: %+v", r.Rate, r.Redis.Publishes, r.Redis)
+		case r.Mode == config.ModeLocal && r.Redis.Publishes >= 1:
+			t.Errorf("local at %g/s: %.2f publishes per request: %+v", r.Rate, r.Redis.Publishes, r.Redis)
+		case (r.Mode == config.ModeNATS || r.Mode == config.ModeFloor) && r.Redis != nil:
+			t.Errorf("%s at %g/s: Redis counted for a mode without it", r.Mode, r.Rate)
+		}
 	}
 	want := []string{"nats 50", "nats 100", "floor 50", "floor 100", "local 50", "local 100", "cross 50", "cross 100"}
 	if !slices.Equal(got, want) {

@@ -76,6 +76,12 @@ time, so the latency is the overhead. The report has a row per mode and
 rate (sent, ok, errors, timeouts, late, worst lag, p50/p95/p99, the p99
 over the NATS p99 at that rate, the most requests in flight, the HTTP
 connections dialled), and per mode the first rate whose p99 passes 10 ms.
+Its headline table is the CPU time of each process (the instances, the
+floor's forwarder, Redis, PostgreSQL, the load test; /proc over the
+counted window) per ok request, beside p50/p95/p99; in the local and
+cross modes, the Redis commands per ok request over the window too
+(INFO commandstats, every server; the PUBLISHes among them are the
+cross mode's bus hops).
 When a step had as many requests in flight as the nodes have slots, the
 slots may be its limit: the report says so.
 

@@ -131,6 +131,55 @@ func RedisCommands(ctx context.Context, rdb redis.UniversalClient) (map[string]i
 	return out, err
 }
 
+// RedisCommandCalls reads the calls of each command (INFO commandstats)
+// summed over every server of rdb: "publish" → 1234.
+func RedisCommandCalls(ctx context.Context, rdb redis.UniversalClient) (map[string]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	out := map[string]int64{}
+	err := forEachServer(ctx, rdb, func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return fmt.Errorf("%s: INFO commandstats: %w", c.Options().Addr, err)
+		}
+		calls := ParseCommandStats(info)
+		mu.Lock()
+		for k, v := range calls {
+			out[k] += v
+		}
+		mu.Unlock()
+		return nil
+	})
+	return out, err
+}
+
+// ParseCommandStats reads INFO commandstats' lines
+// ("cmdstat_publish:calls=12,usec=…") into calls by command; a line it
+// cannot read is left out.
+func ParseCommandStats(info string) map[string]int64 {
+	out := map[string]int64{}
+	for line := range strings.SplitSeq(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, fields, ok := strings.Cut(rest, ":")
+		if !ok {
+			continue
+		}
+		for f := range strings.SplitSeq(fields, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+					out[name] += n
+				}
+				break
+			}
+		}
+	}
+	return out
+}
+
 // CommandsBetween is the commands each server processed from a to b (a
 // server missing from either, or restarted in between, is left out).
 func CommandsBetween(a, b map[string]int64) (total int64, byServer map[string]int64) {

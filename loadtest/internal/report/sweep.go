@@ -70,6 +70,9 @@ type SweepRow struct {
 	// CPU is each process's CPU over the counted window; nil when not
 	// measured.
 	CPU *StepCPU `json:"cpu,omitempty"`
+	// Redis is what the Redis servers were asked over the counted window;
+	// nil when not measured (the nats and floor modes use none).
+	Redis *StepRedis `json:"redis,omitempty"`
 }
 
 // notOK counts the counted requests that did not come back ok.

@@ -247,6 +247,10 @@ func TestSweepCPUPerRequest(t *testing.T) {
 	// 25,000 ok: 5 s and 2.5 s on the instances, 1 s Redis, PostgreSQL
 	// unreadable at the end (left out), 2.5 s the load test.
 	cross.CPU = NewStepCPU(crossProcs, ms(0, 0, 0, 10, 0), ms(5000, 2500, 1000, -1e-6, 2500), 10.5, cross.OK)
+	// 50,000 publishes, 25,000 EVALSHA, 5,000 HSET over 25,000 ok; the
+	// INFO reads left out; a counter that went down (a restart) too.
+	cross.Redis = NewStepRedis(map[string]int64{"publish": 100, "evalsha": 7, "info": 3, "del": 90},
+		map[string]int64{"publish": 50100, "evalsha": 25007, "hset": 5000, "info": 5, "del": 80}, cross.OK)
 	s.Finish()
 
 	if got := s.row(config.ModeFloor, 2500).CPU; got.InstanceUs != 200 || got.VsFloor != 0 || len(got.Procs) != 2 || got.Procs[1].UsPerRequest != 100 {
@@ -260,7 +264,14 @@ func TestSweepCPUPerRequest(t *testing.T) {
 	rep := &Report{Profile: "sweep", Sweep: s, Pass: true}
 	rep.WriteText(&buf)
 	text := buf.String()
-	for _, want := range []string{"instance µs/req", "instance/floor", "c-1 200 µs, c-2 100 µs"} {
+	if r := s.row(config.ModeCross, 2500).Redis; r == nil || r.Commands != 3.2 || r.Publishes != 2 || len(r.ByCommand) != 3 {
+		t.Errorf("cross redis: %+v", r)
+	}
+	if NewStepRedis(nil, map[string]int64{"publish": 1}, 0) != nil {
+		t.Error("Redis figures over no ok request")
+	}
+	for _, want := range []string{"instance µs/req", "instance/floor", "c-1 200 µs, c-2 100 µs",
+		"cross at 2500/s, Redis per ok request: 3.20 commands, 2.00 publishes (publish 2.00, evalsha 1.00, hset 0.20)"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the text report lacks %q:\n%s", want, text)
 		}

@@ -150,6 +150,11 @@ func (s *SweepReport) writeSweepCPU(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  %s at %g/s, per instance: %s\n", row.Mode, row.Rate, strings.Join(parts, ", "))
 	}
+	for _, row := range s.Rows {
+		if row.Redis != nil {
+			fmt.Fprintf(w, "  %s at %g/s, Redis per ok request: %s\n", row.Mode, row.Rate, row.Redis.summary(5))
+		}
+	}
 	for _, m := range s.CPUMissing {
 		fmt.Fprintf(w, "  not measured: %s\n", m)
 	}
@@ -186,5 +191,10 @@ func (s *SweepReport) sweepCPUHTML() string {
 		b.WriteString("</tr>\n")
 	}
 	b.WriteString("</table>\n")
+	for _, row := range s.Rows {
+		if row.Redis != nil {
+			fmt.Fprintf(&b, "<p>%s at %g/s, Redis per ok request: %s</p>\n", html.EscapeString(row.Mode), row.Rate, html.EscapeString(row.Redis.summary(5)))
+		}
+	}
 	return b.String()
 }

@@ -209,10 +209,15 @@ func (s *step) progress(ctx context.Context, lines *live.Printer) {
 	}
 }
 
+// redisCalls reads the calls of each Redis command so far
+// (cluster.RedisCommandCalls).
+type redisCalls func(context.Context) (map[string]int64, error)
+
 // runStep runs one step with its progress line and returns its row, with
 // the CPU of probe's processes over the counted window when probe is not
-// nil.
-func runStep(ctx context.Context, cfg config.Config, mode string, rate float64, target target, progress io.Writer, probe *cluster.Probe) report.SweepRow {
+// nil, and the Redis commands per request over it when calls is not nil
+// (left out if either read fails).
+func runStep(ctx context.Context, cfg config.Config, mode string, rate float64, target target, progress io.Writer, probe *cluster.Probe, calls redisCalls) report.SweepRow {
 	s := newStep(mode, rate, config.SweepWarmup, cfg.Duration, cfg.TaskTimeout+cfg.Grace, target)
 	lines := live.NewPrinter(progress)
 	pctx, stop := context.WithCancel(ctx)
@@ -220,9 +225,16 @@ func runStep(ctx context.Context, cfg config.Config, mode string, rate float64, 
 	bg.Go(func() { s.progress(pctx, lines) })
 	var cpuFrom []time.Duration
 	var cpuAt time.Time
-	if probe != nil {
+	var callsFrom map[string]int64
+	if probe != nil || calls != nil {
 		bg.Go(func() {
-			if live.SleepUntil(pctx, s.due(s.warmup)) {
+			if !live.SleepUntil(pctx, s.due(s.warmup)) {
+				return
+			}
+			if calls != nil {
+				callsFrom, _ = calls(pctx) // nil on a failure: not measured
+			}
+			if probe != nil {
 				cpuFrom, cpuAt = probe.Read(), time.Now()
 			}
 		})
@@ -234,6 +246,11 @@ func runStep(ctx context.Context, cfg config.Config, mode string, rate float64, 
 	row := s.row()
 	if cpuFrom != nil {
 		row.CPU = report.NewStepCPU(probe.Procs, cpuFrom, probe.Read(), time.Since(cpuAt).Seconds(), row.OK)
+	}
+	if callsFrom != nil {
+		if to, err := calls(ctx); err == nil {
+			row.Redis = report.NewStepRedis(callsFrom, to, row.OK)
+		}
 	}
 	return row
 }
