@@ -356,6 +356,7 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string, he
 		log:        log,
 		wake:       make(chan struct{}, 1),
 		writerDone: make(chan struct{}),
+		writeWatch: newWriteWatch(conn),
 		// The socket is Serve's until node_registered is written: a task
 		// sent once the session is attached is queued behind it, not
 		// written ahead of it by SendDirect.

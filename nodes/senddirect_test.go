@@ -102,6 +102,29 @@ func TestSendDirectWriteBoundedByWriteTimeout(t *testing.T) {
 	}
 }
 
+// When the context a node's socket is served with ends (the server
+// stopping without a drain), the session ends with it, though the node is
+// silent: its read (watched once for the session's life, not per read)
+// and its writer both stop.
+func TestServeContextEndClosesSession(t *testing.T) {
+	h := serveHub(t, Config{PingInterval: time.Hour})
+	p := dialRaw(t, h.url)
+	p.register(t, "quiet")
+	s := h.Session(NodeID("acct", "quiet"))
+	if s == nil {
+		t.Fatal("no session for the registered node")
+	}
+	h.stop()
+	select {
+	case <-s.writerDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session outlived its serving context by 10s")
+	}
+	if h.Session(NodeID("acct", "quiet")) != nil {
+		t.Error("the closed session is still attached")
+	}
+}
+
 // node_registered is the first message a node receives, even when a task
 // is sent to it the moment it is routable: the hub's Announce hook runs
 // once the session is attached (a request may find it) and before

@@ -74,6 +74,10 @@ type Session struct {
 	pingDue     atomic.Bool   // set by the hub's pinger (the node has been silent), taken by the writer
 	writerDone  chan struct{}
 	closedOnce  sync.Once
+	// writeWatch closes the connection when a write outlasts WriteTimeout:
+	// armed around each write (writes are one at a time, see writing), so
+	// that a write costs no context and timer of its own (write).
+	writeWatch *time.Timer
 
 	inflight    atomic.Int32
 	state       atomic.Pointer[nodeState]    // nil: serving
@@ -189,9 +193,7 @@ func (s *Session) SendDirect(ctx context.Context, msg []byte) bool {
 	}
 	s.writing = true
 	s.mu.Unlock()
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.hub.cfg.WriteTimeout)
-	err := s.conn.Write(wctx, websocket.MessageText, msg)
-	cancel()
+	err := s.write(msg)
 	s.mu.Lock()
 	s.writing = false
 	more := len(s.queue) > 0
@@ -293,9 +295,7 @@ func (s *Session) writeLoop(ctx context.Context) {
 			})
 		}
 		for i, msg := range batch {
-			wctx, cancel := context.WithTimeout(ctx, s.hub.cfg.WriteTimeout)
-			err := s.conn.Write(wctx, websocket.MessageText, msg)
-			cancel()
+			err := s.write(msg)
 			batch[i] = nil
 			if err != nil {
 				s.log.Debug("write to node failed", "err", err)
@@ -352,10 +352,32 @@ func (s *Session) shutdown() {
 	})
 }
 
-// readLoop reads the node's messages until the connection ends.
+// write writes one message, bounded by WriteTimeout: past it, writeWatch
+// closes the connection (as the library does when a write's context ends)
+// and the write fails. Only the one holding the socket (writing) calls it.
+func (s *Session) write(msg []byte) error {
+	s.writeWatch.Reset(s.hub.cfg.WriteTimeout)
+	err := s.conn.Write(context.Background(), websocket.MessageText, msg)
+	s.writeWatch.Stop()
+	return err
+}
+
+// newWriteWatch is a session's writeWatch, stopped.
+func newWriteWatch(conn *websocket.Conn) *time.Timer {
+	t := time.AfterFunc(time.Hour, func() { _ = conn.CloseNow() })
+	t.Stop()
+	return t
+}
+
+// readLoop reads the node's messages until the connection ends or ctx
+// does (then the connection is closed under the read, as the library
+// would close it for a read's own context; one watch for the session's
+// life instead of one per read).
 func (s *Session) readLoop(ctx context.Context) {
+	stop := context.AfterFunc(ctx, func() { _ = s.conn.CloseNow() })
+	defer stop()
 	for {
-		typ, data, err := s.conn.Read(ctx)
+		typ, data, err := s.conn.Read(context.Background())
 		if err == nil {
 			s.heard.mark()
 		}

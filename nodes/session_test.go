@@ -89,7 +89,8 @@ func TestUnansweredPingClosesTheSocket(t *testing.T) {
 
 type testHub struct {
 	*Hub
-	url string
+	url  string
+	stop context.CancelFunc // ends the context the node sockets are served with
 }
 
 // serveHub runs a hub behind an HTTP server whose every request is a node
@@ -118,7 +119,7 @@ func serveHub(t *testing.T, cfg Config) testHub {
 		cancel()
 		srv.Close()
 	})
-	return testHub{Hub: h, url: srv.URL}
+	return testHub{Hub: h, url: srv.URL, stop: cancel}
 }
 
 type oneAccount struct{}
