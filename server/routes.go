@@ -111,7 +111,8 @@ func (a *App) limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 
 // readBody reads the whole (limited) body.
 func readBody(c echo.Context) ([]byte, error) {
-	b, err := io.ReadAll(c.Request().Body)
+	r := c.Request()
+	b, err := readBodySized(r.Body, r.ContentLength)
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return nil, newError(http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
@@ -121,6 +122,34 @@ func readBody(c echo.Context) ([]byte, error) {
 		return nil, newError(http.StatusBadRequest, CodeBadRequest, "cannot read the request body")
 	}
 	return b, nil
+}
+
+// presizeMax is the most readBodySized sets aside before the bytes arrive: a
+// larger body grows its buffer as it comes, so that a client announcing a
+// large body and sending it slowly holds no more memory than it sent.
+const presizeMax = 64 << 10
+
+// readBodySized is io.ReadAll with the buffer sized from the announced length
+// (Content-Length; -1 when unknown), so that a body is read into one
+// allocation instead of a growing series from 512 bytes.
+func readBodySized(body io.Reader, announced int64) ([]byte, error) {
+	if announced < 0 || announced > presizeMax {
+		return io.ReadAll(body)
+	}
+	b := make([]byte, 0, announced+1) // +1: room to read the EOF without growing
+	for {
+		n, err := body.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // more than announced: grow as io.ReadAll does
+		}
+	}
 }
 
 // bindJSON reads the body into v, answering 422 when it is not the object expected.
