@@ -122,6 +122,11 @@ func TestSweepRun(t *testing.T) {
 		case (r.Mode == config.ModeNATS || r.Mode == config.ModeFloor) && r.Redis != nil:
 			t.Errorf("%s at %g/s: Redis counted for a mode without it", r.Mode, r.Rate)
 		}
+		// A request costs the instances some heap allocations, the modes
+		// without an instance none measured.
+		if hasInstance := r.Mode == config.ModeLocal || r.Mode == config.ModeCross; hasInstance != (r.InstanceAllocs > 0) {
+			t.Errorf("%s at %g/s: %v instance allocations per request", r.Mode, r.Rate, r.InstanceAllocs)
+		}
 	}
 	want := []string{"nats 50", "nats 100", "floor 50", "floor 100", "local 50", "local 100", "cross 50", "cross 100"}
 	if !slices.Equal(got, want) {

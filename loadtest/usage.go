@@ -79,9 +79,12 @@ connections dialled), and per mode the first rate whose p99 passes 10 ms.
 Its headline table is the CPU time of each process (the instances, the
 floor's forwarder, Redis, PostgreSQL, the load test; /proc over the
 counted window) per ok request, beside p50/p95/p99; in the local and
-cross modes, the Redis commands per ok request over the window too
-(INFO commandstats, every server; the PUBLISHes among them are the
-cross mode's bus hops).
+cross modes, the instances' heap allocations per ok request over the
+window too (go_memstats_mallocs_total: steadier than CPU time on a shared
+machine; at low rates the instances' own background work and the two
+/metrics reads weigh in it), and the Redis commands per ok request
+(INFO commandstats, every server; the PUBLISHes among them are the cross
+mode's bus hops).
 When a step had as many requests in flight as the nodes have slots, the
 slots may be its limit: the report says so.
 

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -44,6 +45,33 @@ func ScrapeCounters(ctx context.Context, hc *http.Client, baseURL string) (map[s
 	}
 	defer resp.Body.Close()
 	return parseCounters(resp.Body), nil
+}
+
+// ScrapeMallocs reads an instance's heap allocations so far
+// (go_memstats_mallocs_total, the Go collector's counter on /metrics).
+func ScrapeMallocs(ctx context.Context, hc *http.Client, baseURL string) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_mallocs_total "); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("%s/metrics has no go_memstats_mallocs_total", baseURL)
 }
 
 func parseCounters(r io.Reader) map[string]float64 {

@@ -73,6 +73,10 @@ type SweepRow struct {
 	// Redis is what the Redis servers were asked over the counted window;
 	// nil when not measured (the nats and floor modes use none).
 	Redis *StepRedis `json:"redis,omitempty"`
+	// InstanceAllocs is the instances' heap allocations per ok request over
+	// the counted window (go_memstats_mallocs_total): steadier than the CPU
+	// on a shared machine, and a cause of it. 0 when not measured.
+	InstanceAllocs float64 `json:"instance_allocs_per_request,omitempty"`
 }
 
 // notOK counts the counted requests that did not come back ok.

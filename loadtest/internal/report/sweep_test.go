@@ -251,6 +251,7 @@ func TestSweepCPUPerRequest(t *testing.T) {
 	// INFO reads left out; a counter that went down (a restart) too.
 	cross.Redis = NewStepRedis(map[string]int64{"publish": 100, "evalsha": 7, "info": 3, "del": 90},
 		map[string]int64{"publish": 50100, "evalsha": 25007, "hset": 5000, "info": 5, "del": 80}, cross.OK)
+	cross.InstanceAllocs = 133.4
 	s.Finish()
 
 	if got := s.row(config.ModeFloor, 2500).CPU; got.InstanceUs != 200 || got.VsFloor != 0 || len(got.Procs) != 2 || got.Procs[1].UsPerRequest != 100 {
@@ -271,7 +272,8 @@ func TestSweepCPUPerRequest(t *testing.T) {
 		t.Error("Redis figures over no ok request")
 	}
 	for _, want := range []string{"instance µs/req", "instance/floor", "c-1 200 µs, c-2 100 µs",
-		"cross at 2500/s, Redis per ok request: 3.20 commands, 2.00 publishes (publish 2.00, evalsha 1.00, hset 0.20)"} {
+		"cross at 2500/s, Redis per ok request: 3.20 commands, 2.00 publishes (publish 2.00, evalsha 1.00, hset 0.20)",
+		"cross at 2500/s, instance heap allocations per ok request: 133"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the text report lacks %q:\n%s", want, text)
 		}

@@ -151,6 +151,9 @@ func (s *SweepReport) writeSweepCPU(w io.Writer) {
 		fmt.Fprintf(w, "  %s at %g/s, per instance: %s\n", row.Mode, row.Rate, strings.Join(parts, ", "))
 	}
 	for _, row := range s.Rows {
+		if row.InstanceAllocs > 0 {
+			fmt.Fprintf(w, "  %s at %g/s, instance heap allocations per ok request: %.0f\n", row.Mode, row.Rate, row.InstanceAllocs)
+		}
 		if row.Redis != nil {
 			fmt.Fprintf(w, "  %s at %g/s, Redis per ok request: %s\n", row.Mode, row.Rate, row.Redis.summary(5))
 		}
@@ -192,6 +195,9 @@ func (s *SweepReport) sweepCPUHTML() string {
 	}
 	b.WriteString("</table>\n")
 	for _, row := range s.Rows {
+		if row.InstanceAllocs > 0 {
+			fmt.Fprintf(&b, "<p>%s at %g/s, instance heap allocations per ok request: %.0f</p>\n", html.EscapeString(row.Mode), row.Rate, row.InstanceAllocs)
+		}
 		if row.Redis != nil {
 			fmt.Fprintf(&b, "<p>%s at %g/s, Redis per ok request: %s</p>\n", html.EscapeString(row.Mode), row.Rate, html.EscapeString(row.Redis.summary(5)))
 		}

@@ -80,6 +80,6 @@ func (r *runner) floor(ctx context.Context) error {
 		target.clients = append(target.clients, sdk.NewClient(p.url, fmt.Sprintf("floor-key-%d", i), sdk.WithHTTPClient(hc)))
 	}
 	probe := &cluster.Probe{Procs: []cluster.ProbeProc{{Role: cluster.RoleInstance, Name: "floor forwarder", PID: p.cmd.Process.Pid}}}
-	r.steps(ctx, config.ModeFloor, target, dials, probe, nil)
+	r.steps(ctx, config.ModeFloor, target, dials, meters{probe: probe})
 	return nil
 }

@@ -213,43 +213,63 @@ func (s *step) progress(ctx context.Context, lines *live.Printer) {
 // (cluster.RedisCommandCalls).
 type redisCalls func(context.Context) (map[string]int64, error)
 
+// meters are what a step measures besides its requests, over its counted
+// window; each may be nil (not measured).
+type meters struct {
+	probe *cluster.Probe // the CPU time of its processes
+	redis redisCalls     // the Redis commands
+	// mallocs reads the instances' heap allocations so far, summed
+	// (cluster.ScrapeMallocs).
+	mallocs func(context.Context) (float64, error)
+}
+
 // runStep runs one step with its progress line and returns its row, with
-// the CPU of probe's processes over the counted window when probe is not
-// nil, and the Redis commands per request over it when calls is not nil
-// (left out if either read fails).
-func runStep(ctx context.Context, cfg config.Config, mode string, rate float64, target target, progress io.Writer, probe *cluster.Probe, calls redisCalls) report.SweepRow {
+// what m measures over the counted window: a figure whose first or last
+// read fails is left out.
+func runStep(ctx context.Context, cfg config.Config, mode string, rate float64, target target, progress io.Writer, m meters) report.SweepRow {
 	s := newStep(mode, rate, config.SweepWarmup, cfg.Duration, cfg.TaskTimeout+cfg.Grace, target)
 	lines := live.NewPrinter(progress)
 	pctx, stop := context.WithCancel(ctx)
 	var bg sync.WaitGroup
 	bg.Go(func() { s.progress(pctx, lines) })
-	var cpuFrom []time.Duration
-	var cpuAt time.Time
-	var callsFrom map[string]int64
-	if probe != nil || calls != nil {
-		bg.Go(func() {
-			if !live.SleepUntil(pctx, s.due(s.warmup)) {
-				return
+	var (
+		cpuFrom     []time.Duration
+		cpuAt       time.Time
+		callsFrom   map[string]int64
+		mallocsFrom = -1.0
+	)
+	bg.Go(func() {
+		if !live.SleepUntil(pctx, s.due(s.warmup)) {
+			return
+		}
+		if m.redis != nil {
+			callsFrom, _ = m.redis(pctx) // nil on a failure: not measured
+		}
+		if m.mallocs != nil {
+			if v, err := m.mallocs(pctx); err == nil {
+				mallocsFrom = v
 			}
-			if calls != nil {
-				callsFrom, _ = calls(pctx) // nil on a failure: not measured
-			}
-			if probe != nil {
-				cpuFrom, cpuAt = probe.Read(), time.Now()
-			}
-		})
-	}
+		}
+		if m.probe != nil {
+			cpuFrom, cpuAt = m.probe.Read(), time.Now()
+		}
+	})
 	s.run(ctx)
 	stop()
 	bg.Wait()
 	lines.End()
 	row := s.row()
 	if cpuFrom != nil {
-		row.CPU = report.NewStepCPU(probe.Procs, cpuFrom, probe.Read(), time.Since(cpuAt).Seconds(), row.OK)
+		row.CPU = report.NewStepCPU(m.probe.Procs, cpuFrom, m.probe.Read(), time.Since(cpuAt).Seconds(), row.OK)
 	}
 	if callsFrom != nil {
-		if to, err := calls(ctx); err == nil {
+		if to, err := m.redis(ctx); err == nil {
 			row.Redis = report.NewStepRedis(callsFrom, to, row.OK)
+		}
+	}
+	if mallocsFrom >= 0 && row.OK > 0 {
+		if to, err := m.mallocs(ctx); err == nil && to >= mallocsFrom {
+			row.InstanceAllocs = stats.Round3((to - mallocsFrom) / float64(row.OK))
 		}
 	}
 	return row

@@ -147,7 +147,7 @@ func TestSweepStepMeasuresCPU(t *testing.T) {
 		{Role: cluster.RoleLoadTest, Name: "load test", PID: os.Getpid()},
 		{Role: cluster.RoleInstance, Name: "gone", PID: -1},
 	}}
-	r := runStep(context.Background(), cfg, "test", 100, &spinTarget{}, io.Discard, probe, nil)
+	r := runStep(context.Background(), cfg, "test", 100, &spinTarget{}, io.Discard, meters{probe: probe})
 	if r.OK != 30 || r.CPU == nil {
 		t.Fatalf("ok %d, cpu %+v", r.OK, r.CPU)
 	}
@@ -163,15 +163,15 @@ func TestSweepStepMeasuresCPU(t *testing.T) {
 		t.Errorf("window %.3f s, shorter than the counted requests' due times span", r.CPU.WindowS)
 	}
 	// Without a probe, nothing is measured.
-	if r := runStep(context.Background(), cfg, "test", 100, &spinTarget{}, io.Discard, nil, nil); r.CPU != nil || r.Redis != nil {
-		t.Errorf("no probe, yet cpu %+v, redis %+v", r.CPU, r.Redis)
+	if r := runStep(context.Background(), cfg, "test", 100, &spinTarget{}, io.Discard, meters{}); r.CPU != nil || r.Redis != nil || r.InstanceAllocs != 0 {
+		t.Errorf("no meters, yet cpu %+v, redis %+v, allocs %v", r.CPU, r.Redis, r.InstanceAllocs)
 	}
 }
 
-// A step with a reader of Redis's command counts reads them when its
-// counted window opens and when it ends, and divides by the ok requests;
-// a failed read leaves them out.
-func TestSweepStepCountsRedisCommands(t *testing.T) {
+// A step with readers of Redis's command counts and of the instances'
+// allocations reads them when its counted window opens and when it ends,
+// and divides by the ok requests; a failed read leaves them out.
+func TestSweepStepCountsRedisCommandsAndAllocations(t *testing.T) {
 	cfg := config.Config{Duration: 300 * time.Millisecond, TaskTimeout: time.Second}
 	var reads atomic.Int64
 	// Each read sees 60 more publishes and 15 more HSETs than the one
@@ -180,15 +180,21 @@ func TestSweepStepCountsRedisCommands(t *testing.T) {
 		n := reads.Add(1)
 		return map[string]int64{"publish": 60 * n, "hset": 15 * n, "info": n}, nil
 	}
-	r := runStep(context.Background(), cfg, "test", 100, &spinTarget{}, io.Discard, nil, calls)
+	var mreads atomic.Int64
+	mallocs := func(context.Context) (float64, error) { return float64(1000 + 900*mreads.Add(1)), nil }
+	r := runStep(context.Background(), cfg, "test", 100, &spinTarget{}, io.Discard, meters{redis: calls, mallocs: mallocs})
 	if r.OK != 30 || r.Redis == nil || reads.Load() != 2 {
 		t.Fatalf("ok %d, redis %+v after %d reads", r.OK, r.Redis, reads.Load())
+	}
+	if r.InstanceAllocs != 30 {
+		t.Errorf("%v allocations per request, want 900/30", r.InstanceAllocs)
 	}
 	if r.Redis.Publishes != 2 || r.Redis.Commands != 2.5 || r.Redis.ByCommand["hset"] != 0.5 || len(r.Redis.ByCommand) != 2 {
 		t.Errorf("redis %+v; want 2 publishes and 2.5 commands a request, INFO left out", r.Redis)
 	}
 	failing := func(context.Context) (map[string]int64, error) { return nil, errors.New("no redis") }
-	if r := runStep(context.Background(), cfg, "test", 100, &spinTarget{}, io.Discard, nil, failing); r.Redis != nil {
-		t.Errorf("the reads failed, yet redis %+v", r.Redis)
+	failingM := func(context.Context) (float64, error) { return 0, errors.New("no metrics") }
+	if r := runStep(context.Background(), cfg, "test", 100, &spinTarget{}, io.Discard, meters{redis: failing, mallocs: failingM}); r.Redis != nil || r.InstanceAllocs != 0 {
+		t.Errorf("the reads failed, yet redis %+v, allocs %v", r.Redis, r.InstanceAllocs)
 	}
 }

@@ -59,11 +59,11 @@ type runner struct {
 // steps runs every rate against t, stopping early if ctx ends; dials
 // counts the connections the mode's client opens, probe reads the CPU of
 // the mode's processes (the load test's own is added here).
-func (r *runner) steps(ctx context.Context, mode string, t target, dials *atomic.Int64, probe *cluster.Probe, calls redisCalls) {
-	probe.Procs = append(probe.Procs, cluster.ProbeProc{Role: cluster.RoleLoadTest, Name: "load test", PID: os.Getpid()})
+func (r *runner) steps(ctx context.Context, mode string, t target, dials *atomic.Int64, m meters) {
+	m.probe.Procs = append(m.probe.Procs, cluster.ProbeProc{Role: cluster.RoleLoadTest, Name: "load test", PID: os.Getpid()})
 	for _, rate := range r.cfg.Rates {
 		before := dials.Load()
-		row := runStep(ctx, r.cfg, mode, rate, t, r.progress, probe, calls)
+		row := runStep(ctx, r.cfg, mode, rate, t, r.progress, m)
 		row.ConnsOpened = int(dials.Load() - before)
 		r.rep.Rows = append(r.rep.Rows, row)
 		if ctx.Err() != nil {
@@ -82,7 +82,7 @@ func (r *runner) nats(ctx context.Context) error {
 	defer b.close()
 	r.rep.NATSClient = natsClientNote
 	fmt.Fprintf(r.progress, "[sweep nats] embedded nats-server at %s, %d echo workers in one queue group\n", b.srv.ClientURL(), cfg.Nodes)
-	r.steps(ctx, config.ModeNATS, b, new(atomic.Int64), &cluster.Probe{}, nil)
+	r.steps(ctx, config.ModeNATS, b, new(atomic.Int64), meters{probe: &cluster.Probe{}})
 	return nil
 }
 
@@ -145,9 +145,19 @@ func (r *runner) switchyard(ctx context.Context, mode, bin, logDir string) error
 			s.CPUMissing = append(s.CPUMissing, m)
 		}
 	}
-	r.steps(ctx, mode, target, dials, probe, func(ctx context.Context) (map[string]int64, error) {
-		return cluster.RedisCommandCalls(ctx, c.Redis())
-	})
+	r.steps(ctx, mode, target, dials, meters{probe: probe,
+		redis: func(ctx context.Context) (map[string]int64, error) { return cluster.RedisCommandCalls(ctx, c.Redis()) },
+		mallocs: func(ctx context.Context) (float64, error) {
+			var sum float64
+			for _, in := range c.Instances() {
+				v, err := cluster.ScrapeMallocs(ctx, hc, in.URL)
+				if err != nil {
+					return 0, err
+				}
+				sum += v
+			}
+			return sum, nil
+		}})
 
 	s.Counters[mode] = map[string]map[string]float64{}
 	for _, in := range c.Instances() {
