@@ -192,6 +192,11 @@ func decodeObject(b []byte, v any) error {
 	if len(b) == 0 || b[0] != '{' {
 		return invalid("the body must be a JSON object")
 	}
+	// The common case in one pass over b, without a Decoder's copy of it;
+	// a body it refuses is read again below, for the error to give.
+	if json.Unmarshal(b, v) == nil {
+		return nil
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError

@@ -1,9 +1,12 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -152,4 +155,53 @@ func FuzzParseTaskBody(f *testing.F) {
 			t.Fatalf("params %s not stable: %s, %v", b.Params, again, err)
 		}
 	})
+}
+
+// FuzzDecodeObjectAgrees holds decodeObject to its reading through a
+// json.Decoder alone (decodeObjectByDecoder, as it was first written): on
+// every body both accept with the same value or refuse with the same error.
+func FuzzDecodeObjectAgrees(f *testing.F) {
+	for _, s := range []string{
+		`{"task_type":"echo","content":"hello","params":{"a":1},"stream":true,"priority":3,"node_labels":{"r":"eu"}}`,
+		`{"task_type":"echo"} {"task_type":"again"}`, `{"task_type":"echo"} x`, `{"stream":"yes"}`, `{"priority":1.5}`,
+		`{"node_labels":{"r":1}}`, ` {"a":1} `, `{`, `{"task_type":"\ud800"}`, `{"params":{"n":1e999}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	type target struct {
+		TaskType *string           `json:"task_type"`
+		Params   json.RawMessage   `json:"params"`
+		Stream   *bool             `json:"stream"`
+		Priority *int              `json:"priority"`
+		Labels   map[string]string `json:"node_labels"`
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var got, want target
+		gerr := decodeObject(data, &got)
+		werr := decodeObjectByDecoder(data, &want)
+		if (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) || (gerr == nil && !reflect.DeepEqual(got, want)) {
+			t.Fatalf("decodeObject(%q) = %+v, %v; through a Decoder: %+v, %v", data, got, gerr, want, werr)
+		}
+	})
+}
+
+// decodeObjectByDecoder is decodeObject as first written, every body read
+// through a json.Decoder: FuzzDecodeObjectAgrees's reference.
+func decodeObjectByDecoder(b []byte, v any) error {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || b[0] != '{' {
+		return invalid("the body must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return invalid("%s has the wrong type (%s)", te.Field, te.Value)
+		}
+		return invalid("the body is not valid JSON")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return invalid("the body must hold one JSON object")
+	}
+	return nil
 }
