@@ -23,6 +23,7 @@ func (a *App) routes() *echo.Echo {
 		e.IPExtractor = echo.ExtractIPFromXFFHeader()
 	}
 	e.Use(a.metrics.middleware, a.limitBody)
+	root := routes{e}
 
 	byKey := func(name string, perMinute int) echo.MiddlewareFunc {
 		return a.rateLimit(name, ratelimit.PerMinute(perMinute), func(c echo.Context) string {
@@ -36,13 +37,13 @@ func (a *App) routes() *echo.Echo {
 	request := byKey("request", a.cfg.RequestRate)
 	public := byIP("public", ratelimit.PerMinute(a.cfg.PublicRate))
 
-	get(e, "/livez", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
-	get(e, "/api/health", a.health)
-	get(e, "/metrics", echo.WrapHandler(promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{})))
+	get(root, "/livez", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
+	get(root, "/api/health", a.health)
+	get(root, "/metrics", echo.WrapHandler(promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{})))
 	// GET only: a HEAD cannot be upgraded, and would spend the handshake budget.
-	e.GET("/ws/node", a.nodeSocket)
+	root.GET("/ws/node", a.nodeSocket)
 
-	v1 := e.Group("/api/v1")
+	v1 := routes{e.Group("/api/v1")}
 	v1.POST("/request", a.request, a.readTaskBody, a.requireAccount, request, a.checkKey, a.capInflight)
 	v1.POST("/rate", a.rate, a.requireAccount, request)
 	v1.POST("/tasks", a.submitTask, a.readAsyncBody, a.requireAccount, request, a.checkKey)
@@ -63,10 +64,10 @@ func (a *App) routes() *echo.Echo {
 	get(v1, "/leaderboard", a.leaderboard, public)
 	get(v1, "/benchmark/:node_id", a.benchmark, public)
 	v1.POST("/register", a.register, byIP("register", ratelimit.PerHour(a.cfg.RegisterRate)))
-	e.POST("/v1/chat/completions", a.chatCompletions, a.requireAccount, request, a.checkKey, a.capInflight)
-	e.POST("/v1/completions", a.textCompletions, a.requireAccount, request, a.checkKey, a.capInflight)
-	e.POST("/v1/embeddings", a.embeddings, a.requireAccount, request, a.checkKey, a.capInflight)
-	get(e, "/v1/models", a.models, public)
+	root.POST("/v1/chat/completions", a.chatCompletions, a.requireAccount, request, a.checkKey, a.capInflight)
+	root.POST("/v1/completions", a.textCompletions, a.requireAccount, request, a.checkKey, a.capInflight)
+	root.POST("/v1/embeddings", a.embeddings, a.requireAccount, request, a.checkKey, a.capInflight)
+	get(root, "/v1/models", a.models, public)
 
 	if a.cfg.AdminToken != "" { // the operator-only view (admin.go)
 		adm := e.Group("/admin/api", a.requireAdmin)
@@ -81,10 +82,44 @@ func (a *App) routes() *echo.Echo {
 	return e
 }
 
-// router is what echo.Echo and echo.Group share.
+// router is what echo.Echo, echo.Group and routes share.
 type router interface {
 	GET(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route
 	HEAD(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route
+}
+
+// routes adds routes to an echo.Echo or echo.Group with their middleware
+// applied once, when each is added: echo v4 applies a route's middleware
+// again on every request, a closure per middleware per request on the hot
+// path. Every middleware given here must be a pure wrapper (its state made
+// before it is given, none made when it wraps).
+type routes struct {
+	r interface {
+		Add(method, path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route
+	}
+}
+
+func (r routes) add(method, path string, h echo.HandlerFunc, m []echo.MiddlewareFunc) *echo.Route {
+	for i := len(m) - 1; i >= 0; i-- { // the first is the outermost, as echo orders them
+		h = m[i](h)
+	}
+	return r.r.Add(method, path, h)
+}
+
+func (r routes) GET(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route {
+	return r.add(http.MethodGet, path, h, m)
+}
+
+func (r routes) HEAD(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route {
+	return r.add(http.MethodHead, path, h, m)
+}
+
+func (r routes) POST(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route {
+	return r.add(http.MethodPost, path, h, m)
+}
+
+func (r routes) DELETE(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route {
+	return r.add(http.MethodDelete, path, h, m)
 }
 
 // get routes GET and HEAD to h (RFC 9110 §9.3.2: a server answers HEAD

@@ -59,7 +59,7 @@ func (a *App) newStreamLog() streamlog.Log {
 
 // routeTaskStream adds GET (and HEAD) /api/v1/tasks/{id}/stream to v1 when
 // the App has a log and an authoriser.
-func (a *App) routeTaskStream(v1 *echo.Group, m ...echo.MiddlewareFunc) {
+func (a *App) routeTaskStream(v1 routes, m ...echo.MiddlewareFunc) {
 	if a.streams == nil || a.authorizeTask == nil {
 		return
 	}
