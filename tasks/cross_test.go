@@ -379,6 +379,10 @@ func TestCancelHeldAcrossTheBus(t *testing.T) {
 		t.Fatalf("dropped %v, holds ended %v, holding %d; want 0, 1, 0", d, h, o.eng.Holding())
 	}
 	// The node did the cancelled task's work: its answer is reported too.
+	// The owner records a report after passing the answer on (whether it
+	// reached a requester is part of the report), so h2's may follow h2's
+	// answer here by a moment.
+	waitUntil(t, func() bool { return len(o.rec.reports()) >= 2 })
 	if got := o.rec.reports(); len(got) != 2 || got[0].TaskID != "h1" || got[0].ResultBytes != int64(len("too late")) || got[1].TaskID != "h2" {
 		t.Fatalf("the owner's usage reports %+v, want h1's late answer and h2's", got)
 	}
