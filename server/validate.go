@@ -193,10 +193,17 @@ func decodeObject(b []byte, v any) error {
 		return invalid("the body must be a JSON object")
 	}
 	// The common case in one pass over b, without a Decoder's copy of it;
-	// a body it refuses is read again below, for the error to give.
+	// a body it refuses is read again by decodeOne, for the error to give.
 	if json.Unmarshal(b, v) == nil {
 		return nil
 	}
+	return decodeOne(b, v)
+}
+
+// decodeOne decodes b, one JSON object, into v through a json.Decoder,
+// with errors a client can act on: the type of a field, or b holding more
+// than the object.
+func decodeOne(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
