@@ -33,45 +33,51 @@ var counterFamilies = []string{
 // ScrapeCounters reads an instance's /metrics and returns the non-zero
 // series of counterFamilies, by their full name with labels.
 func ScrapeCounters(ctx context.Context, hc *http.Client, baseURL string) (map[string]float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	return parseCounters(resp.Body), nil
+	var out map[string]float64
+	err := scrapeMetrics(ctx, hc, baseURL, func(r io.Reader) error {
+		out = parseCounters(r)
+		return nil
+	})
+	return out, err
 }
 
 // ScrapeMallocs reads an instance's heap allocations so far
 // (go_memstats_mallocs_total, the Go collector's counter on /metrics).
 func ScrapeMallocs(ctx context.Context, hc *http.Client, baseURL string) (float64, error) {
+	v := -1.0
+	err := scrapeMetrics(ctx, hc, baseURL, func(r io.Reader) error {
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			if s, ok := strings.CutPrefix(sc.Text(), "go_memstats_mallocs_total "); ok {
+				var err error
+				v, err = strconv.ParseFloat(s, 64)
+				return err
+			}
+		}
+		return sc.Err()
+	})
+	if err == nil && v < 0 {
+		err = fmt.Errorf("%s/metrics has no go_memstats_mallocs_total", baseURL)
+	}
+	return v, err
+}
+
+// scrapeMetrics GETs an instance's /metrics (within 5 s) and hands the body
+// to read.
+func scrapeMetrics(ctx context.Context, hc *http.Client, baseURL string, read func(io.Reader) error) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/metrics", nil)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_mallocs_total "); ok {
-			return strconv.ParseFloat(v, 64)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, fmt.Errorf("%s/metrics has no go_memstats_mallocs_total", baseURL)
+	return read(resp.Body)
 }
 
 func parseCounters(r io.Reader) map[string]float64 {

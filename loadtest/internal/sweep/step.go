@@ -242,6 +242,11 @@ func runStep(ctx context.Context, cfg config.Config, mode string, rate float64, 
 		if !live.SleepUntil(pctx, s.due(s.warmup)) {
 			return
 		}
+		// The CPU first, at the window's opening (/proc, microseconds);
+		// the others are network round trips.
+		if m.probe != nil {
+			cpuFrom, cpuAt = m.probe.Read(), time.Now()
+		}
 		if m.redis != nil {
 			callsFrom, _ = m.redis(pctx) // nil on a failure: not measured
 		}
@@ -249,9 +254,6 @@ func runStep(ctx context.Context, cfg config.Config, mode string, rate float64, 
 			if v, err := m.mallocs(pctx); err == nil {
 				mallocsFrom = v
 			}
-		}
-		if m.probe != nil {
-			cpuFrom, cpuAt = m.probe.Read(), time.Now()
 		}
 	})
 	s.run(ctx)
