@@ -404,7 +404,7 @@ func (s *Session) readLoop(ctx context.Context) {
 }
 
 func (s *Session) handle(data []byte) {
-	msg, err := wire.DecodeEnvelope(data)
+	msg, err := decodeEnvelope(data)
 	if err != nil {
 		s.hub.metrics.invalid.WithLabelValues("envelope").Inc()
 		s.SendError(wire.CodeInvalidMessage, err.Error())
@@ -422,7 +422,7 @@ func (s *Session) handle(data []byte) {
 		}
 		s.hub.maybeBenchmark(s, time.Now())
 	case wire.MsgTaskChunk:
-		c, err := wire.DecodeTaskChunk(msg.Payload)
+		c, err := decodeTaskChunk(msg.Payload)
 		if err != nil {
 			s.hub.metrics.invalid.WithLabelValues(string(wire.MsgTaskChunk)).Inc()
 			s.SendError(wire.CodeInvalidMessage, err.Error())
@@ -430,7 +430,7 @@ func (s *Session) handle(data []byte) {
 		}
 		s.hub.events.Chunk(s, c)
 	case wire.MsgTaskResult:
-		r, err := wire.DecodeTaskResult(msg.Payload)
+		r, err := decodeTaskResult(msg.Payload)
 		if err != nil {
 			s.hub.metrics.invalid.WithLabelValues(string(wire.MsgTaskResult)).Inc()
 			s.SendError(wire.CodeInvalidMessage, err.Error())

@@ -87,7 +87,7 @@ func (o *owner) admit(e *bus.Envelope, send func(*nodes.Session, []byte) bool) e
 	if len(params) == 0 {
 		params = []byte("{}")
 	}
-	msg := wire.MustEncode(wire.MsgTaskAssign, wire.TaskAssignPayload{
+	msg := nodes.Wire.MustEncode(wire.MsgTaskAssign, wire.TaskAssignPayload{
 		TaskID: e.TaskID, TaskType: e.TaskType, Content: e.Content, Params: params, Stream: e.Stream,
 	})
 	refuse, gone := o.fwd.sent(ent, send(s, msg))

@@ -12,10 +12,38 @@ import (
 // ErrInvalidMessage and its text is sent to the node, so it names the field
 // and the rule.
 
+// Codec encodes and reads messages with one JSON implementation.
+// Standard's is encoding/json, and the package's functions use it; the
+// coordinator encodes and reads the messages of every task with a faster
+// implementation of the same reading and writing (nodes.Wire, held to
+// Standard's by its fuzz tests), which this package, imported by third
+// parties through sdk, does not import.
+type Codec struct {
+	marshal   func(v any) ([]byte, error)
+	unmarshal func(data []byte, v any) error
+}
+
+// Standard encodes and reads with encoding/json.
+var Standard = Codec{marshal: json.Marshal, unmarshal: json.Unmarshal}
+
+// NewCodec returns a Codec that encodes with marshal and decodes with
+// unmarshal, which must write and read JSON as encoding/json's Marshal and
+// Unmarshal do wherever they succeed. An unmarshal error is only described
+// (DescribeJSONError), so a caller that wants encoding/json's wording reads
+// a refused message again with Standard.
+func NewCodec(marshal func(v any) ([]byte, error), unmarshal func(data []byte, v any) error) Codec {
+	return Codec{marshal: marshal, unmarshal: unmarshal}
+}
+
 // DecodeTaskChunk decodes a task_chunk; task_id is required.
 func DecodeTaskChunk(p json.RawMessage) (TaskChunkPayload, error) {
+	return Standard.DecodeTaskChunk(p)
+}
+
+// DecodeTaskChunk is the package's DecodeTaskChunk with r's JSON decoder.
+func (r Codec) DecodeTaskChunk(p json.RawMessage) (TaskChunkPayload, error) {
 	var c TaskChunkPayload
-	if err := json.Unmarshal(p, &c); err != nil {
+	if err := r.unmarshal(p, &c); err != nil {
 		return c, fmt.Errorf("%w: task_chunk: %s", ErrInvalidMessage, DescribeJSONError(err))
 	}
 	if c.TaskID == "" {
@@ -33,6 +61,12 @@ func DecodeTaskChunk(p json.RawMessage) (TaskChunkPayload, error) {
 // caller can fail the task at once instead of leaving its client waiting.
 // NodeID is not read.
 func DecodeTaskResult(p json.RawMessage) (TaskResultPayload, error) {
+	return Standard.DecodeTaskResult(p)
+}
+
+// DecodeTaskResult is the package's DecodeTaskResult with rd's JSON
+// decoder.
+func (rd Codec) DecodeTaskResult(p json.RawMessage) (TaskResultPayload, error) {
 	var raw struct {
 		TaskID           any `json:"task_id"`
 		Status           any `json:"status"`
@@ -41,7 +75,7 @@ func DecodeTaskResult(p json.RawMessage) (TaskResultPayload, error) {
 		Usage            any `json:"usage"`
 	}
 	var r TaskResultPayload
-	if err := json.Unmarshal(p, &raw); err != nil {
+	if err := rd.unmarshal(p, &raw); err != nil {
 		return r, fmt.Errorf("%w: task_result: %s", ErrInvalidMessage, DescribeJSONError(err))
 	}
 	id, ok := raw.TaskID.(string)

@@ -31,9 +31,12 @@ var emptyObject = json.RawMessage("{}")
 // msg_type is required, an absent or null payload reads as {}, and a
 // payload of another kind is kept, to fail when its type decodes it
 // (DecodePayload).
-func ParseEnvelope(b []byte) (Envelope, error) {
+func ParseEnvelope(b []byte) (Envelope, error) { return Standard.ParseEnvelope(b) }
+
+// ParseEnvelope is the package's ParseEnvelope with r's JSON decoder.
+func (r Codec) ParseEnvelope(b []byte) (Envelope, error) {
 	var e Envelope
-	if err := json.Unmarshal(b, &e); err != nil {
+	if err := r.unmarshal(b, &e); err != nil {
 		return Envelope{}, fmt.Errorf("%w: not a JSON envelope: %s", ErrInvalidMessage, DescribeJSONError(err))
 	}
 	if e.MsgType == "" {
@@ -50,8 +53,11 @@ func ParseEnvelope(b []byte) (Envelope, error) {
 // DecodeEnvelope reads one frame as the coordinator reads a node's: as
 // ParseEnvelope, and a payload that is not a JSON object is refused
 // (docs/PROTOCOL.md), so that each type's decoder is given an object.
-func DecodeEnvelope(b []byte) (Envelope, error) {
-	e, err := ParseEnvelope(b)
+func DecodeEnvelope(b []byte) (Envelope, error) { return Standard.DecodeEnvelope(b) }
+
+// DecodeEnvelope is the package's DecodeEnvelope with r's JSON decoder.
+func (r Codec) DecodeEnvelope(b []byte) (Envelope, error) {
+	e, err := r.ParseEnvelope(b)
 	if err != nil {
 		return Envelope{}, err
 	}
@@ -87,8 +93,11 @@ const timestampLayout = "2006-01-02T15:04:05.000000Z"
 // Encode builds a message of type t around payload, which must marshal to
 // a JSON object: a fresh envelope with a random (v4 UUID) msg_id, an empty
 // sender_id and the time now.
-func Encode(t MsgType, payload any) ([]byte, error) {
-	b, err := json.Marshal(outEnvelope{
+func Encode(t MsgType, payload any) ([]byte, error) { return Standard.Encode(t, payload) }
+
+// Encode is the package's Encode with c's JSON encoder.
+func (c Codec) Encode(t MsgType, payload any) ([]byte, error) {
+	b, err := c.marshal(outEnvelope{
 		MsgID:     newMsgID(),
 		MsgType:   t,
 		Payload:   payload,
@@ -103,8 +112,11 @@ func Encode(t MsgType, payload any) ([]byte, error) {
 // MustEncode is Encode for a payload that cannot fail to marshal (the
 // coordinator's own, built from values it has checked): a failure is a bug,
 // and it panics.
-func MustEncode(t MsgType, payload any) []byte {
-	b, err := Encode(t, payload)
+func MustEncode(t MsgType, payload any) []byte { return Standard.MustEncode(t, payload) }
+
+// MustEncode is the package's MustEncode with c's JSON encoder.
+func (c Codec) MustEncode(t MsgType, payload any) []byte {
+	b, err := c.Encode(t, payload)
 	if err != nil {
 		panic(err)
 	}
