@@ -40,10 +40,10 @@ func DecodeTaskChunk(p json.RawMessage) (TaskChunkPayload, error) {
 	return Standard.DecodeTaskChunk(p)
 }
 
-// DecodeTaskChunk is the package's DecodeTaskChunk with r's JSON decoder.
-func (r Codec) DecodeTaskChunk(p json.RawMessage) (TaskChunkPayload, error) {
+// DecodeTaskChunk is the package's DecodeTaskChunk with cd's JSON decoder.
+func (cd Codec) DecodeTaskChunk(p json.RawMessage) (TaskChunkPayload, error) {
 	var c TaskChunkPayload
-	if err := r.unmarshal(p, &c); err != nil {
+	if err := cd.unmarshal(p, &c); err != nil {
 		return c, fmt.Errorf("%w: task_chunk: %s", ErrInvalidMessage, DescribeJSONError(err))
 	}
 	if c.TaskID == "" {
@@ -64,9 +64,9 @@ func DecodeTaskResult(p json.RawMessage) (TaskResultPayload, error) {
 	return Standard.DecodeTaskResult(p)
 }
 
-// DecodeTaskResult is the package's DecodeTaskResult with rd's JSON
+// DecodeTaskResult is the package's DecodeTaskResult with cd's JSON
 // decoder.
-func (rd Codec) DecodeTaskResult(p json.RawMessage) (TaskResultPayload, error) {
+func (cd Codec) DecodeTaskResult(p json.RawMessage) (TaskResultPayload, error) {
 	var raw struct {
 		TaskID           any `json:"task_id"`
 		Status           any `json:"status"`
@@ -75,7 +75,7 @@ func (rd Codec) DecodeTaskResult(p json.RawMessage) (TaskResultPayload, error) {
 		Usage            any `json:"usage"`
 	}
 	var r TaskResultPayload
-	if err := rd.unmarshal(p, &raw); err != nil {
+	if err := cd.unmarshal(p, &raw); err != nil {
 		return r, fmt.Errorf("%w: task_result: %s", ErrInvalidMessage, DescribeJSONError(err))
 	}
 	id, ok := raw.TaskID.(string)

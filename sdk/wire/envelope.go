@@ -33,10 +33,10 @@ var emptyObject = json.RawMessage("{}")
 // (DecodePayload).
 func ParseEnvelope(b []byte) (Envelope, error) { return Standard.ParseEnvelope(b) }
 
-// ParseEnvelope is the package's ParseEnvelope with r's JSON decoder.
-func (r Codec) ParseEnvelope(b []byte) (Envelope, error) {
+// ParseEnvelope is the package's ParseEnvelope with cd's JSON decoder.
+func (cd Codec) ParseEnvelope(b []byte) (Envelope, error) {
 	var e Envelope
-	if err := r.unmarshal(b, &e); err != nil {
+	if err := cd.unmarshal(b, &e); err != nil {
 		return Envelope{}, fmt.Errorf("%w: not a JSON envelope: %s", ErrInvalidMessage, DescribeJSONError(err))
 	}
 	if e.MsgType == "" {
@@ -55,9 +55,9 @@ func (r Codec) ParseEnvelope(b []byte) (Envelope, error) {
 // (docs/PROTOCOL.md), so that each type's decoder is given an object.
 func DecodeEnvelope(b []byte) (Envelope, error) { return Standard.DecodeEnvelope(b) }
 
-// DecodeEnvelope is the package's DecodeEnvelope with r's JSON decoder.
-func (r Codec) DecodeEnvelope(b []byte) (Envelope, error) {
-	e, err := r.ParseEnvelope(b)
+// DecodeEnvelope is the package's DecodeEnvelope with cd's JSON decoder.
+func (cd Codec) DecodeEnvelope(b []byte) (Envelope, error) {
+	e, err := cd.ParseEnvelope(b)
 	if err != nil {
 		return Envelope{}, err
 	}
@@ -95,9 +95,9 @@ const timestampLayout = "2006-01-02T15:04:05.000000Z"
 // sender_id and the time now.
 func Encode(t MsgType, payload any) ([]byte, error) { return Standard.Encode(t, payload) }
 
-// Encode is the package's Encode with c's JSON encoder.
-func (c Codec) Encode(t MsgType, payload any) ([]byte, error) {
-	b, err := c.marshal(outEnvelope{
+// Encode is the package's Encode with cd's JSON encoder.
+func (cd Codec) Encode(t MsgType, payload any) ([]byte, error) {
+	b, err := cd.marshal(outEnvelope{
 		MsgID:     newMsgID(),
 		MsgType:   t,
 		Payload:   payload,
@@ -114,9 +114,9 @@ func (c Codec) Encode(t MsgType, payload any) ([]byte, error) {
 // and it panics.
 func MustEncode(t MsgType, payload any) []byte { return Standard.MustEncode(t, payload) }
 
-// MustEncode is the package's MustEncode with c's JSON encoder.
-func (c Codec) MustEncode(t MsgType, payload any) []byte {
-	b, err := c.Encode(t, payload)
+// MustEncode is the package's MustEncode with cd's JSON encoder.
+func (cd Codec) MustEncode(t MsgType, payload any) []byte {
+	b, err := cd.Encode(t, payload)
 	if err != nil {
 		panic(err)
 	}
