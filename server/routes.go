@@ -18,7 +18,6 @@ func (a *App) routes() *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = a.handleError
-	e.JSONSerializer = jsonSerializer{}
 	e.IPExtractor = echo.ExtractIPDirect()
 	if a.cfg.TrustProxy {
 		e.IPExtractor = echo.ExtractIPFromXFFHeader()
