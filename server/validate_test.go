@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	segjson "github.com/segmentio/encoding/json"
 )
 
 func TestParseTaskBody(t *testing.T) {
@@ -192,4 +194,24 @@ func decodeObjectByDecoder(b []byte, v any) error {
 		return invalid("the body must be a JSON object")
 	}
 	return decodeOne(b, v)
+}
+
+// BenchmarkDecodeTaskBody decodes a task body as decodeObject's one pass
+// does, with segmentio/encoding/json and with encoding/json.
+func BenchmarkDecodeTaskBody(b *testing.B) {
+	body := []byte(`{"task_type":"echo","content":"hello world, a prompt of some length","params":{"max_tokens":16}}`)
+	for _, c := range []struct {
+		name      string
+		unmarshal func([]byte, any) error
+	}{{"segmentio", segjson.Unmarshal}, {"encoding_json", json.Unmarshal}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var t taskBody
+				if err := c.unmarshal(body, &t); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
