@@ -404,7 +404,7 @@ func (s *Session) readLoop(ctx context.Context) {
 }
 
 func (s *Session) handle(data []byte) {
-	msg, err := decodeEnvelope(data)
+	msg, err := readFast(data, wire.Codec.DecodeEnvelope)
 	if err != nil {
 		s.hub.metrics.invalid.WithLabelValues("envelope").Inc()
 		s.SendError(wire.CodeInvalidMessage, err.Error())
@@ -422,7 +422,7 @@ func (s *Session) handle(data []byte) {
 		}
 		s.hub.maybeBenchmark(s, time.Now())
 	case wire.MsgTaskChunk:
-		c, err := decodeTaskChunk(msg.Payload)
+		c, err := readFast(msg.Payload, wire.Codec.DecodeTaskChunk)
 		if err != nil {
 			s.hub.metrics.invalid.WithLabelValues(string(wire.MsgTaskChunk)).Inc()
 			s.SendError(wire.CodeInvalidMessage, err.Error())
@@ -430,7 +430,7 @@ func (s *Session) handle(data []byte) {
 		}
 		s.hub.events.Chunk(s, c)
 	case wire.MsgTaskResult:
-		r, err := decodeTaskResult(msg.Payload)
+		r, err := readFast(msg.Payload, wire.Codec.DecodeTaskResult)
 		if err != nil {
 			s.hub.metrics.invalid.WithLabelValues(string(wire.MsgTaskResult)).Inc()
 			s.SendError(wire.CodeInvalidMessage, err.Error())
