@@ -337,6 +337,9 @@ func (a *App) Run(ctx context.Context) error {
 	g.start(st.bus, "bus", a.bus.Run)
 	g.start(st.streams, "task streams", a.streams.Run)
 	g.start(st.engine, "task engine", a.engine.Run)
+	// Nodes connect once the engine runs: its owner side can then pass
+	// their answers to other instances.
+	<-a.engine.Ready()
 	g.start(st.pump, "async pump", a.pump.Run)
 	a.startLoops(st.loops)
 	g.start(st.loops, "http server", func(context.Context) error {

@@ -79,8 +79,19 @@ func (keyAuth) AuthenticateNode(_ context.Context, key string) (nodes.Account, e
 
 // newInstance starts an instance on b, built the way server.App builds
 // one. dir is where its dispatcher looks for nodes; nil means its own hub.
-// alive, if given, is its Liveness (the registry's alive keys).
+// alive, if given, is its Liveness (the registry's alive keys). It returns
+// once the engine runs (Ready).
 func newInstance(t *testing.T, id string, b bus.Bus, dir tasks.Directory, cfg tasks.Config, alive ...tasks.Liveness) *instance {
+	t.Helper()
+	in, start := newIdleInstance(t, id, b, dir, cfg, alive...)
+	start()
+	return in
+}
+
+// newIdleInstance is newInstance with the engine's Run left to start: the
+// instance is subscribed to b and serves nodes already, as an App is
+// between building its parts and running them.
+func newIdleInstance(t *testing.T, id string, b bus.Bus, dir tasks.Directory, cfg tasks.Config, alive ...tasks.Liveness) (_ *instance, start func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -101,7 +112,11 @@ func newInstance(t *testing.T, id string, b bus.Bus, dir tasks.Directory, cfg ta
 		deps.Liveness = alive[0]
 	}
 	in.eng = tasks.New(cfg, deps)
-	stopEngine := runEngine(t, in.eng)
+	stopEngine := func() {}
+	start = func() {
+		stopEngine = runEngine(t, in.eng)
+		<-in.eng.Ready()
+	}
 	sub, err := b.Subscribe(ctx, id, in.eng.HandleEnvelope)
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +139,7 @@ func newInstance(t *testing.T, id string, b bus.Bus, dir tasks.Directory, cfg ta
 		_ = in.sub.Close()
 		stopEngine()
 	})
-	return in
+	return in, start
 }
 
 // runEngine runs e until the returned stop is called or the test ends;

@@ -206,6 +206,7 @@ type Engine struct {
 	disp    *dispatcher
 	watcher *watcher
 	out     *outbound
+	ready   chan struct{} // closed when Run starts
 }
 
 var _ nodes.Events = (*Engine)(nil)
@@ -228,7 +229,7 @@ func New(cfg Config, deps Deps) *Engine {
 	if deps.Affinity == nil {
 		deps.Affinity = nodes.NewMemoryAffinity(0)
 	}
-	e := &Engine{cfg: cfg, log: cfg.Logger, metrics: NewMetrics(cfg.Registerer)}
+	e := &Engine{cfg: cfg, log: cfg.Logger, metrics: NewMetrics(cfg.Registerer), ready: make(chan struct{})}
 	e.tracker = newTrackerWith(trackerLimits{taskBytes: cfg.StreamQueueBytes, instanceBytes: cfg.StreamBufferBytes,
 		overflow: e.overflowed})
 	e.out = newOutbound(deps.Bus, cfg.OutboundQueue, e.metrics, e.log)
@@ -254,6 +255,7 @@ func New(cfg Config, deps Deps) *Engine {
 // once.
 func (e *Engine) Run(ctx context.Context) error {
 	e.owner.run.Store(&ctx)
+	close(e.ready)
 	var g errgroup.Group
 	e.out.start(ctx, &g)
 	if !e.cfg.NoWatcher {
@@ -261,6 +263,12 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	return g.Wait()
 }
+
+// Ready is closed once Run has started. Before it, the owner side refuses
+// other instances' assigns (it could not pass their answers on), so an
+// instance serves its nodes after it: the App waits for it before its HTTP
+// server starts.
+func (e *Engine) Ready() <-chan struct{} { return e.ready }
 
 // RunTask runs one task to its end. ctx is the client's: when it ends
 // first (the client went away) the task is cancelled on its node. The

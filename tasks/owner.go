@@ -65,6 +65,14 @@ func (o *owner) admit(e *bus.Envelope, send func(*nodes.Session, []byte) bool) e
 		o.metrics.refusals.WithLabelValues("draining").Inc()
 		return &refusal{refusedGone, "the instance holding the node is draining"}
 	}
+	if e.ReplyTo != o.instance && o.run.Load() == nil {
+		// Before the engine's Run, the node's answer could not be
+		// published (reply): the requester would wait for its deadline.
+		// It tries another node instead. The refusal goes out once Run
+		// starts the outbound queue.
+		o.metrics.refusals.WithLabelValues("not_running").Inc()
+		return &refusal{refusedNotHere, "the instance holding the node is not running yet"}
+	}
 	s := o.sessions.Session(e.NodeID)
 	if s == nil || (e.Gen != 0 && s.Gen != e.Gen) {
 		o.metrics.refusals.WithLabelValues("not_connected").Inc()
