@@ -525,8 +525,8 @@ func (a *App) handleEnvelope(e *bus.Envelope) {
 // standings is routing's view of each node's reputation.
 type standings struct{ a *App }
 
-func (s standings) Standing(nodeID string) nodes.Standing {
-	v := s.a.rep.Get(nodeID)
+func (s standings) Standing(nodeID string, now time.Time) nodes.Standing {
+	v := s.a.rep.ViewAt(nodeID, now)
 	return nodes.Standing{Score: v.Score, AvgMs: v.AvgMs, Suspended: v.Suspended}
 }
 

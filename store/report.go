@@ -60,8 +60,8 @@ func (r *Reputation) Report(ctx context.Context, nodeID string) (Report, error) 
 func (r *Reputation) cached(nodeID string) (NodeStats, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if p := r.nodes[nodeID]; p != nil {
-		return *p, true
+	if n := r.nodes[nodeID]; n != nil {
+		return n.stats, true
 	}
 	return NodeStats{}, false
 }

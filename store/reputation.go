@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -133,7 +134,7 @@ type Reputation struct {
 	// mu guards nodes and failers. Lock order: Writer.applyMu, then mu,
 	// then Writer.mu.
 	mu    sync.RWMutex
-	nodes map[string]*NodeStats
+	nodes map[string]*nodeState
 	// failers holds, per node, the accounts whose requests it failed
 	// recently and when each last did (at most maxFailers per node).
 	failers map[string]map[string]time.Time
@@ -145,27 +146,69 @@ type Reputation struct {
 // suspensions through w (which must not be nil).
 func NewReputation(st Store, w *Writer, cfg ReputationConfig) *Reputation {
 	cfg = cfg.withDefaults()
-	return &Reputation{st: st, w: w, cfg: cfg, log: cfg.Logger, nodes: make(map[string]*NodeStats),
+	return &Reputation{st: st, w: w, cfg: cfg, log: cfg.Logger, nodes: make(map[string]*nodeState),
 		failers: make(map[string]map[string]time.Time)}
 }
 
+// nodeState is what Reputation holds of one node: its counters, and the View
+// routing last read of them.
+type nodeState struct {
+	stats NodeStats
+	// view is the View computed from stats, valid before its until; nil
+	// once stats change, until it is computed again. Observe, the change
+	// every task makes, computes it into own under mu's write lock (no
+	// reader is reading own then, and nothing is allocated); a reader under
+	// the read lock stores a View of its own when it finds none or an old
+	// one (two readers may both do so: they store the same thing).
+	view atomic.Pointer[timedView]
+	own  timedView
+}
+
+type timedView struct {
+	View
+	until time.Time
+}
+
+// viewTTL bounds how long a node's computed View is reused while its
+// counters do not change. Only the score's recency term moves with time
+// (20 points over 24 hours: 0.0002 in a second), and a suspension's end is
+// honoured exactly (a View never outlives it).
+const viewTTL = time.Second
+
 // Get returns a node's current view: fast, no I/O. An unknown node has the
 // new-node score, no average and no suspension.
-func (r *Reputation) Get(nodeID string) View {
-	// Routing asks this of every capable node for every request: computed
-	// under the read lock, without copying the node's stats.
-	now := r.cfg.Now()
+func (r *Reputation) Get(nodeID string) View { return r.ViewAt(nodeID, r.cfg.Now()) }
+
+// ViewAt is Get judged at now, for a caller that reads the clock once for
+// many nodes (routing asks of every capable node for every request). The
+// View is computed once per change of the node's counters, and at most
+// every viewTTL between.
+func (r *Reputation) ViewAt(nodeID string, now time.Time) View {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	p := r.nodes[nodeID]
-	if p == nil {
+	n := r.nodes[nodeID]
+	if n == nil {
 		return View{Score: NewNodeScore}
 	}
-	v := View{Score: Score(*p, now), Suspended: suspended(*p, now)}
-	if p.TotalTasks > 0 {
-		v.AvgMs = float64(p.TotalMs) / float64(p.TotalTasks)
+	if tv := n.view.Load(); tv != nil && now.Before(tv.until) {
+		return tv.View
 	}
-	return v
+	tv := new(timedView)
+	n.viewInto(tv, now)
+	n.view.Store(tv)
+	return tv.View
+}
+
+// viewInto computes n's View at now into tv.
+func (n *nodeState) viewInto(tv *timedView, now time.Time) {
+	s := &n.stats
+	*tv = timedView{View: View{Score: Score(*s, now), Suspended: suspended(*s, now)}, until: now.Add(viewTTL)}
+	if s.TotalTasks > 0 {
+		tv.AvgMs = float64(s.TotalMs) / float64(s.TotalTasks)
+	}
+	if tv.Suspended && s.SuspendedUntil.Before(tv.until) {
+		tv.until = *s.SuspendedUntil
+	}
 }
 
 func suspended(s NodeStats, now time.Time) bool {
@@ -188,7 +231,8 @@ func (r *Reputation) Observe(o Outcome) {
 	var until time.Time
 	var score float64
 	r.mu.Lock()
-	s := r.nodeLocked(o.NodeID)
+	n := r.nodeLocked(o.NodeID)
+	s := &n.stats
 	applyOutcome(s, o)
 	// Queued under mu so that reload sees the outcome either in memory and
 	// in the queue, or in neither (it will arrive after reload).
@@ -204,6 +248,8 @@ func (r *Reputation) Observe(o Outcome) {
 		}
 	}
 	total := s.TotalTasks
+	n.viewInto(&n.own, now) // for routing's next pick: computed once, here
+	n.view.Store(&n.own)
 	r.mu.Unlock()
 	if !until.IsZero() {
 		r.w.addSuspension(o.NodeID, until)
@@ -248,13 +294,16 @@ func (r *Reputation) failedForLocked(node, account string, now time.Time) int {
 	return n
 }
 
-func (r *Reputation) nodeLocked(id string) *NodeStats {
-	s := r.nodes[id]
-	if s == nil {
-		s = &NodeStats{NodeID: id}
-		r.nodes[id] = s
+// nodeLocked returns a node for the caller to change its counters, with mu
+// held for writing: its View is dropped.
+func (r *Reputation) nodeLocked(id string) *nodeState {
+	n := r.nodes[id]
+	if n == nil {
+		n = &nodeState{stats: NodeStats{NodeID: id}}
+		r.nodes[id] = n
 	}
-	return s
+	n.view.Store(nil)
+	return n
 }
 
 // Rated adds a rating to the nodes' in-memory counters after a successful
@@ -268,7 +317,7 @@ func (r *Reputation) Rated(nodeIDs []string, rating int) {
 
 func (r *Reputation) ratedLocked(nodeIDs []string, rating int) {
 	for _, id := range nodeIDs {
-		s := r.nodeLocked(id)
+		s := &r.nodeLocked(id).stats
 		s.RatingSum += int64(rating)
 		s.RatingCount++
 	}
@@ -368,13 +417,14 @@ func (r *Reputation) reload(ctx context.Context, nodeIDs []string) error {
 		applyOutcome(fresh[o.NodeID], o)
 	}
 	for id, s := range fresh {
-		if old := r.nodes[id]; old != nil {
+		if n := r.nodes[id]; n != nil {
+			old := &n.stats
 			s.SuspendedUntil = later(s.SuspendedUntil, old.SuspendedUntil)
 			if s.Name == "" && s.AccountID == "" {
 				s.Name, s.AccountID = old.Name, old.AccountID
 			}
 		}
-		r.nodes[id] = s
+		r.nodeLocked(id).stats = *s
 	}
 	return nil
 }

@@ -130,6 +130,42 @@ func TestReputationObserve(t *testing.T) {
 	}
 }
 
+// Routing's View of a node is computed once and reused, but never across a
+// change of the node's counters: each change below is seen at the same
+// instant of the clock, well inside the reuse window.
+func TestReputationViewFollowsEveryChange(t *testing.T) {
+	ctx := testCtx(t)
+	f := newRep(t, store.WriterConfig{})
+	f.rp.Observe(store.Outcome{NodeID: "n1", Success: true, ElapsedMs: 1000})
+	now := f.clk.Now()
+	last := f.rp.ViewAt("n1", now)
+	if last != (store.View{Score: 88, AvgMs: 1000}) {
+		t.Fatalf("first view = %+v, want score 88, avg 1000 ms", last)
+	}
+	changed := func(what string) {
+		t.Helper()
+		v := f.rp.ViewAt("n1", now)
+		if v == last {
+			t.Errorf("after %s the view is still %+v", what, v)
+		}
+		if g := f.rp.Get("n1"); g != v {
+			t.Errorf("after %s Get = %+v, ViewAt = %+v", what, g, v)
+		}
+		last = v
+	}
+	f.rp.Observe(store.Outcome{NodeID: "n1", Success: false, ElapsedMs: 3000})
+	changed("an outcome")
+	f.rp.Rated([]string{"n1"}, 5)
+	changed("a rating")
+	must(t, f.w.Flush(ctx))
+	must(t, f.hs.Store.ApplyOutcomes(ctx, []store.Outcome{{NodeID: "n1", Success: true, ElapsedMs: 10, At: now}}))
+	must(t, f.rp.Refresh(ctx))
+	changed("a refresh that read another instance's outcome")
+	if v := f.rp.ViewAt("n1", now); v != last {
+		t.Errorf("a second read with no change = %+v, want %+v", v, last)
+	}
+}
+
 func TestReputationSuspends(t *testing.T) {
 	ctx := testCtx(t)
 	f := newRep(t, store.WriterConfig{})
@@ -597,7 +633,10 @@ func must(t *testing.T, err error) {
 	}
 }
 
-// Routing calls Get thousands of times a second from many goroutines.
+// Routing asks for the standing of every capable node for every request,
+// from many goroutines: 20 nodes a pick, as in the load test's sweep, and
+// each request's outcome changes one node's counters. Get reads the clock
+// for each node; ViewAt once a pick, as the dispatcher does.
 func BenchmarkReputationGet(b *testing.B) {
 	st, err := store.Open(context.Background(), store.Options{DataDir: b.TempDir(), Logger: quiet})
 	if err != nil {
@@ -607,21 +646,33 @@ func BenchmarkReputationGet(b *testing.B) {
 	w := store.NewWriter(st, store.WriterConfig{Logger: quiet})
 	defer runWriter(b, w)()
 	rp := store.NewReputation(st, w, store.ReputationConfig{Logger: quiet})
-	ids := make([]string, 200)
+	ids := make([]string, 20)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("n%d", i)
 		rp.Observe(store.Outcome{NodeID: ids[i], Success: true, ElapsedMs: 100})
 	}
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		i := 0
-		for pb.Next() {
-			if rp.Get(ids[i%len(ids)]).Score <= 0 {
-				b.Fatal("no score")
-			}
-			i++
-		}
-	})
+	for _, bc := range []struct {
+		name string
+		view func(id string, now time.Time) store.View
+	}{
+		{"Get", func(id string, _ time.Time) store.View { return rp.Get(id) }},
+		{"ViewAt", rp.ViewAt},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for i := 0; pb.Next(); i++ { // one pick: every node once
+					now := time.Now()
+					for _, id := range ids {
+						if bc.view(id, now).Score <= 0 {
+							b.Fatal("no score")
+						}
+					}
+					rp.Observe(store.Outcome{NodeID: ids[i%len(ids)], Success: true, ElapsedMs: 100})
+				}
+			})
+		})
+	}
 }
 
 // countingStore counts reads of the whole node table, and can fail them.

@@ -74,19 +74,19 @@ type Hooks struct {
 // outcome, retrying on another node while the task has not been handed
 // over, and records every task it finishes exactly once.
 type dispatcher struct {
-	cfg      Config
-	dir      Directory
-	standing func(string) nodes.Standing // Standings.Standing, bound once: no allocation per pick
-	health   Health
-	owner    *owner // this instance's owner side: the fast path
-	bus      Bus    // the way to every other owner
-	tracker  *Tracker
-	rec      Recorder
-	metrics  *Metrics
-	log      *slog.Logger
-	affinity nodes.Affinity
-	served   *served // tasks finished per task type over the last minute
-	stats    *stats  // the operator's figures over the last five minutes
+	cfg       Config
+	dir       Directory
+	standings Standings
+	health    Health
+	owner     *owner // this instance's owner side: the fast path
+	bus       Bus    // the way to every other owner
+	tracker   *Tracker
+	rec       Recorder
+	metrics   *Metrics
+	log       *slog.Logger
+	affinity  nodes.Affinity
+	served    *served // tasks finished per task type over the last minute
+	stats     *stats  // the operator's figures over the last five minutes
 }
 
 // run is Run with two more hooks for RunSplit: onNode hears which node got
@@ -353,14 +353,18 @@ func (r *run) pick(cands []nodes.Candidate, tried []string) (_ []nodes.Candidate
 		cands = localOnly(cands, d.cfg.Instance)
 	}
 	pick := nodes.Pick{Capability: r.req.TaskType, Trust: r.req.Trust, Labels: r.req.Labels, Exclude: tried, Prefer: r.prefer, Local: d.cfg.Instance}
+	// Every candidate's standing is judged at one reading of the clock
+	// (Select does not keep the closure: it stays on the stack).
+	now := time.Now()
+	standing := func(nodeID string) nodes.Standing { return d.standings.Standing(nodeID, now) }
 	if len(r.req.Avoid) > 0 {
 		soft := pick
 		soft.Exclude = append(append([]string(nil), tried...), r.req.Avoid...)
-		if c, ok, _ = nodes.Select(cands, soft, d.standing); ok {
+		if c, ok, _ = nodes.Select(cands, soft, standing); ok {
 			return cands, c, true, false
 		}
 	}
-	c, ok, busy = nodes.Select(cands, pick, d.standing)
+	c, ok, busy = nodes.Select(cands, pick, standing)
 	return cands, c, ok, busy
 }
 

@@ -140,7 +140,9 @@ type Recorder interface {
 
 // Standings is routing's view of each node's reputation.
 type Standings interface {
-	Standing(nodeID string) nodes.Standing
+	// Standing is the node's standing judged at now: routing reads the
+	// clock once for all the candidates of a pick.
+	Standing(nodeID string, now time.Time) nodes.Standing
 }
 
 // Liveness tells which instances still hold their alive key: the backstop
@@ -237,7 +239,7 @@ func New(cfg Config, deps Deps) *Engine {
 	ns := deps.Nodes(e)
 	e.owner.sessions = ns.Sessions
 	e.disp = &dispatcher{
-		cfg: cfg, dir: ns.Directory, standing: deps.Standings.Standing, health: deps.Health,
+		cfg: cfg, dir: ns.Directory, standings: deps.Standings, health: deps.Health,
 		owner: e.owner, bus: deps.Bus, tracker: e.tracker, rec: deps.Recorder, metrics: e.metrics, log: e.log, affinity: deps.Affinity,
 		served: newServed(), stats: newStats(cfg.Instance),
 	}
@@ -379,7 +381,7 @@ func (noRecorder) RecordUsage(store.UsageReport, bool) {}
 
 type neutralStanding struct{}
 
-func (neutralStanding) Standing(string) nodes.Standing { return nodes.Standing{Score: 50} }
+func (neutralStanding) Standing(string, time.Time) nodes.Standing { return nodes.Standing{Score: 50} }
 
 // noLiveness has no alive keys to read: no instance is judged by one.
 type noLiveness struct{}
