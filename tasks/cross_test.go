@@ -83,16 +83,6 @@ func (keyAuth) AuthenticateNode(_ context.Context, key string) (nodes.Account, e
 // once the engine runs (Ready).
 func newInstance(t *testing.T, id string, b bus.Bus, dir tasks.Directory, cfg tasks.Config, alive ...tasks.Liveness) *instance {
 	t.Helper()
-	in, start := newIdleInstance(t, id, b, dir, cfg, alive...)
-	start()
-	return in
-}
-
-// newIdleInstance is newInstance with the engine's Run left to start: the
-// instance is subscribed to b and serves nodes already, as an App is
-// between building its parts and running them.
-func newIdleInstance(t *testing.T, id string, b bus.Bus, dir tasks.Directory, cfg tasks.Config, alive ...tasks.Liveness) (_ *instance, start func()) {
-	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	in := &instance{id: id, rec: &records{}}
@@ -112,11 +102,8 @@ func newIdleInstance(t *testing.T, id string, b bus.Bus, dir tasks.Directory, cf
 		deps.Liveness = alive[0]
 	}
 	in.eng = tasks.New(cfg, deps)
-	stopEngine := func() {}
-	start = func() {
-		stopEngine = runEngine(t, in.eng)
-		<-in.eng.Ready()
-	}
+	stopEngine := runEngine(t, in.eng)
+	<-in.eng.Ready() // as the App: nodes are served once the engine runs
 	sub, err := b.Subscribe(ctx, id, in.eng.HandleEnvelope)
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +126,7 @@ func newIdleInstance(t *testing.T, id string, b bus.Bus, dir tasks.Directory, cf
 		_ = in.sub.Close()
 		stopEngine()
 	})
-	return in, start
+	return in
 }
 
 // runEngine runs e until the returned stop is called or the test ends;
