@@ -38,16 +38,21 @@ func FuzzPgArrays(f *testing.F) {
 		if null {
 			opt = []*time.Time{nil, &at}
 		}
-		var gotS []string
 		var gotT []time.Time
 		var gotOpt []*time.Time
-		err := conn.QueryRow(ctx, "SELECT $1::text[], $2::timestamptz[], $3::timestamptz[]",
-			pgTextArray(strs), pgTimeArray([]time.Time{at, at}), pgOptTimeArray(opt)).Scan(&gotS, &gotT, &gotOpt)
+		// writeTasks' node_ids: a literal inside a literal, cast per row.
+		nested := pgTextArray([]string{pgTextArray(strs), pgTextArray(nil)})
+		var gotS, gotInner, gotEmpty []string
+		err := conn.QueryRow(ctx, "SELECT $1::text[], $2::timestamptz[], $3::timestamptz[], (u.n[1])::text[], (u.n[2])::text[] FROM (SELECT $4::text[] AS n) u",
+			pgTextArray(strs), pgTimeArray([]time.Time{at, at}), pgOptTimeArray(opt), nested).Scan(&gotS, &gotT, &gotOpt, &gotInner, &gotEmpty)
 		if err != nil {
 			t.Fatalf("%q: %v", strs, err)
 		}
 		if !slices.Equal(gotS, strs) {
 			t.Errorf("text[] %s read back as %q, want %q", pgTextArray(strs), gotS, strs)
+		}
+		if !slices.Equal(gotInner, strs) || gotEmpty == nil || len(gotEmpty) != 0 {
+			t.Errorf("nested text[] %s read back as %q and %q, want %q and an empty array", nested, gotInner, gotEmpty, strs)
 		}
 		if len(gotT) != 2 || !gotT[0].Equal(at) || !gotT[1].Equal(at) {
 			t.Errorf("timestamptz[] %s read back as %v, want %v twice", pgTimeArray([]time.Time{at, at}), gotT, at)
