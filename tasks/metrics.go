@@ -15,6 +15,12 @@ type Metrics struct {
 	ownerDied  prometheus.Counter
 	outDropped *prometheus.CounterVec
 	affinity   *prometheus.CounterVec
+
+	// The children every request touches, looked up once (record): a
+	// WithLabelValues hashes its labels and takes the vector's lock on
+	// each call.
+	completed             prometheus.Counter
+	plainTime, streamTime prometheus.Observer
 }
 
 // NewMetrics creates the task metrics and registers them with reg (nil: not registered).
@@ -67,6 +73,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Replies the bus handler queued for publishing that were lost, by reason: queue_full or publish_failed.",
 		}, []string{"reason"}),
 	}
+	m.completed = m.outcomes.WithLabelValues(string(StatusCompleted))
+	m.plainTime, m.streamTime = m.latency.WithLabelValues("plain"), m.latency.WithLabelValues("stream")
 	if reg != nil {
 		reg.MustRegister(m.outcomes, m.latency, m.overhead, m.refusals, m.dropped, m.cancels, m.holdEnds, m.hops, m.ownerDied, m.outDropped, m.affinity)
 	}

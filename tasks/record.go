@@ -33,12 +33,16 @@ func (d *dispatcher) record(rec *store.TaskRecord, start, now time.Time, out Out
 			rec.Status = store.StatusCanceled
 		}
 	}
-	mode := "plain"
-	if rec.Stream {
-		mode = "stream"
+	if outcome == string(StatusCompleted) {
+		d.metrics.completed.Inc()
+	} else {
+		d.metrics.outcomes.WithLabelValues(outcome).Inc()
 	}
-	d.metrics.outcomes.WithLabelValues(outcome).Inc()
-	d.metrics.latency.WithLabelValues(mode).Observe(now.Sub(start).Seconds())
+	took := d.metrics.plainTime
+	if rec.Stream {
+		took = d.metrics.streamTime
+	}
+	took.Observe(now.Sub(start).Seconds())
 	d.recordStats(rec, start, now, out, err)
 	d.rec.RecordTask(*rec)
 }
