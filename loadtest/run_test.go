@@ -138,18 +138,28 @@ func runLoadtest(t *testing.T, args []string) (*report.Report, string) {
 // and requires every criterion to hold. The load comes from the built
 // binary, so the race detector (which slows the generator and its nodes
 // several times) does not judge the instances' timings and CPU.
+//
+// The hop is judged within the 2-instance run (smokeHop), not by the
+// report's criterion, which compares that run with the 1-instance run
+// taken 15 s earlier: on a shared 2-core machine the later run was once
+// slow as a whole (its local requests' overhead p95 9.8 ms against 2.8
+// in the 1-instance run) and missed 5× the bar, +11.3 ms, while its
+// cross-instance requests added 5.5 ms over its local ones.
 func TestSmokeRunPasses(t *testing.T) {
 	cfg := loadConfig(t)
 	rep, progress := runBinary(t, cfg)
 	var text bytes.Buffer
 	rep.WriteText(&text)
-	if !rep.Pass {
-		var failed []string
-		for _, c := range rep.Criteria {
-			if c.Status == report.Fail {
-				failed = append(failed, fmt.Sprintf("%d instances, %s: %s %s", c.Instances, c.Name, c.Figure, c.Detail))
-			}
+	var failed []string
+	for _, c := range rep.Criteria {
+		if c.Status == report.Fail && c.Name != report.CritHopP95 && c.Name != report.CritHopP99 {
+			failed = append(failed, fmt.Sprintf("%d instances, %s: %s %s", c.Instances, c.Name, c.Figure, c.Detail))
 		}
+	}
+	if len(rep.Runs) == 2 {
+		failed = append(failed, smokeHop(rep.Runs[1], cfg.Bars)...)
+	}
+	if len(failed) > 0 {
 		t.Fatalf("the smoke run missed our bars:\n  %s\n\n%s", strings.Join(failed, "\n  "), text.String())
 	}
 	t.Logf("\n%s", text.String())
@@ -172,6 +182,33 @@ func TestSmokeRunPasses(t *testing.T) {
 	if !strings.Contains(progress, "[2 instances] steady") {
 		t.Errorf("no progress lines:\n%s", progress)
 	}
+}
+
+// smokeHop judges what the cross-instance hop adds in one run of 2 or
+// more instances: its cross-instance requests' overhead percentiles minus
+// its local requests', both taken over the same seconds of the machine, so
+// a moment when everything on it is slow moves both. Each side needs 30
+// requests: only the seconds before the kill count (the fault window is
+// left out), and how they split between local and cross-instance follows
+// where the nodes connected; runs here had 101 to 276 cross-instance
+// requests and 195 to 377 local ones.
+func smokeHop(run *report.RunReport, bars config.Bars) []string {
+	local, cross := run.OverheadLocal, run.OverheadCross
+	if local.N < 30 || cross.N < 30 {
+		return []string{fmt.Sprintf("%d instances, the hop: %d local and %d cross-instance requests, too few to compare (want 30 of each)", run.Instances, local.N, cross.N)}
+	}
+	var failed []string
+	for _, p := range []struct {
+		name         string
+		local, cross float64
+		bar          time.Duration
+	}{{"p95", local.P95, cross.P95, bars.HopP95}, {"p99", local.P99, cross.P99, bars.HopP99}} {
+		if add := p.cross - p.local; add > float64(p.bar)/float64(time.Millisecond) {
+			failed = append(failed, fmt.Sprintf("%d instances, the hop adds at %s: %+.2f ms (cross-instance %.2f vs local %.2f ms in the same run; bar %v)",
+				run.Instances, p.name, add, p.cross, p.local, p.bar))
+		}
+	}
+	return failed
 }
 
 // TestLoadTestCanFail runs against instances whose owner-liveness watcher
