@@ -91,7 +91,7 @@ func (a *App) request(c echo.Context) error {
 		return taskError(err)
 	}
 	setServerTiming(c, out.ProcessingMs)
-	return c.JSON(http.StatusOK, resultJSON(out))
+	return writeTaskResult(c, resultJSON(out))
 }
 
 // splitThreshold is the content length (characters) over which a task of a

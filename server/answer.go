@@ -1,0 +1,71 @@
+package server
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/labstack/echo/v4"
+	segjson "github.com/segmentio/encoding/json"
+)
+
+// The answer to a plain task, the one every request of POST
+// /api/v1/request waits for, is written here rather than by c.JSON: echo's
+// JSON parses the request's query on every call (for ?pretty) and
+// encodes by reflection, about 2 % of the instance's CPU at 2,500
+// requests/s in a profile (docs/BENCHMARKS.md). The bytes are
+// encoding/json's, HTML-escaped, newline included, as c.JSON writes them
+// (FuzzTaskAnswerAsStandard).
+
+// answerBufs holds the buffers answers are built in; one larger than
+// maxPooledAnswer (a large result) is left to the collector.
+var answerBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+const maxPooledAnswer = 64 << 10
+
+// writeTaskResult answers c with r. A request with a query string goes
+// through c.JSON, which reads ?pretty.
+func writeTaskResult(c echo.Context, r taskResult) error {
+	if c.QueryString() != "" {
+		return c.JSON(http.StatusOK, r)
+	}
+	bp := answerBufs.Get().(*[]byte)
+	b := appendTaskResult((*bp)[:0], r)
+	err := c.Blob(http.StatusOK, echo.MIMEApplicationJSON, b)
+	if cap(b) <= maxPooledAnswer {
+		*bp = b
+		answerBufs.Put(bp)
+	}
+	return err
+}
+
+// appendTaskResult appends r as encoding/json's Encoder writes it.
+func appendTaskResult(b []byte, r taskResult) []byte {
+	b = append(b, `{"task_id":`...)
+	b = segjson.AppendEscape(b, r.TaskID, segjson.EscapeHTML)
+	b = append(b, `,"status":`...)
+	b = segjson.AppendEscape(b, r.Status, segjson.EscapeHTML)
+	b = append(b, `,"result":`...)
+	b = segjson.AppendEscape(b, r.Result, segjson.EscapeHTML)
+	b = append(b, `,"node_id":`...)
+	if r.NodeID == nil {
+		b = append(b, "null"...)
+	} else {
+		b = segjson.AppendEscape(b, *r.NodeID, segjson.EscapeHTML)
+	}
+	b = append(b, `,"processing_time_ms":`...)
+	b = strconv.AppendInt(b, r.ProcessingTimeMs, 10)
+	b = append(b, `,"usage":`...)
+	if u := r.Usage; u == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, `{"prompt_tokens":`...)
+		b = strconv.AppendInt(b, u.PromptTokens, 10)
+		b = append(b, `,"completion_tokens":`...)
+		b = strconv.AppendInt(b, u.CompletionTokens, 10)
+		b = append(b, `,"total_tokens":`...)
+		b = strconv.AppendInt(b, u.TotalTokens, 10)
+		b = append(b, '}')
+	}
+	return append(b, "}\n"...)
+}
