@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/labstack/echo/v4"
 )
@@ -50,9 +51,27 @@ func TestWriteTaskResultAsEchoJSON(t *testing.T) {
 		}
 		got := answer(func(c echo.Context) error { return writeTaskResult(c, r) })
 		want := answer(func(c echo.Context) error { return c.JSON(http.StatusOK, r) })
+		if target == "/api/v1/request" && got.Header().Get("Date") == "" {
+			t.Errorf("%s: no Date header (net/http would format one)", target)
+		}
 		if got.Code != want.Code || got.Header().Get("Content-Type") != want.Header().Get("Content-Type") || got.Body.String() != want.Body.String() {
 			t.Errorf("%s: %d %q %q, want %d %q %q", target, got.Code, got.Header().Get("Content-Type"), got.Body, want.Code, want.Header().Get("Content-Type"), want.Body)
 		}
+	}
+}
+
+// The Date header is made once a second, as net/http would write it.
+func TestDateHeaderOncePerSecond(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 17, 4, 5, 0, time.FixedZone("x", 3600))
+	first := dateHeader(t0)
+	if want := []string{"Sun, 06 Dec 2026 16:04:05 GMT"}; len(first) != 1 || first[0] != want[0] {
+		t.Fatalf("dateHeader(%v) = %q, want %q", t0, first, want)
+	}
+	if again := dateHeader(t0.Add(999 * time.Millisecond)); &again[0] != &first[0] {
+		t.Errorf("the same second made its header again")
+	}
+	if next := dateHeader(t0.Add(time.Second)); next[0] != "Sun, 06 Dec 2026 16:04:06 GMT" {
+		t.Errorf("the next second: %q", next)
 	}
 }
 

@@ -3,6 +3,8 @@ package store
 import (
 	"strings"
 	"time"
+
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 // The task history's batches go to PostgreSQL as one array per column
@@ -46,9 +48,10 @@ func pgTextArray(ss []string) string {
 	return b.String()
 }
 
-// pgTimeLayout is how pgTimeArray writes a time: RFC 3339 in UTC to the
-// microsecond (dbTime's precision), which timestamptz reads exactly.
-const pgTimeLayout = "2006-01-02T15:04:05.999999Z07:00"
+// pgTimeLen is the length of a time as pgTimeArray writes it: the wire's
+// timestamp (wire.AppendTimestamp), ISO 8601 in UTC to the microsecond
+// (dbTime's precision), which timestamptz reads exactly.
+const pgTimeLen = len("2006-01-02T15:04:05.000000Z")
 
 // pgTimeArray is ts as a timestamptz[] literal.
 func pgTimeArray(ts []time.Time) string {
@@ -72,7 +75,7 @@ func pgOptTimeArray(ts []*time.Time) string {
 
 func timeArrayBuilder(n int) *strings.Builder {
 	b := new(strings.Builder)
-	b.Grow(2 + n*(len(pgTimeLayout)+1))
+	b.Grow(2 + n*(pgTimeLen+1))
 	b.WriteByte('{')
 	return b
 }
@@ -87,5 +90,5 @@ func appendTime(b *strings.Builder, i int, t *time.Time) {
 		return
 	}
 	var buf [40]byte
-	b.Write(t.UTC().AppendFormat(buf[:0], pgTimeLayout))
+	b.Write(wire.AppendTimestamp(buf[:0], *t))
 }

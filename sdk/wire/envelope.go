@@ -86,10 +86,6 @@ type outEnvelope struct {
 	Timestamp string  `json:"timestamp"`
 }
 
-// timestampLayout is ISO-8601 in UTC with a Z and microseconds, as
-// GemmaNet's (Python's isoformat) are.
-const timestampLayout = "2006-01-02T15:04:05.000000Z"
-
 // Encode builds a message of type t around payload, which must marshal to
 // a JSON object: a fresh envelope with a random (v4 UUID) msg_id, an empty
 // sender_id and the time now.
@@ -97,11 +93,12 @@ func Encode(t MsgType, payload any) ([]byte, error) { return Standard.Encode(t, 
 
 // Encode is the package's Encode with cd's JSON encoder.
 func (cd Codec) Encode(t MsgType, payload any) ([]byte, error) {
+	var ts [32]byte
 	b, err := cd.marshal(outEnvelope{
 		MsgID:     newMsgID(),
 		MsgType:   t,
 		Payload:   payload,
-		Timestamp: time.Now().UTC().Format(timestampLayout),
+		Timestamp: string(AppendTimestamp(ts[:0], time.Now())),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("wire: encode %s: %w", t, err)
