@@ -45,7 +45,7 @@ type Cluster struct {
 var slotRanges = [3][2]int{{0, 5460}, {5461, 10922}, {10923, 16383}}
 
 // StartCluster starts a Redis Cluster: 3 masters (with opts.Replicas, one
-// replica each) on free loopback ports below 50000, cluster-enabled, no
+// replica each) on free loopback ports (bus ports too) below 32768, cluster-enabled, no
 // persistence, cluster-config-file in t.TempDir(). It joins them with
 // CLUSTER MEET, ADDSLOTSRANGE and REPLICATE (what redis-cli --cluster
 // create does, without needing redis-cli), and returns once every node says

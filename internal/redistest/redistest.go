@@ -10,15 +10,18 @@
 package redistest
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -107,12 +110,15 @@ func (s *Server) startOnFreePort(cluster bool) error {
 	return fmt.Errorf("could not start redis-server on a free port: %w", lastErr)
 }
 
-// freePort returns a port below 40000 that is free on loopback, and whose
-// +10000 is free too when cluster is set (a cluster node's bus port), or 0.
-// Ports are drawn at random from 10000–39999, below the kernel's ephemeral
-// range's usual start, so a bus port stays below 50000.
+// freePort returns a port that is free on loopback, and whose +10000 is
+// free too when cluster is set (a cluster node's bus port), or 0. Ports are
+// drawn at random from 10000–22767, so a bus port (20000–32767) stays below
+// the kernel's ephemeral range (32768 and up on Linux): a bus port drawn
+// inside it was once taken by a client connection's local port between
+// this check and the server's bind, and the node exited after its client
+// port had already accepted the harness's dial.
 func freePort(cluster bool) int {
-	port := 10000 + rand.IntN(30000)
+	port := 10000 + rand.IntN(ephemeralStart-10000-10000)
 	ports := []int{port}
 	if cluster {
 		ports = append(ports, port+10000)
@@ -127,8 +133,15 @@ func freePort(cluster bool) int {
 	return port
 }
 
-// start runs the server on s.Port and waits until it accepts connections.
-// It returns an error if the process exits first (the port was taken).
+// ephemeralStart is where Linux's default ip_local_port_range begins.
+const ephemeralStart = 32768
+
+// start runs the server on s.Port and waits until it answers as itself:
+// INFO's process_id is the process started here. A connection accepted is
+// not enough: a cluster node listens on its client port before it binds its
+// bus port, and exits if that bind fails; and a port another process took
+// between freePort's check and the bind accepts connections too. It returns
+// an error if the process exits first (a port was taken).
 func (s *Server) start() error {
 	args := append([]string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
@@ -142,9 +155,7 @@ func (s *Server) start() error {
 	go func() { _ = cmd.Wait(); close(done) }() // ends when the process does; Stop waits for it
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		c, err := net.DialTimeout("tcp", s.Addr(), 100*time.Millisecond)
-		if err == nil {
-			_ = c.Close()
+		if pid, err := serverPID(s.Addr()); err == nil && pid == cmd.Process.Pid {
 			s.mu.Lock()
 			s.cmd, s.done = cmd, done
 			s.mu.Unlock()
@@ -159,10 +170,44 @@ func (s *Server) start() error {
 		if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
 			<-done
-			return fmt.Errorf("redis-server did not listen on %s within 10s", s.Addr())
+			return fmt.Errorf("redis-server did not answer on %s within 10s", s.Addr())
 		}
 		time.Sleep(10 * time.Millisecond) // polling a port: there is no event for it
 	}
+}
+
+// serverPID asks the Redis at addr for its process id (INFO server), in
+// RESP by hand: a go-redis client logs every refused dial, and this is
+// polled while the server starts.
+func serverPID(addr string) (int, error) {
+	c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	if _, err := io.WriteString(c, "INFO server\r\n"); err != nil {
+		return 0, err
+	}
+	rd := bufio.NewReader(c)
+	head, err := rd.ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
+	if !strings.HasPrefix(head, "$") || err != nil || n < 0 || n > 1<<20 {
+		return 0, fmt.Errorf("INFO answered %q", head)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(rd, body); err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(body), "\r\n") {
+		if v, ok := strings.CutPrefix(line, "process_id:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, errors.New("INFO server has no process_id")
 }
 
 func lastLines(b []byte) string {
