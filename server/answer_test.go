@@ -62,15 +62,16 @@ func TestWriteTaskResultAsEchoJSON(t *testing.T) {
 
 // The Date header is made once a second, as net/http would write it.
 func TestDateHeaderOncePerSecond(t *testing.T) {
+	var dates dateCache
 	t0 := time.Date(2026, 12, 6, 17, 4, 5, 0, time.FixedZone("x", 3600))
-	first := dateHeader(t0)
+	first := dates.header(t0)
 	if want := []string{"Sun, 06 Dec 2026 16:04:05 GMT"}; len(first) != 1 || first[0] != want[0] {
-		t.Fatalf("dateHeader(%v) = %q, want %q", t0, first, want)
+		t.Fatalf("header(%v) = %q, want %q", t0, first, want)
 	}
-	if again := dateHeader(t0.Add(999 * time.Millisecond)); &again[0] != &first[0] {
+	if again := dates.header(t0.Add(999 * time.Millisecond)); &again[0] != &first[0] {
 		t.Errorf("the same second made its header again")
 	}
-	if next := dateHeader(t0.Add(time.Second)); next[0] != "Sun, 06 Dec 2026 16:04:06 GMT" {
+	if next := dates.header(t0.Add(time.Second)); next[0] != "Sun, 06 Dec 2026 16:04:06 GMT" {
 		t.Errorf("the next second: %q", next)
 	}
 }

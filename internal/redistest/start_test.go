@@ -17,14 +17,20 @@ func TestStartRequiresItsOwnProcessToAnswer(t *testing.T) {
 		if err != nil {
 			t.Skipf("port %d: %v", port, err)
 		}
-		t.Cleanup(func() { _ = l.Close() })
-		go func() {
+		accepted := make(chan struct{})
+		t.Cleanup(func() { _ = l.Close(); <-accepted })
+		go func() { // holds what it accepts, until the listener closes
+			defer close(accepted)
+			var conns []net.Conn
 			for {
 				c, err := l.Accept()
 				if err != nil {
+					for _, c := range conns {
+						_ = c.Close()
+					}
 					return
 				}
-				t.Cleanup(func() { _ = c.Close() })
+				conns = append(conns, c)
 			}
 		}()
 	}
