@@ -3,6 +3,7 @@ package pgtest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -42,6 +43,12 @@ type Server struct {
 // the test when PostgreSQL is not installed, unless
 // SWITCHYARD_TEST_SKIP_POSTGRES=1.
 func StartServer(t testing.TB) *Server {
+	t.Helper()
+	return startServer(t, func() int { return freePort(t) })
+}
+
+// startServer is StartServer drawing each port it tries from ports.
+func startServer(t testing.TB, ports func() int) *Server {
 	t.Helper()
 	if os.Getenv("SWITCHYARD_TEST_SKIP_POSTGRES") == "1" {
 		t.Skip("SWITCHYARD_TEST_SKIP_POSTGRES=1")
@@ -89,50 +96,89 @@ func StartServer(t testing.TB) *Server {
 		t.Fatalf("initdb: %v\n%s", err, out)
 	}
 
-	port := freePort(t)
-	s := &Server{t: t, done: make(chan struct{}), logPath: filepath.Join(base, "postgres.log"),
-		URL: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)}
+	s := &Server{t: t, logPath: filepath.Join(base, "postgres.log")}
+	t.Cleanup(s.Close)
+	for attempt := 1; ; attempt++ {
+		err := s.start(bin, base, data, cred, ports())
+		if err == nil {
+			return s
+		}
+		if !errors.Is(err, errPortTaken) || attempt == startAttempts {
+			t.Fatalf("%v\n%s", err, s.serverLog())
+		}
+	}
+}
+
+// startAttempts bounds the ports a start tries: a port free when it was
+// drawn may be taken before postgres binds it (by a client connection's
+// local port, or by another test's server).
+const startAttempts = 5
+
+var errPortTaken = errors.New("port taken")
+
+// start runs postgres on data and port and waits until it answers. The
+// server that answers must be this one (its data_directory is data): on a
+// port someone else's PostgreSQL holds, a connection succeeds while this
+// one exits, unable to bind. That exit is errPortTaken.
+func (s *Server) start(bin, dir, data string, cred *syscall.Credential, port int) error {
+	s.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
 	logf, err := os.Create(s.logPath)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer logf.Close() // the child has its own descriptor
-	s.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port),
+	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port),
 		"-k", data, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
 		"-c", "full_page_writes=off", "-c", "max_connections=50")
-	s.cmd.Dir = base
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
-	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("start postgres: %v", err)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start postgres: %w", err)
 	}
-	s.Pid = s.cmd.Process.Pid
+	done := make(chan struct{})
+	s.cmd, s.Pid, s.done = cmd, cmd.Process.Pid, done
 	go func() {
-		_ = s.cmd.Wait()
-		close(s.done)
+		_ = cmd.Wait()
+		close(done)
 	}()
-	t.Cleanup(s.Close)
 
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		conn, err := pgx.Connect(ctx, s.URL)
-		if err == nil {
-			_ = conn.Close(ctx)
-			cancel()
-			return s
+		answered, err := dataDirectory(s.URL)
+		if err == nil && answered == data {
+			return nil
 		}
-		cancel()
+		if err == nil {
+			err = fmt.Errorf("port %d answers for another server (data directory %s)", port, answered)
+		}
 		select {
-		case <-s.done:
-			t.Fatalf("postgres exited at start: %s", s.serverLog())
+		case <-done:
+			if strings.Contains(s.serverLog(), "could not bind") {
+				return fmt.Errorf("%w: postgres could not bind port %d", errPortTaken, port)
+			}
+			return errors.New("postgres exited at start")
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("postgres did not accept connections within 30s: %v\n%s", err, s.serverLog())
+			return fmt.Errorf("postgres did not accept connections within 30s: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// dataDirectory asks the server at url for its data directory.
+func dataDirectory(url string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	var dir string
+	err = conn.QueryRow(ctx, "SHOW data_directory").Scan(&dir)
+	return dir, err
 }
 
 // Stop freezes the server and all its backends with SIGSTOP: connections
@@ -194,6 +240,9 @@ func (s *Server) children() []int {
 // does not exit in time: from then on connections are refused. The test's
 // cleanup calls it; calling it again does nothing.
 func (s *Server) Close() {
+	if s.done == nil {
+		return // never started
+	}
 	select {
 	case <-s.done:
 		return

@@ -2,6 +2,8 @@ package pgtest
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,4 +40,48 @@ func TestServerStopCont(t *testing.T) {
 	if err := conn2.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
 		t.Fatalf("SELECT 1 after Cont: %v", err)
 	}
+}
+
+// A port drawn free may be taken before postgres binds it. The start tries
+// another, and takes as started only its own server: here the first port
+// drawn is another private server's, which accepts the connection while
+// the new postgres exits, unable to bind.
+func TestStartServerOnATakenPort(t *testing.T) {
+	other := StartServer(t)
+	otherPort, err := strconv.Atoi(other.URL[len("postgres://postgres@127.0.0.1:"):strings.LastIndexByte(other.URL, '/')])
+	if err != nil {
+		t.Fatalf("port of %s: %v", other.URL, err)
+	}
+	var drawn []int
+	s := startServer(t, func() int {
+		p := otherPort
+		if len(drawn) > 0 {
+			p = freePort(t)
+		}
+		drawn = append(drawn, p)
+		return p
+	})
+	if len(drawn) != 2 {
+		t.Fatalf("ports tried: %v, want the taken one, then another", drawn)
+	}
+	if s.URL == other.URL {
+		t.Fatalf("the new server's URL is the other server's (%s)", s.URL)
+	}
+	mine, err := dataDirectory(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := dataDirectory(other.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mine == theirs {
+		t.Fatalf("both URLs reach the server of %s", mine)
+	}
+	// Stop must freeze the new server, not the other.
+	s.Stop()
+	if _, err := dataDirectory(other.URL); err != nil {
+		t.Fatalf("the other server stopped with the new one: %v", err)
+	}
+	s.Cont()
 }
