@@ -26,6 +26,13 @@ import (
 // leaves, the next is nudged to take its place and its timer. A wake given
 // and not used (the waiter gave up) goes on to the next waiter. Slots go
 // to the front of the queue only, so waiters are served in that order.
+//
+// A wake's slot is its waiter's until the waiter answers (takes the slot,
+// gives up, or finds nothing and comes back): meanwhile nobody in its queue
+// is first, so nobody looks for a slot unsignalled, nor is nudged. The
+// waiter behind a woken one would otherwise be first as soon as the wake
+// took the woken one out, and could take the slot before the woken one's
+// goroutine ran (TestWaitingRequestsServedInOrder, on a busy machine).
 type Waiters struct {
 	n  atomic.Int32 // waiters queued: Wake costs nothing when none is
 	mu sync.Mutex
@@ -49,7 +56,10 @@ type Place struct {
 // queue is one capability's waiters: those back from a wake that found
 // nothing (served first), then by priority, accounts in turn.
 type queue struct {
-	n      int
+	n int
+	// woken counts the waiters woken and not yet answered (Again or Done).
+	// The queue stays in Waiters.q while it is not zero.
+	woken  int
 	front  *list.List // *Waiter
 	levels [MaxPriority + 1]*level
 }
@@ -125,6 +135,9 @@ func (w *Waiter) Again() (first bool) {
 	ws := w.ws
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	if w.woken {
+		ws.answeredLocked(w)
+	}
 	q := ws.queueLocked(w.capability)
 	if w.e == nil {
 		// Drop a wake that came after the waiter looked: it looks again now.
@@ -132,12 +145,24 @@ func (w *Waiter) Again() (first bool) {
 		case <-w.C:
 		default:
 		}
-		w.woken = false
 		w.e, w.in = q.front.PushFront(w), q.front
 		q.n++
 		ws.n.Add(1)
 	}
-	return q.head() == w
+	return q.first(w)
+}
+
+// First reports whether w is queued and first in its queue: the waiter the
+// next freed slot goes to. A waiter that has just queued looks for a slot
+// again only when it is first (a slot freed before it queued went, with
+// its wake, to the first); otherwise it would take a slot ahead of those
+// queued before it.
+func (w *Waiter) First() bool {
+	ws := w.ws
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	q := ws.q[w.capability]
+	return w.e != nil && q != nil && q.first(w)
 }
 
 // Done ends the wait: the waiter got a slot (served), or gives up. The
@@ -157,7 +182,7 @@ func (w *Waiter) Done(served bool) {
 		return
 	}
 	if w.woken {
-		w.woken = false
+		ws.answeredLocked(w)
 		if served {
 			ws.nudgeLocked(w.capability)
 		} else {
@@ -199,6 +224,9 @@ func (ws *Waiters) Waiting() map[string]WaitStat {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for c, q := range ws.q {
+		if q.n == 0 {
+			continue // kept only for a wake not yet answered
+		}
 		st := WaitStat{N: q.n}
 		q.each(func(w *Waiter) {
 			if st.Since.IsZero() || w.since.Before(st.Since) {
@@ -208,6 +236,20 @@ func (ws *Waiters) Waiting() map[string]WaitStat {
 		out[c] = st
 	}
 	return out
+}
+
+// first reports whether w, queued, may look for a slot nobody signalled:
+// it is next, and no wake of its queue is still unanswered.
+func (q *queue) first(w *Waiter) bool { return q.woken == 0 && q.head() == w }
+
+// answeredLocked ends w's wake: its slot is no longer held for it.
+func (ws *Waiters) answeredLocked(w *Waiter) {
+	w.woken = false
+	q := ws.q[w.capability]
+	q.woken--
+	if q.n == 0 && q.woken == 0 {
+		delete(ws.q, w.capability)
+	}
 }
 
 // head is the waiter served next, or nil.
@@ -244,6 +286,7 @@ func (ws *Waiters) wakeLocked(capability string, n int) {
 	q := ws.q[capability]
 	for ; n > 0 && q != nil && q.n > 0; n-- {
 		w := q.head()
+		q.woken++ // first: the queue must stay while the wake is out
 		ws.removeLocked(w, true)
 		w.woken = true
 		select {
@@ -255,9 +298,10 @@ func (ws *Waiters) wakeLocked(capability string, n int) {
 }
 
 // nudgeLocked signals the first waiter of a queue without taking it out:
-// it looks again and keeps its place.
+// it looks again and keeps its place. Not while a wake is unanswered: the
+// slot that wake stands for is its waiter's.
 func (ws *Waiters) nudgeLocked(capability string) {
-	if q := ws.q[capability]; q != nil {
+	if q := ws.q[capability]; q != nil && q.woken == 0 {
 		if w := q.head(); w != nil {
 			select {
 			case w.C <- struct{}{}:
@@ -289,7 +333,7 @@ func (ws *Waiters) removeLocked(w *Waiter, served bool) {
 	w.e, w.in = nil, nil
 	q.n--
 	ws.n.Add(-1)
-	if q.n == 0 {
+	if q.n == 0 && q.woken == 0 {
 		delete(ws.q, w.capability)
 	}
 }

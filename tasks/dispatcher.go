@@ -164,11 +164,17 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 		cands, c, ok, busy = r.pick(cands, tried)
 		used = max(used, len(cands))
 		if busy && w == nil {
-			// Queue, then look again, so a slot freed in between is not
-			// missed. Only a request that must wait queues.
+			// Queue, then look again if first (nodes.Waiter.First), so a
+			// slot freed in between is not missed: with others queued, its
+			// wake went to the first of them, and a look from further back
+			// could take the slot ahead of them (it did, in
+			// TestWaitingRequestsServedInOrder on a busy machine). Only a
+			// request that must wait queues.
 			w = d.dir.WaitSlot(r.req.TaskType, nodes.Place{Account: r.req.AccountID, Priority: r.req.Priority})
-			cands, c, ok, busy = r.pick(cands, tried)
-			used = max(used, len(cands))
+			if w.First() {
+				cands, c, ok, busy = r.pick(cands, tried)
+				used = max(used, len(cands))
+			}
 		}
 		if busy {
 			if queueDeadline.IsZero() {
