@@ -152,11 +152,12 @@ func (w *Waiter) Again() (first bool) {
 	return q.first(w)
 }
 
-// First reports whether w is queued and first in its queue: the waiter the
-// next freed slot goes to. A waiter that has just queued looks for a slot
-// again only when it is first (a slot freed before it queued went, with
-// its wake, to the first); otherwise it would take a slot ahead of those
-// queued before it.
+// First reports whether w is queued, first in its queue, and no wake of
+// that queue is unanswered: the one waiter that may look for a slot nobody
+// signalled. A waiter that has just queued looks for a slot again only
+// when it is first (a slot freed before it queued went, with its wake, to
+// the first); otherwise it could take a slot ahead of those queued before
+// it.
 func (w *Waiter) First() bool {
 	ws := w.ws
 	ws.mu.Lock()
