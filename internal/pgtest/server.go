@@ -32,7 +32,6 @@ type Server struct {
 	Pid int
 
 	t       testing.TB
-	cmd     *exec.Cmd
 	done    chan struct{}
 	logPath string
 }
@@ -137,7 +136,7 @@ func (s *Server) start(bin, dir, data string, cred *syscall.Credential, port int
 		return fmt.Errorf("start postgres: %w", err)
 	}
 	done := make(chan struct{})
-	s.cmd, s.Pid, s.done = cmd, cmd.Process.Pid, done
+	s.Pid, s.done = cmd.Process.Pid, done
 	go func() {
 		_ = cmd.Wait()
 		close(done)
