@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -70,13 +71,27 @@ type Redis struct {
 var _ Bus = (*Redis)(nil)
 
 type redisMetrics struct {
-	publish        *prometheus.HistogramVec
+	publish *prometheus.HistogramVec
+	// publishByKind holds publish's child of each kind once one was
+	// published: a WithLabelValues hashes its label and takes the vector's
+	// lock on every call.
+	publishByKind  [256]atomic.Pointer[prometheus.Observer]
 	publishErrors  prometheus.Counter
 	noReceiver     prometheus.Counter
 	received       prometheus.Counter
 	malformed      prometheus.Counter
 	resubscribes   prometheus.Counter
 	receiverChecks prometheus.Counter
+}
+
+// published is publish's child for kind.
+func (m *redisMetrics) published(kind Kind) prometheus.Observer {
+	if o := m.publishByKind[kind].Load(); o != nil {
+		return *o
+	}
+	o := m.publish.WithLabelValues(kind.String())
+	m.publishByKind[kind].Store(&o)
+	return o
 }
 
 // NewRedis returns a bus on rdb. The caller owns rdb and closes it once
@@ -198,7 +213,7 @@ func (r *Redis) Publish(ctx context.Context, to string, e *Envelope) (int, error
 		r.metrics.publishErrors.Inc()
 		return 0, fmt.Errorf("bus: publish %s to %s: %w", e.Kind, to, err)
 	}
-	r.metrics.publish.WithLabelValues(e.Kind.String()).Observe(time.Since(start).Seconds())
+	r.metrics.published(e.Kind).Observe(time.Since(start).Seconds())
 	if n == 0 {
 		r.metrics.noReceiver.Inc()
 	}

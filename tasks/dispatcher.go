@@ -450,7 +450,7 @@ func (d *dispatcher) send(ctx context.Context, c nodes.Candidate, req *Request, 
 		// Another request here took its last slot since the pick.
 		return noRelease, &refusal{refusedFull, "the node has no free slot"}
 	}
-	d.metrics.hops.WithLabelValues(e.Kind.String()).Inc()
+	d.metrics.hop(e.Kind)
 	n, err := d.bus.Publish(ctx, c.Owner, e)
 	switch {
 	case err != nil:
@@ -568,7 +568,7 @@ func (r *run) cancel(ctx context.Context, reason string) {
 		r.d.owner.cancel(e)
 		return
 	}
-	r.d.metrics.hops.WithLabelValues(e.Kind.String()).Inc()
+	r.d.metrics.hop(e.Kind)
 	// The client's context may be what ended; the cancel must still go out.
 	ctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer stop()

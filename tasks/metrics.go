@@ -1,6 +1,12 @@
 package tasks
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-dev/switchyard/bus"
+)
 
 // Metrics are the task counters an operator graphs. One set per instance.
 type Metrics struct {
@@ -21,6 +27,20 @@ type Metrics struct {
 	// each call.
 	completed             prometheus.Counter
 	plainTime, streamTime prometheus.Observer
+	// hopsByKind holds hops' child of each envelope kind once one was
+	// published (a kind never sent shows no series).
+	hopsByKind [256]atomic.Pointer[prometheus.Counter]
+}
+
+// hop counts an envelope of kind published to another instance.
+func (m *Metrics) hop(kind bus.Kind) {
+	if c := m.hopsByKind[kind].Load(); c != nil {
+		(*c).Inc()
+		return
+	}
+	c := m.hops.WithLabelValues(kind.String())
+	m.hopsByKind[kind].Store(&c)
+	c.Inc()
 }
 
 // NewMetrics creates the task metrics and registers them with reg (nil: not registered).

@@ -73,7 +73,7 @@ func (o *outbound) start(ctx context.Context, g *errgroup.Group) {
 }
 
 func (o *outbound) publish(ctx context.Context, m outMsg) {
-	o.metrics.hops.WithLabelValues(m.e.Kind.String()).Inc()
+	o.metrics.hop(m.e.Kind)
 	pctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
 	if _, err := o.bus.Publish(pctx, m.to, m.e); err != nil {

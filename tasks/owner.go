@@ -275,7 +275,7 @@ func (o *owner) reply(ent *fwdEntry, e *bus.Envelope) int {
 		o.log.Debug("the engine is not running; not publishing", "task_id", ent.taskID, "to", ent.replyTo)
 		return -1
 	}
-	o.metrics.hops.WithLabelValues(e.Kind.String()).Inc()
+	o.metrics.hop(e.Kind)
 	// On the node's reader: bounded like the outbound queue's publishes
 	// (invariant 14), not only by the Redis client's own timeouts.
 	pctx, cancel := context.WithTimeout(*run, publishTimeout)
