@@ -89,7 +89,7 @@ type LocalNodes interface {
 	List(capability string) []NodeView
 	Len() int
 	WaitSlot(capability string, p Place) *Waiter
-	WakeSlots(capabilities []string, n int)
+	WakeSlots(f Freed, n int)
 	// Session returns the session of a node connected here, or nil.
 	Session(nodeID string) *Session
 	// Sessions returns the sessions connected here, ordered by node id.
@@ -181,6 +181,12 @@ type dirEntry struct {
 	HasBench    bool    `json:"has_benchmark,omitempty"`
 	BenchMs     float64 `json:"benchmark_ms,omitempty"`
 	BenchFailed bool    `json:"benchmark_failed,omitempty"`
+}
+
+// freed is the entry as the waiters for its slots see it: a node of
+// another instance.
+func (e *dirEntry) freed() Freed {
+	return Freed{Capabilities: e.Capabilities, Trust: e.Trust, Labels: e.Labels}
 }
 
 // view is the entry as the listing shows it: its load from the free slots
@@ -295,7 +301,7 @@ func (d *ClusterDirectory) Reserve(nodeID string) (release func(), ok bool) {
 					break
 				}
 			}
-			d.hub.WakeSlots(n.entry.Capabilities, 1)
+			d.hub.WakeSlots(n.entry.freed(), 1)
 		})
 	}, true
 }

@@ -320,7 +320,7 @@ func (d *ClusterDirectory) reindexLocked(nodeID string) {
 		}
 		// A new entry starts a new count of this instance's takings: all
 		// its free slots may be taken.
-		d.hub.WakeSlots(best.entry.Capabilities, best.entry.FreeSlots)
+		d.hub.WakeSlots(best.entry.freed(), best.entry.FreeSlots)
 	}
 }
 

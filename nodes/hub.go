@@ -249,15 +249,16 @@ func (h *Hub) WaitSlot(capability string, p Place) *Waiter { return h.waiters.Wa
 // Waiting returns the requests waiting here for a slot, by capability.
 func (h *Hub) Waiting() map[string]WaitStat { return h.waiters.Waiting() }
 
-// WakeSlots wakes up to n waiters of each capability: a node with them has
-// n free slots more (here, or on another instance). It costs nothing when
-// none waits, which is the common case on the hot path.
-func (h *Hub) WakeSlots(capabilities []string, n int) { h.waiters.Wake(capabilities, n) }
+// WakeSlots wakes up to n waiters of each of f's capabilities that its
+// node can serve: it has n free slots more (here, or on another instance).
+// It costs nothing when none waits, which is the common case on the hot
+// path.
+func (h *Hub) WakeSlots(f Freed, n int) { h.waiters.Wake(f, n) }
 
 // localSlotsFreed is WakeSlots for a node connected here, which also tells
 // LocalSlots.
-func (h *Hub) localSlotsFreed(capabilities []string, n int) {
-	h.waiters.Wake(capabilities, n)
+func (h *Hub) localSlotsFreed(s *Session, n int) {
+	h.waiters.Wake(Freed{Capabilities: s.Info.Capabilities, Trust: s.Info.Trust, Labels: s.Info.Labels, Local: true}, n)
 	if h.cfg.LocalSlots != nil {
 		h.cfg.LocalSlots()
 	}
@@ -572,7 +573,7 @@ func (h *Hub) attach(s *Session) (*Session, bool) {
 	}
 	h.indexLocked(s)
 	h.metrics.connected.Set(float64(len(h.sessions)))
-	defer h.localSlotsFreed(s.Info.Capabilities, s.Info.MaxConcurrency)
+	defer h.localSlotsFreed(s, s.Info.MaxConcurrency)
 	defer h.cfg.Changes.Mark(s.NodeID)
 	return prev, fenced
 }

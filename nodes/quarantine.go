@@ -85,7 +85,7 @@ func (h *Hub) endQuarantine(s *Session, st *nodeState) {
 	h.metrics.quarantineEnds.WithLabelValues("resumed").Inc()
 	h.log.Info("node quarantine ended after its cool-off", "node_id", s.NodeID)
 	h.cfg.Changes.Mark(s.NodeID)
-	h.localSlotsFreed(s.Info.Capabilities, s.FreeSlots())
+	h.localSlotsFreed(s, s.FreeSlots())
 }
 
 // stopQuarantine drops a closed session's cool-off timer.

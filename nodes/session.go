@@ -110,7 +110,7 @@ func (s *Session) TryAcquire() bool {
 func (s *Session) Release() {
 	s.inflight.Add(-1)
 	s.hub.cfg.Changes.Mark(s.NodeID)
-	s.hub.localSlotsFreed(s.Info.Capabilities, 1)
+	s.hub.localSlotsFreed(s, 1)
 	s.closeIfDrained()
 }
 

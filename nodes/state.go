@@ -72,7 +72,7 @@ func (h *Hub) Control(nodeID, action, reason string) (NodeView, error) {
 	h.cfg.Changes.Mark(nodeID)
 	switch action {
 	case ActionResume:
-		h.localSlotsFreed(s.Info.Capabilities, s.FreeSlots())
+		h.localSlotsFreed(s, s.FreeSlots())
 	case ActionDrain:
 		s.closeIfDrained()
 	}

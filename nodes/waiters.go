@@ -27,6 +27,15 @@ import (
 // and not used (the waiter gave up) goes on to the next waiter. Slots go
 // to the front of the queue only, so waiters are served in that order.
 //
+// A freed slot wakes the first waiter its node can serve: a waiter whose
+// request the node cannot take (it demands official nodes, or labels the
+// node lacks, or only this instance's nodes) is passed over and keeps its
+// place, so it does not hold up the waiters behind it until it is served
+// or gives up. Only the first maxPassOver waiters in order are looked at;
+// when none of them fits, nobody is woken: the slot stays for whoever looks
+// next, as it did when the first waiter was woken for a slot it could not
+// take.
+//
 // A wake's slot is its waiter's until the waiter answers (takes the slot,
 // gives up, or finds nothing and comes back): meanwhile nobody in its queue
 // is first, so nobody looks for a slot unsignalled, nor is nudged. The
@@ -47,10 +56,35 @@ const (
 )
 
 // Place is who waits, and how urgently: an account and a priority (0–9;
-// out of range is clamped).
+// out of range is clamped); and which nodes can serve it, so that a slot
+// freed on another is not woken for it.
 type Place struct {
 	Account  string
 	Priority int
+	// Trust, Labels and LocalOnly are the request's demands: official
+	// nodes only (TrustOfficial), every one of these labels, nodes
+	// connected to this instance only.
+	Trust     string
+	Labels    map[string]string
+	LocalOnly bool
+}
+
+// Freed is the node whose slots freed, as its waiters see it: what it runs,
+// its trust and labels, and whether it is connected here.
+type Freed struct {
+	Capabilities []string
+	Trust        string
+	Labels       map[string]string
+	Local        bool
+}
+
+// maxPassOver is how many waiters a wake looks at for one its node can
+// serve. It bounds a wake's work when many wait for nodes this one is not.
+const maxPassOver = 64
+
+// serves reports whether a node freed as f can take p's request.
+func (f *Freed) serves(p *Place) bool {
+	return (p.Trust != TrustOfficial || f.Trust == TrustOfficial) && HasLabels(f.Labels, p.Labels) && (f.Local || !p.LocalOnly)
 }
 
 // queue is one capability's waiters: those back from a wake that found
@@ -89,6 +123,7 @@ type Waiter struct {
 	e          *list.Element // its place while queued; nil once woken or done
 	in         *list.List    // the list e is in: the queue's front, or its account's
 	woken      bool          // taken out of the queue by a wake it has not answered
+	freed      Freed         // while woken: the node of its wake, passed on if it gives up
 }
 
 // NewWaiters returns empty queues.
@@ -137,6 +172,7 @@ func (w *Waiter) Again() (first bool) {
 	defer ws.mu.Unlock()
 	if w.woken {
 		ws.answeredLocked(w)
+		w.freed = Freed{}
 	}
 	q := ws.queueLocked(w.capability)
 	if w.e == nil {
@@ -184,24 +220,26 @@ func (w *Waiter) Done(served bool) {
 	}
 	if w.woken {
 		ws.answeredLocked(w)
+		f := w.freed
+		w.freed = Freed{}
 		if served {
 			ws.nudgeLocked(w.capability)
 		} else {
-			ws.wakeLocked(w.capability, 1)
+			ws.wakeLocked(w.capability, 1, &f)
 		}
 	}
 }
 
-// Wake wakes up to n waiters of each capability (a node with them has n
-// slots more). It never blocks.
-func (ws *Waiters) Wake(capabilities []string, n int) {
+// Wake wakes up to n waiters of each of f's capabilities that f's node
+// can serve (it has n slots more). It never blocks.
+func (ws *Waiters) Wake(f Freed, n int) {
 	if ws.n.Load() == 0 || n <= 0 {
 		return
 	}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	for _, c := range capabilities {
-		ws.wakeLocked(c, n)
+	for _, c := range f.Capabilities {
+		ws.wakeLocked(c, n, &f)
 	}
 }
 
@@ -283,19 +321,56 @@ func (q *queue) each(f func(*Waiter)) {
 	}
 }
 
-func (ws *Waiters) wakeLocked(capability string, n int) {
+func (ws *Waiters) wakeLocked(capability string, n int, f *Freed) {
 	q := ws.q[capability]
 	for ; n > 0 && q != nil && q.n > 0; n-- {
-		w := q.head()
+		w := q.next(f)
+		if w == nil {
+			return
+		}
 		q.woken++ // first: the queue must stay while the wake is out
 		ws.removeLocked(w, true)
-		w.woken = true
+		w.woken, w.freed = true, *f
 		select {
 		case w.C <- struct{}{}:
 		default:
 		}
 		q = ws.q[capability]
 	}
+}
+
+// next is the waiter a slot of f's node goes to: the first, in the order
+// waiters are served, that the node can serve, among the first maxPassOver;
+// nil when none of them is. The order is head's: those back from a wake,
+// then by priority, and within a priority the accounts in turn, each
+// account's waiters oldest first (a waiter passed over keeps its place, and
+// its account its turn).
+func (q *queue) next(f *Freed) *Waiter {
+	looked := 0
+	fits := func(l *list.List) *Waiter {
+		for e := l.Front(); e != nil && looked < maxPassOver; e = e.Next() {
+			looked++
+			if w := e.Value.(*Waiter); f.serves(&w.place) {
+				return w
+			}
+		}
+		return nil
+	}
+	if w := fits(q.front); w != nil {
+		return w
+	}
+	for p := MaxPriority; p >= 0 && looked < maxPassOver; p-- {
+		lv := q.levels[p]
+		if lv == nil {
+			continue
+		}
+		for t := lv.turns.Front(); t != nil && looked < maxPassOver; t = t.Next() {
+			if w := fits(t.Value.(*account).waiters); w != nil {
+				return w
+			}
+		}
+	}
+	return nil
 }
 
 // nudgeLocked signals the first waiter of a queue without taking it out:

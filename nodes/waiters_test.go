@@ -23,18 +23,18 @@ func TestWaitersWakeInOrderOnePerSlot(t *testing.T) {
 	if ws.Len() != 4 {
 		t.Fatalf("Len = %d, want 4", ws.Len())
 	}
-	ws.Wake([]string{"chat"}, 1)
+	ws.Wake(Freed{Capabilities: []string{"chat"}}, 1)
 	if !woken(a) || woken(b) || woken(c) || woken(other) {
 		t.Fatal("one chat slot did not wake exactly the oldest chat waiter")
 	}
-	ws.Wake([]string{"chat", "embed"}, 2)
+	ws.Wake(Freed{Capabilities: []string{"chat", "embed"}}, 2)
 	if !woken(b) || !woken(c) || !woken(other) {
 		t.Fatal("two slots of a chat+embed node did not wake the other two chat waiters and the embed one")
 	}
 	if ws.Len() != 0 {
 		t.Fatalf("Len = %d after every waiter was woken, want 0", ws.Len())
 	}
-	ws.Wake([]string{"chat"}, 5) // nobody waits: nothing happens
+	ws.Wake(Freed{Capabilities: []string{"chat"}}, 5) // nobody waits: nothing happens
 }
 
 // A woken waiter that found nothing goes back to the front, ahead of those
@@ -48,7 +48,7 @@ func TestWaitersAgainKeepsThePlace(t *testing.T) {
 	if b.Again() {
 		t.Fatal("the second waiter says it is first")
 	}
-	ws.Wake([]string{"chat"}, 1)
+	ws.Wake(Freed{Capabilities: []string{"chat"}}, 1)
 	if !woken(a) {
 		t.Fatal("a was not woken")
 	}
@@ -56,7 +56,7 @@ func TestWaitersAgainKeepsThePlace(t *testing.T) {
 	if !a.Again() {
 		t.Fatal("a woken waiter that found nothing is not back at the front")
 	}
-	ws.Wake([]string{"chat"}, 1)
+	ws.Wake(Freed{Capabilities: []string{"chat"}}, 1)
 	if !woken(a) || woken(b) {
 		t.Fatal("the next slot did not go to a, back at the front")
 	}
@@ -73,7 +73,7 @@ func TestWaitersDonePassesTheWakeOn(t *testing.T) {
 	if ws.Len() != 3 || woken(c) {
 		t.Fatalf("Len = %d after a queued waiter left (want 3), or the one behind it was signalled", ws.Len())
 	}
-	ws.Wake([]string{"chat"}, 1)
+	ws.Wake(Freed{Capabilities: []string{"chat"}}, 1)
 	if !woken(a) {
 		t.Fatal("a was not woken")
 	}
@@ -85,7 +85,7 @@ func TestWaitersDonePassesTheWakeOn(t *testing.T) {
 	if !c.Again() {
 		t.Fatal("the nudged waiter is not first")
 	}
-	ws.Wake([]string{"chat"}, 1)
+	ws.Wake(Freed{Capabilities: []string{"chat"}}, 1)
 	if !woken(c) || woken(d) {
 		t.Fatal("the next slot did not go to c, first in line")
 	}
@@ -104,7 +104,7 @@ func TestWaitersDonePassesTheWakeOn(t *testing.T) {
 func TestWaitersAgainDropsAStaleWake(t *testing.T) {
 	ws := NewWaiters()
 	a := ws.Wait("chat", Place{})
-	ws.Wake([]string{"chat"}, 1)
+	ws.Wake(Freed{Capabilities: []string{"chat"}}, 1)
 	a.Again()
 	if woken(a) {
 		t.Fatal("a wake consumed before Again is still pending after it")
@@ -118,7 +118,7 @@ func wakeOrder(t *testing.T, ws *Waiters, names map[*Waiter]string) []string {
 	t.Helper()
 	var got []string
 	for ws.Len() > 0 {
-		ws.Wake([]string{"chat"}, 1)
+		ws.Wake(Freed{Capabilities: []string{"chat"}}, 1)
 		n := 0
 		for w, name := range names {
 			if w.woken {
@@ -189,7 +189,7 @@ func TestWaitersFewAreNotStarvedByMany(t *testing.T) {
 func TestWaitersAgainBeatsPriorityAndLeavingCleansUp(t *testing.T) {
 	ws := NewWaiters()
 	low := ws.Wait("chat", Place{Account: "A", Priority: 0})
-	ws.Wake([]string{"chat"}, 1)
+	ws.Wake(Freed{Capabilities: []string{"chat"}}, 1)
 	if !woken(low) {
 		t.Fatal("the only waiter was not woken")
 	}
@@ -199,7 +199,7 @@ func TestWaitersAgainBeatsPriorityAndLeavingCleansUp(t *testing.T) {
 	}
 	gone := ws.Wait("chat", Place{Account: "C", Priority: 9})
 	gone.Done(false)
-	ws.Wake([]string{"chat"}, 3)
+	ws.Wake(Freed{Capabilities: []string{"chat"}}, 3)
 	if !woken(low) || !woken(high) || woken(gone) || ws.Len() != 0 {
 		t.Fatalf("wakes: low and high, not the one that left; Len %d", ws.Len())
 	}
@@ -231,7 +231,7 @@ func TestWaitersServedWhileQueuedPassesTheTurn(t *testing.T) {
 	if !y1.Again() || x2.Again() {
 		t.Fatal("after x1 was served while queued, Y's turn did not come before X's next")
 	}
-	ws.Wake([]string{"chat"}, 1)
+	ws.Wake(Freed{Capabilities: []string{"chat"}}, 1)
 	if !woken(y1) || woken(x2) {
 		t.Fatal("the next slot did not go to y1")
 	}
@@ -255,7 +255,7 @@ func TestWaitersFirst(t *testing.T) {
 	if !other.First() {
 		t.Fatal("the only waiter of another capability is not first in its queue")
 	}
-	ws.Wake([]string{"chat"}, 1)
+	ws.Wake(Freed{Capabilities: []string{"chat"}}, 1)
 	if a.First() || b.First() || b.Again() {
 		t.Fatal("while a's wake is unanswered, a (out of the queue) or b (next) counts as first")
 	}
@@ -285,11 +285,11 @@ func TestWaitersFirst(t *testing.T) {
 func TestWaitersUnansweredWakeHoldsItsSlot(t *testing.T) {
 	ws := NewWaiters()
 	a, b, c := ws.Wait("chat", Place{}), ws.Wait("chat", Place{}), ws.Wait("chat", Place{})
-	ws.Wake([]string{"chat"}, 1) // a's slot
+	ws.Wake(Freed{Capabilities: []string{"chat"}}, 1) // a's slot
 	if !woken(a) {
 		t.Fatal("a was not woken")
 	}
-	ws.Wake([]string{"chat"}, 1) // a ran its task and it ended before a's Done
+	ws.Wake(Freed{Capabilities: []string{"chat"}}, 1) // a ran its task and it ended before a's Done
 	if !woken(b) {
 		t.Fatal("b was not woken by the second slot")
 	}
@@ -307,12 +307,95 @@ func TestWaitersUnansweredWakeHoldsItsSlot(t *testing.T) {
 	}
 	// A queue kept for an unanswered wake has nobody waiting in it.
 	d := ws.Wait("chat", Place{})
-	ws.Wake([]string{"chat"}, 1)
+	ws.Wake(Freed{Capabilities: []string{"chat"}}, 1)
 	if st, ok := ws.Waiting()["chat"]; ok || !woken(d) {
 		t.Fatalf("with its only waiter woken, the queue is listed as waiting (%+v), or d was not woken", st)
 	}
 	d.Done(true)
 	if len(ws.q) != 0 {
 		t.Fatalf("%d queues left once every wake was answered", len(ws.q))
+	}
+}
+
+// A freed slot goes to the first waiter its node can serve: those whose
+// requests demand official nodes, labels the node lacks or this instance's
+// nodes only are passed over, keep their places, and are woken by a node
+// that can serve them. Waking the first waiter whatever it demanded held
+// every waiter behind it until it was served or gave up.
+func TestWaitersWakeWhomTheNodeCanServe(t *testing.T) {
+	ws := NewWaiters()
+	chat := []string{"chat"}
+	a100 := ws.Wait("chat", Place{Labels: map[string]string{"gpu": "a100"}})
+	official := ws.Wait("chat", Place{Trust: TrustOfficial})
+	local := ws.Wait("chat", Place{LocalOnly: true})
+	anyNode := ws.Wait("chat", Place{})
+	ws.Wake(Freed{Capabilities: chat, Labels: map[string]string{"gpu": "t4", "zone": "x"}}, 1)
+	if woken(a100) || woken(official) || woken(local) || !woken(anyNode) {
+		t.Fatal("a remote community t4 node's slot did not go to the one waiter it can serve")
+	}
+	anyNode.Done(true)
+	if !woken(a100) || !a100.First() {
+		t.Fatal("the waiters passed over lost their place: the first of them was not nudged as the first")
+	}
+	// Nobody left can use such a node: nobody is woken.
+	ws.Wake(Freed{Capabilities: chat, Labels: map[string]string{"gpu": "t4"}}, 3)
+	if woken(a100) || woken(official) || woken(local) {
+		t.Fatal("a node nobody waiting can use woke someone")
+	}
+	ws.Wake(Freed{Capabilities: chat, Local: true}, 1)
+	if woken(a100) || woken(official) || !woken(local) {
+		t.Fatal("a local community node without labels did not wake the local-only waiter")
+	}
+	local.Done(true)
+	woken(a100) // the nudge of the first, as above
+	ws.Wake(Freed{Capabilities: chat, Trust: TrustOfficial, Labels: map[string]string{"gpu": "a100"}}, 2)
+	if !woken(a100) || !woken(official) {
+		t.Fatal("an official a100 node's two slots did not wake the two waiters left, in order")
+	}
+	a100.Done(true)
+	official.Done(true)
+	if ws.Len() != 0 {
+		t.Fatalf("Len = %d, want 0", ws.Len())
+	}
+}
+
+// A wake its waiter gives up goes on to the next waiter the same node can
+// serve.
+func TestWaitersGivenUpWakeGoesToWhomItsNodeCanServe(t *testing.T) {
+	ws := NewWaiters()
+	chat := []string{"chat"}
+	first := ws.Wait("chat", Place{})
+	a100 := ws.Wait("chat", Place{Labels: map[string]string{"gpu": "a100"}})
+	last := ws.Wait("chat", Place{})
+	ws.Wake(Freed{Capabilities: chat, Labels: map[string]string{"gpu": "t4"}}, 1)
+	if !woken(first) {
+		t.Fatal("the first waiter was not woken")
+	}
+	first.Done(false) // it gave up: the t4 slot is someone else's
+	if woken(a100) || !woken(last) {
+		t.Fatal("the given-up wake of a t4 node did not go to the next waiter it can serve")
+	}
+}
+
+// A wake looks at no more than maxPassOver waiters: past them, it wakes
+// nobody, as it would wake the first to find nothing.
+func TestWaitersWakeLooksAtBoundedWaiters(t *testing.T) {
+	ws := NewWaiters()
+	for range maxPassOver {
+		ws.Wait("chat", Place{Labels: map[string]string{"gpu": "a100"}})
+	}
+	behind := ws.Wait("chat", Place{})
+	ws.Wake(Freed{Capabilities: []string{"chat"}}, 1)
+	if woken(behind) {
+		t.Fatal("a wake looked past maxPassOver waiters")
+	}
+	ws2 := NewWaiters()
+	for range maxPassOver - 1 {
+		ws2.Wait("chat", Place{Labels: map[string]string{"gpu": "a100"}})
+	}
+	within := ws2.Wait("chat", Place{})
+	ws2.Wake(Freed{Capabilities: []string{"chat"}}, 1)
+	if !woken(within) {
+		t.Fatal("the waiter at maxPassOver was not woken")
 	}
 }

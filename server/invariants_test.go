@@ -376,3 +376,57 @@ func TestWaitingRequestsServedInOrder(t *testing.T) {
 		t.Fatalf("waiting_for_slot = %v after every request was served, want 0", g)
 	}
 }
+
+// A slot freed on a node goes to a waiting request that node can take,
+// even when the request first in the queue demands labels it lacks: that
+// request keeps its place for a node that has them, and does not hold up
+// the one behind it until it is served or its queue timeout passes.
+func TestWaitingRequestNotHeldByOneTheFreedNodeCannotServe(t *testing.T) {
+	ta := startApp(t, func(c *Config) { c.QueueTimeout = 10 * time.Second })
+	key := ta.account(t, "alice", "")
+	node := func(gpu string) *wireNode {
+		r := reg(key, gpu, "echo")
+		r["max_concurrency"], r["labels"] = 1, map[string]string{"gpu": gpu}
+		return connectNode(t, ta.wsURL, r)
+	}
+	a100, t4 := node("a100"), node("t4")
+	on := func(gpu, content string) map[string]any {
+		return map[string]any{"task_type": "echo", "content": content, "node_labels": map[string]string{"gpu": gpu}}
+	}
+	onA100 := ta.requestAsync(key, on("a100", "on a100"))
+	heldA100 := a100.Expect("task_assign").TaskID()
+	onT4 := ta.requestAsync(key, on("t4", "on t4"))
+	heldT4 := t4.Expect("task_assign").TaskID()
+
+	wantsA100 := ta.requestAsync(key, on("a100", "wants a100"))
+	waitUntil(t, func() bool { return gaugeValue(t, ta, "switchyard_tasks_waiting_for_slot") == 1 })
+	anyNode := ta.requestAsync(key, map[string]any{"task_type": "echo", "content": "any"})
+	waitUntil(t, func() bool { return gaugeValue(t, ta, "switchyard_tasks_waiting_for_slot") == 2 })
+
+	// The t4 node frees its slot while the a100 node stays busy.
+	t4.Result(heldT4, "completed", "on t4")
+	if r := waitFor(t, onT4, 3*time.Second); r.code != 200 {
+		t.Fatalf("on t4: %d %s", r.code, r.body)
+	}
+	m := t4.Expect("task_assign")
+	if got := m.Payload["content"]; got != "any" {
+		t.Fatalf("the t4 node's slot went to %v, want the request any node can take", got)
+	}
+	t4.Result(m.TaskID(), "completed", "any")
+	if r := waitFor(t, anyNode, 3*time.Second); r.code != 200 {
+		t.Fatalf("any: %d %s", r.code, r.body)
+	}
+
+	// The a100 request kept its place: the a100 node's slot is its.
+	a100.Result(heldA100, "completed", "on a100")
+	m = a100.Expect("task_assign")
+	if got := m.Payload["content"]; got != "wants a100" {
+		t.Fatalf("the a100 node's slot went to %v, want the waiting a100 request", got)
+	}
+	a100.Result(m.TaskID(), "completed", "wants a100")
+	for _, ch := range []<-chan reply{onA100, wantsA100} {
+		if r := waitFor(t, ch, 3*time.Second); r.code != 200 {
+			t.Fatalf("%d %s", r.code, r.body)
+		}
+	}
+}

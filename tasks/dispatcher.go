@@ -170,7 +170,8 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 			// could take the slot ahead of them (it did, in
 			// TestWaitingRequestsServedInOrder on a busy machine). Only a
 			// request that must wait queues.
-			w = d.dir.WaitSlot(r.req.TaskType, nodes.Place{Account: r.req.AccountID, Priority: r.req.Priority})
+			w = d.dir.WaitSlot(r.req.TaskType, nodes.Place{Account: r.req.AccountID, Priority: r.req.Priority,
+				Trust: r.req.Trust, Labels: r.req.Labels, LocalOnly: r.req.LocalOnly})
 			if w.First() {
 				cands, c, ok, busy = r.pick(cands, tried)
 				used = max(used, len(cands))
