@@ -443,6 +443,14 @@ func (p *Pump) fill(ctx context.Context, tasks *sync.WaitGroup) error {
 				return err
 			}
 			p.work.Store(true)
+			if p.draining.Load() {
+				// The drain began while the claim was under way: a
+				// draining instance starts nothing, so the task goes back
+				// to the queue for another instance (or for this one's
+				// next start).
+				p.giveBack(ctx, t)
+				return nil
+			}
 			p.start(ctx, tasks, t)
 			claimed = true
 			break
@@ -452,6 +460,17 @@ func (p *Pump) fill(ctx context.Context, tasks *sync.WaitGroup) error {
 		}
 	}
 	return nil
+}
+
+// giveBack returns a task claimed during the drain to the queue. If the
+// store cannot take it back, its lease lapses and the sweep of another
+// instance (or of this one's next start) queues it again.
+func (p *Pump) giveBack(ctx context.Context, t store.AsyncTask) {
+	if err := p.deps.Queue.UnclaimAsync(ctx, t.ID, t.Gen); err != nil {
+		p.log.Warn("cannot give back an async task claimed during the drain; its lease will lapse", "task_id", t.ID, "err", err)
+		return
+	}
+	p.log.Debug("gave back an async task claimed during the drain", "task_id", t.ID)
 }
 
 // start runs a claimed task on its own goroutine, under tasks. run is the

@@ -492,3 +492,67 @@ func TestPumpIdleCost(t *testing.T) {
 		}
 	})
 }
+
+// gateQueue holds the pump's first claim until the test lets it go, then
+// makes it and hands the test what it claimed.
+type gateQueue struct {
+	store.AsyncQueue
+	once             sync.Once
+	entered, release chan struct{}
+	claimed          chan store.AsyncTask
+}
+
+func (q *gateQueue) ClaimAsync(ctx context.Context, owner string, types []string, official bool, lease time.Duration) (store.AsyncTask, error) {
+	first := false
+	q.once.Do(func() { first = true })
+	if !first {
+		return q.AsyncQueue.ClaimAsync(ctx, owner, types, official, lease)
+	}
+	close(q.entered)
+	<-q.release
+	t, err := q.AsyncQueue.ClaimAsync(ctx, owner, types, official, lease)
+	if err == nil {
+		q.claimed <- t
+	}
+	return t, err
+}
+
+// A claim under way when the drain begins starts nothing: the task it
+// claims goes back to the queue, queued as before, for another instance.
+// (A draining instance claims nothing; TestAsyncDrainFinishesRunningTasks
+// caught one such claim on a busy machine.)
+func TestPumpDrainGivesBackAClaimUnderWay(t *testing.T) {
+	stores(t, func(t *testing.T, st store.Store) {
+		c := ctx(t)
+		if err := st.SubmitAsync(c, task("late", "acct", "x")); err != nil {
+			t.Fatal(err)
+		}
+		q := &gateQueue{AsyncQueue: st, entered: make(chan struct{}), release: make(chan struct{}), claimed: make(chan store.AsyncTask, 1)}
+		n := newNodes("echo", 1)
+		p := newPump(t, st, n, func(d *async.Deps) { d.Queue = q })
+		select {
+		case <-q.entered:
+		case <-c.Done():
+			t.Fatal("the pump never claimed")
+		}
+		p.Drain()
+		close(q.release)
+		select {
+		case got := <-q.claimed:
+			if got.ID != "late" {
+				t.Fatalf("claimed %s, want late", got.ID)
+			}
+		case <-c.Done():
+			t.Fatal("the claim under way did not return")
+		}
+		waitUntil(t, 5*time.Second, func() bool {
+			got, err := st.AsyncTask(c, "late")
+			return err == nil && got.Status == store.AsyncQueued && got.Attempts == 0 && got.Owner == ""
+		})
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.runs["late"] != 0 {
+			t.Fatalf("the task claimed during the drain ran %d times, want never", n.runs["late"])
+		}
+	})
+}

@@ -404,9 +404,11 @@ func (a *App) storeKind() string {
 // Drain…Timeout fields; StopBudget is their sum) or is prompt.
 func (a *App) drain(base context.Context) {
 	start := time.Now()
+	// The pump first: once the instance says it is draining, it claims
+	// no async task (TestAsyncDrainFinishesRunningTasks).
+	a.pump.Drain()
 	a.draining.Store(true)
 	a.engine.Drain()
-	a.pump.Drain()
 	a.log.Info("draining", "in_flight", a.engine.Requesting(), "forwarding", a.engine.Forwarding(), "timeout", a.cfg.DrainTimeout,
 		"stop_budget", a.cfg.StopBudget())
 	if a.cluster != nil {

@@ -102,6 +102,11 @@ type AsyncQueue interface {
 	// Concurrent claims never return the same lease. ErrNotFound when
 	// nothing is queued for those types.
 	ClaimAsync(ctx context.Context, owner string, taskTypes []string, official bool, lease time.Duration) (AsyncTask, error)
+	// UnclaimAsync gives back a task its owner claimed and did not start
+	// (the owner began draining meanwhile): queued again, its attempt
+	// undone, its Gen kept (a stale holder stays fenced out). ErrConflict
+	// if (id, gen) no longer holds a running lease.
+	UnclaimAsync(ctx context.Context, id string, gen int64) error
 	// RenewAsync extends every lease owner holds to now+lease in one
 	// statement, and returns the IDs of its running tasks whose
 	// cancellation was asked for.
@@ -252,6 +257,19 @@ func (s *sqlStore) ClaimAsync(ctx context.Context, owner string, taskTypes []str
 		return AsyncTask{}, fmt.Errorf("store: claim an async task: %w", err)
 	}
 	return t, nil
+}
+
+func (s *sqlStore) UnclaimAsync(ctx context.Context, id string, gen int64) error {
+	n, err := s.db.exec(ctx, `UPDATE async_tasks SET status = 'queued', owner = '', lease_until = NULL,
+			started_at = NULL, attempts = attempts - 1
+		WHERE id = $1 AND gen = $2 AND status = 'running'`, id, gen)
+	if err != nil {
+		return fmt.Errorf("store: unclaim async task: %w", err)
+	}
+	if n == 0 {
+		return fencedOut(id, gen)
+	}
+	return nil
 }
 
 func (s *sqlStore) RenewAsync(ctx context.Context, owner string, lease time.Duration) ([]string, error) {

@@ -22,6 +22,10 @@ func (g *Guard) ClaimAsync(ctx context.Context, owner string, taskTypes []string
 	})
 }
 
+func (g *Guard) UnclaimAsync(ctx context.Context, id string, gen int64) error {
+	return guardedErr(g, ctx, g.cfg.WriteTimeout, func(c context.Context) error { return g.st.UnclaimAsync(c, id, gen) })
+}
+
 func (g *Guard) RenewAsync(ctx context.Context, owner string, lease time.Duration) ([]string, error) {
 	return guarded(g, ctx, g.cfg.Timeout, func(c context.Context) ([]string, error) { return g.st.RenewAsync(c, owner, lease) })
 }

@@ -348,3 +348,30 @@ func testAsyncWebhooksAndPurge(t *testing.T, st store.Store) {
 		noErr(t, err, "AsyncTask "+id+" after the purge")
 	}
 }
+
+// A task claimed and not started (its owner began draining) goes back to
+// the queue as it was, its attempt undone, its generation kept: the next
+// claim is a new generation, and the one given back is fenced out.
+func testAsyncUnclaim(t *testing.T, st store.Store) {
+	c := ctx(t)
+	submit(t, st, asyncTask("u", "acc", "llm", 5))
+	a := claim(t, st, "i1", "llm")
+	if a.ID != "u" || a.Attempts != 1 {
+		t.Fatalf("claimed %+v, want u at its first attempt", a)
+	}
+	noErr(t, st.UnclaimAsync(c, "u", a.Gen), "UnclaimAsync")
+	got, err := st.AsyncTask(c, "u")
+	noErr(t, err, "AsyncTask")
+	if got.Status != store.AsyncQueued || got.Owner != "" || got.Attempts != 0 || got.StartedAt != nil || !got.LeaseUntil.IsZero() || got.Gen != a.Gen {
+		t.Fatalf("given back: %+v; want queued, no owner, lease or start, 0 attempts, generation %d", got, a.Gen)
+	}
+	isErr(t, st.UnclaimAsync(c, "u", a.Gen), store.ErrConflict, "UnclaimAsync of a queued task")
+	b := claim(t, st, "i2", "llm")
+	if b.ID != "u" || b.Gen != a.Gen+1 || b.Attempts != 1 {
+		t.Fatalf("claimed again %+v, want u at generation %d, attempt 1", b, a.Gen+1)
+	}
+	isErr(t, st.UnclaimAsync(c, "u", a.Gen), store.ErrConflict, "UnclaimAsync by the earlier generation")
+	if got, _ := st.AsyncTask(c, "u"); got.Status != store.AsyncRunning || got.Owner != "i2" {
+		t.Fatalf("after a stale give-back the task is %+v, want still running for i2", got)
+	}
+}

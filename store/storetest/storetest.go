@@ -58,6 +58,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AsyncSubmitAndRead", testAsyncSubmitAndRead},
 		{"AsyncClaimOrder", testAsyncClaimOrder},
 		{"AsyncFencing", testAsyncFencing},
+		{"AsyncUnclaim", testAsyncUnclaim},
 		{"AsyncRenewAndCancel", testAsyncRenewAndCancel},
 		{"AsyncRelease", testAsyncRelease},
 		{"AsyncConcurrentClaims", testAsyncConcurrentClaims},
