@@ -97,13 +97,30 @@ func TestUsageTotalsEqualWhatNodesReported(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	if err := ta.writer.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-
+	// A task's tokens are the owner's report of its node's answer, made
+	// once the answer is passed on: the last reports may reach the writer
+	// after their clients have the answers. Flush until every token sent
+	// is in (the rows are judged below, on that view).
 	var v usageView
-	if code, _ := ta.call(t, "GET", "/api/v1/usage?group_by=key,task_type", key2, nil, &v); code != http.StatusOK {
-		t.Fatalf("GET /api/v1/usage: %d", code)
+	var tokens int64
+	for _, w := range sent {
+		tokens += w.prompt + w.completion
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if err := ta.writer.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		v = usageView{}
+		if code, _ := ta.call(t, "GET", "/api/v1/usage?group_by=key,task_type", key2, nil, &v); code != http.StatusOK {
+			t.Fatalf("GET /api/v1/usage: %d", code)
+		}
+		var got int64
+		for _, r := range v.Rows {
+			got += r.PromptTokens + r.CompletionTokens
+		}
+		if got >= tokens || time.Now().After(deadline) {
+			break
+		}
 	}
 	if len(v.Rows) != len(sent) {
 		t.Fatalf("%d rows %+v, want %d (each key and type of this account)", len(v.Rows), v.Rows, len(sent))
