@@ -240,7 +240,10 @@ func TestDecodeAllocatesNoClaimedLength(t *testing.T) {
 		if !errors.Is(err, bus.ErrMalformed) {
 			t.Errorf("Decode(%x) = %v; want ErrMalformed", b, err)
 		}
-		if n := after.TotalAlloc - before.TotalAlloc; n > 64<<10 {
+		// TotalAlloc is the process's: 512 KiB leaves room for another
+		// goroutine's allocations, and is half what msgpack's decoder
+		// allocated for the least of these (1 MiB).
+		if n := after.TotalAlloc - before.TotalAlloc; n > 512<<10 {
 			t.Errorf("Decode(%x) allocated %d bytes", b, n)
 		}
 	}
