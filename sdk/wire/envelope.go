@@ -36,6 +36,9 @@ func ParseEnvelope(b []byte) (Envelope, error) { return Standard.ParseEnvelope(b
 // ParseEnvelope is the package's ParseEnvelope with cd's JSON decoder.
 func (cd Codec) ParseEnvelope(b []byte) (Envelope, error) {
 	var e Envelope
+	if err := CheckBounds(b); err != nil {
+		return Envelope{}, fmt.Errorf("%w: %w", ErrInvalidMessage, err)
+	}
 	if err := cd.unmarshal(b, &e); err != nil {
 		return Envelope{}, fmt.Errorf("%w: not a JSON envelope: %s", ErrInvalidMessage, DescribeJSONError(err))
 	}
