@@ -44,11 +44,12 @@ type asyncExtras struct {
 	TTL        time.Duration
 }
 
-// readAsyncBody reads a POST /api/v1/tasks body: the body of
-// /api/v1/request (the same validation) plus webhook_url and ttl.
+// readAsyncBody reads a POST /api/v1/tasks body, once requireAccount has
+// accepted its key: the body of /api/v1/request (the same validation) plus
+// webhook_url and ttl.
 func (a *App) readAsyncBody(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		b, err := readBody(c)
+		b, err := taskBodyBytes(c)
 		if err != nil {
 			return err
 		}

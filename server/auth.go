@@ -287,16 +287,14 @@ func bearer(r *http.Request) string {
 	return ""
 }
 
-// requireAccount authenticates the Bearer key (or, on /api/v1/request, the
-// deprecated body field a previous middleware found) and stores the
-// account in the context.
+// requireAccount authenticates the Bearer key (or, on the task routes, the
+// deprecated body field keyFromBody found) and stores the account in the
+// context.
 func (a *App) requireAccount(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		key := bearer(c.Request())
 		if key == "" {
-			if b, ok := c.Get(ctxTaskBody).(*taskBody); ok {
-				key = b.APIKey
-			}
+			key, _ = c.Get(ctxBodyKey).(string)
 		}
 		acct, hash, err := a.auth.authenticateFrom(c.Request().Context(), key, c.RealIP(), a.limiter)
 		var limited *errAuthLimited

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
+	segjson "github.com/segmentio/encoding/json"
 
 	"github.com/switchyard-dev/switchyard/nodes"
 	"github.com/switchyard-dev/switchyard/store"
@@ -87,11 +88,8 @@ var errContextLength = errors.New("context length exceeded")
 // are ignored, as GemmaNet does.
 func parseChatBody(b []byte) (chatBody, error) {
 	var raw struct {
-		Model    *string `json:"model"`
-		Messages *[]struct {
-			Role    *string         `json:"role"`
-			Content json.RawMessage `json:"content"`
-		} `json:"messages"`
+		Model         *string         `json:"model"`
+		Messages      json.RawMessage `json:"messages"`
 		MaxTokens     json.RawMessage `json:"max_tokens"`
 		Temperature   json.RawMessage `json:"temperature"`
 		Stream        *bool           `json:"stream"`
@@ -107,15 +105,27 @@ func parseChatBody(b []byte) (chatBody, error) {
 	if raw.Model != nil {
 		body.Model = *raw.Model
 	}
-	if raw.Messages == nil {
+	if len(raw.Messages) == 0 || string(raw.Messages) == "null" {
 		return body, invalid("messages is required")
 	}
-	if n := len(*raw.Messages); n < 1 || n > maxChatMessages {
+	if raw.Messages[0] != '[' {
+		return body, invalid("messages has the wrong type (%s)", jsonKind(raw.Messages))
+	}
+	// Counted before decoding: a message costs 32 bytes and more, a
+	// hostile one 3 ("{},").
+	if n := countItems(raw.Messages, maxChatMessages); n < 1 || n > maxChatMessages {
 		return body, invalid("messages must have 1-%d items", maxChatMessages)
 	}
+	var msgs []struct {
+		Role    *string         `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	if err := unmarshal(raw.Messages, &msgs); err != nil {
+		return body, invalid("messages must be a list of objects with a string role")
+	}
 	total := 0
-	body.Messages = make([]chatMessage, 0, len(*raw.Messages))
-	for i, m := range *raw.Messages {
+	body.Messages = make([]chatMessage, 0, len(msgs))
+	for i, m := range msgs {
 		if m.Role == nil {
 			return body, invalid("messages[%d].role is required", i)
 		}
@@ -209,17 +219,24 @@ func contentText(c json.RawMessage) (string, error) {
 		}
 		return s, nil
 	case '[':
-		var parts []any
-		if err := json.Unmarshal(c, &parts); err != nil {
-			return "", errors.New("is not a valid list")
-		}
+		// Part by part, none kept: a hostile list of "{}," would cost
+		// a map of some 50 bytes for each 3 of the body.
 		var sb strings.Builder
-		for _, p := range parts {
-			part, _ := p.(map[string]any)
-			text, ok := part["text"].(string)
-			if ok && part["type"] == "text" {
-				sb.WriteString(text)
+		var part struct { // one for all the parts: it escapes to the heap
+			Type *string `json:"type"`
+			Text *string `json:"text"`
+		}
+		err := eachItem(c, func(item []byte) error {
+			part.Type, part.Text = nil, nil
+			// A part that is not an object, or whose type or text is not
+			// a string, is not a text part: skipped, as before.
+			if item[0] == '{' && segjson.Unmarshal(item, &part) == nil && part.Type != nil && *part.Type == "text" && part.Text != nil {
+				sb.WriteString(*part.Text)
 			}
+			return nil
+		})
+		if err != nil {
+			return "", errors.New("is not a valid list")
 		}
 		return sb.String(), nil
 	}

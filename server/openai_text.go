@@ -75,8 +75,8 @@ func parseTextBody(b []byte) (textBody, error) {
 		return body, invalid("model is required")
 	}
 	body.Model = *raw.Model
-	prompts, err := stringList(raw.Prompt, "prompt")
-	if err != nil {
+	prompts, err := stringList(raw.Prompt, "prompt", 1)
+	if err != nil && !errors.Is(err, errTooMany) {
 		return body, err
 	}
 	if len(prompts) != 1 {
@@ -98,21 +98,47 @@ func parseTextBody(b []byte) (textBody, error) {
 	return body, nil
 }
 
-// stringList reads a field that is a string or a list of strings.
-func stringList(raw json.RawMessage, field string) ([]string, error) {
+// stringList reads a field that is a string or a list of at most limit
+// strings (more: errTooMany, before any is decoded).
+func stringList(raw json.RawMessage, field string, limit int) ([]string, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, invalid("%s is required", field)
 	}
 	var one string
-	if json.Unmarshal(raw, &one) == nil {
+	if raw[0] == '"' && unmarshal(raw, &one) == nil {
 		return []string{one}, nil
 	}
+	if raw[0] != '[' {
+		return nil, invalid("%s must be a string or a list of strings", field)
+	}
+	if countItems(raw, limit) > limit {
+		// Too many; but a list of anything but strings is told so, as
+		// it would have been (its first limit+1 items looked at).
+		n, notString := 0, errors.New("not a string")
+		err := eachItem(raw, func(item []byte) error {
+			switch {
+			case item[0] != '"':
+				return notString
+			case n == limit:
+				return errTooMany
+			}
+			n++
+			return nil
+		})
+		if err == notString {
+			return nil, invalid("%s must be a string or a list of strings", field)
+		}
+		return nil, errTooMany
+	}
 	var list []string
-	if err := json.Unmarshal(raw, &list); err != nil {
+	if err := unmarshal(raw, &list); err != nil {
 		return nil, invalid("%s must be a string or a list of strings", field)
 	}
 	return list, nil
 }
+
+// errTooMany is a list longer than stringList's limit.
+var errTooMany = errors.New("too many items")
 
 // textCompletions is POST /v1/completions, plain or streaming.
 func (a *App) textCompletions(c echo.Context) error {
@@ -245,8 +271,8 @@ func parseEmbedBody(b []byte) (embedBody, error) {
 		return body, invalid("model is required")
 	}
 	body.Model = *raw.Model
-	in, err := stringList(raw.Input, "input")
-	if err != nil {
+	in, err := stringList(raw.Input, "input", maxEmbedInput)
+	if err != nil && !errors.Is(err, errTooMany) {
 		return body, err
 	}
 	if len(in) < 1 || len(in) > maxEmbedInput {

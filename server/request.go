@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"errors"
 	"net/http"
 	"slices"
@@ -9,17 +10,55 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
+	segjson "github.com/segmentio/encoding/json"
 
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 	"github.com/switchyard-dev/switchyard/tasks"
 )
 
-const ctxTaskBody = "switchyard.task_body"
+// Context keys of the task routes' middleware.
+const (
+	ctxTaskBody  = "switchyard.task_body"
+	ctxBodyKey   = "switchyard.body_key"   // the deprecated body field api_key (keyFromBody)
+	ctxBodyBytes = "switchyard.body_bytes" // the body, when keyFromBody read it
+)
 
-// readTaskBody reads and validates a POST /api/v1/request body before
-// authentication, because the key may be in the body (deprecated).
+// keyFromBody finds the API key of a request that sent no Authorization
+// header in GemmaNet's deprecated body field api_key (POST
+// /api/v1/request; POST /api/v1/tasks too), for requireAccount, which
+// comes next. Invariant 16: a stranger costs no more than its headers. A
+// request with a header has its body read only once its key is known good;
+// one without has it read (within --max-body-bytes) and looked at for that
+// field alone, in bounds (wire.CheckBounds) and without decoding the rest:
+// a body without a valid key is never decoded.
+func (a *App) keyFromBody(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if bearer(c.Request()) != "" {
+			return next(c)
+		}
+		b, err := readBody(c)
+		if err != nil {
+			return err
+		}
+		c.Set(ctxBodyBytes, b)
+		var field struct {
+			APIKey *string `json:"api_key"`
+		}
+		// Any other field is stepped over, allocating nothing; a body
+		// that is not an object, or not JSON, has no key (401).
+		b = bytes.TrimSpace(b)
+		if len(b) > 0 && b[0] == '{' && wire.CheckBounds(b) == nil && segjson.Unmarshal(b, &field) == nil && field.APIKey != nil {
+			c.Set(ctxBodyKey, *field.APIKey)
+		}
+		return next(c)
+	}
+}
+
+// readTaskBody reads and validates a POST /api/v1/request body, once
+// requireAccount has accepted its key.
 func (a *App) readTaskBody(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		b, err := readBody(c)
+		b, err := taskBodyBytes(c)
 		if err != nil {
 			return err
 		}
@@ -30,6 +69,14 @@ func (a *App) readTaskBody(next echo.HandlerFunc) echo.HandlerFunc {
 		c.Set(ctxTaskBody, &body)
 		return next(c)
 	}
+}
+
+// taskBodyBytes is the request's body: as keyFromBody read it, or read now.
+func taskBodyBytes(c echo.Context) ([]byte, error) {
+	if b, ok := c.Get(ctxBodyBytes).([]byte); ok {
+		return b, nil
+	}
+	return readBody(c)
 }
 
 // trimKind drops the "invalid request body: " prefix a client does not need.

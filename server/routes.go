@@ -44,9 +44,10 @@ func (a *App) routes() *echo.Echo {
 	root.GET("/ws/node", a.nodeSocket)
 
 	v1 := routes{e.Group("/api/v1")}
-	v1.POST("/request", a.request, a.readTaskBody, a.requireAccount, request, a.checkKey, a.capInflight)
+	// The key first, then the body (invariant 16: a stranger costs no more than its headers).
+	v1.POST("/request", a.request, a.keyFromBody, a.requireAccount, request, a.readTaskBody, a.checkKey, a.capInflight)
 	v1.POST("/rate", a.rate, a.requireAccount, request)
-	v1.POST("/tasks", a.submitTask, a.readAsyncBody, a.requireAccount, request, a.checkKey)
+	v1.POST("/tasks", a.submitTask, a.keyFromBody, a.requireAccount, request, a.readAsyncBody, a.checkKey)
 	get(v1, "/tasks/:id", a.task, a.requireAccount, public)
 	v1.DELETE("/tasks/:id", a.cancelTask, a.requireAccount, request)
 	a.routeTaskStream(v1, a.requireAccount, public) // only with a log and an authoriser (taskstream.go)

@@ -8,15 +8,18 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 	segjson "github.com/segmentio/encoding/json"
 
 	"github.com/switchyard-dev/switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 // Limits of POST /api/v1/request (docs/PROTOCOL.md).
@@ -43,7 +46,6 @@ type taskBody struct {
 	Params   json.RawMessage // a compact JSON object, "{}" when absent
 	Stream   bool
 	Trust    string // "any" or "official"
-	APIKey   string // deprecated body field; the Authorization header wins
 	Priority int    // 0–9 (ours), nodes.DefaultPriority when absent
 	// NodeLabels are labels the node must have declared (ours); nil for any.
 	NodeLabels map[string]string
@@ -53,14 +55,14 @@ type taskBody struct {
 // errInvalidBody and names the field and the rule broken.
 func parseTaskBody(b []byte) (taskBody, error) {
 	var raw struct {
-		TaskType *string           `json:"task_type"`
-		Content  *string           `json:"content"`
-		Params   json.RawMessage   `json:"params"`
-		Stream   *bool             `json:"stream"`
-		Trust    *string           `json:"trust"`
-		APIKey   *string           `json:"api_key"`
-		Priority *int              `json:"priority"`
-		Labels   map[string]string `json:"node_labels"`
+		TaskType *string         `json:"task_type"`
+		Content  *string         `json:"content"`
+		Params   json.RawMessage `json:"params"`
+		Stream   *bool           `json:"stream"`
+		Trust    *string         `json:"trust"`
+		APIKey   *string         `json:"api_key"` // deprecated; keyFromBody reads it, this checks its type
+		Priority *int            `json:"priority"`
+		Labels   json.RawMessage `json:"node_labels"`
 	}
 	var t taskBody
 	if err := decodeObject(b, &raw); err != nil {
@@ -100,16 +102,52 @@ func parseTaskBody(b []byte) (taskBody, error) {
 			return t, invalid(`trust must be "any" or "official"`)
 		}
 	}
-	if raw.APIKey != nil {
-		t.APIKey = *raw.APIKey
+	labels, err := decodeLabels(raw.Labels)
+	if err != nil {
+		return t, err
 	}
-	if err := nodes.CheckLabels("node_labels", raw.Labels); err != nil {
+	if err := nodes.CheckLabels("node_labels", labels); err != nil {
 		return t, invalid("%s", err)
 	}
-	if len(raw.Labels) > 0 {
-		t.NodeLabels = raw.Labels
+	if len(labels) > 0 {
+		t.NodeLabels = labels
 	}
 	return t, nil
+}
+
+// decodeLabels reads node_labels: absent, null or an object of strings,
+// counted before it is decoded (a map entry costs some 60 bytes, a hostile
+// member 5: "":"",).
+func decodeLabels(raw json.RawMessage) (map[string]string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	if raw[0] != '{' {
+		return nil, invalid("node_labels has the wrong type (%s)", jsonKind(raw))
+	}
+	if countItems(raw, nodes.MaxLabels) > nodes.MaxLabels {
+		return nil, invalid("node_labels has more than %d labels", nodes.MaxLabels)
+	}
+	var labels map[string]string
+	if err := unmarshal(raw, &labels); err != nil {
+		return nil, invalid("node_labels must be an object of strings")
+	}
+	return labels, nil
+}
+
+// jsonKind names the kind of a JSON value as encoding/json's type errors do.
+func jsonKind(raw []byte) string {
+	switch raw[0] {
+	case '"':
+		return "string"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case 't', 'f':
+		return "bool"
+	}
+	return "number"
 }
 
 // HeaderNodeLabels names labels a request's node must have, as
@@ -193,6 +231,9 @@ func decodeObject(b []byte, v any) error {
 	if len(b) == 0 || b[0] != '{' {
 		return invalid("the body must be a JSON object")
 	}
+	if err := wire.CheckBounds(b); err != nil { // before any decoder (invariant 16)
+		return invalid("the body %s", strings.TrimPrefix(err.Error(), wire.ErrOutOfBounds.Error()+": "))
+	}
 	// The common case in one pass over b, without a Decoder's copy of it,
 	// by segmentio/encoding/json: a task body in a quarter to a third of
 	// encoding/json's time (BenchmarkDecodeTaskBody), with its reading
@@ -204,6 +245,15 @@ func decodeObject(b []byte, v any) error {
 	return decodeOne(b, v)
 }
 
+// unmarshal decodes a part of a body that decoded (so within its bounds),
+// by decodeObject's two readers.
+func unmarshal(b []byte, v any) error {
+	if segjson.Unmarshal(b, v) == nil {
+		return nil
+	}
+	return json.Unmarshal(b, v)
+}
+
 // decodeOne decodes b, one JSON object, into v through a json.Decoder,
 // with errors a client can act on: the type of a field, or b holding more
 // than the object.
@@ -212,7 +262,7 @@ func decodeOne(b []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			return invalid("%s has the wrong type (%s)", te.Field, te.Value)
+			return invalid("%s has the wrong type (%s)", te.Field, clip(te.Value, 40))
 		}
 		return invalid("the body is not valid JSON")
 	}
@@ -228,6 +278,11 @@ func decodeOne(b []byte, v any) error {
 // a node as it will decode it: a request a node cannot read would wait for
 // its deadline and be counted against a node of another account
 // (invariant 15), so it is refused here with 422 instead.
+//
+// params is read in place, value by value (paramsReader), not decoded
+// into maps and slices: those cost 30-50 bytes for each 2 or 3 of a
+// hostile list ("0,", "[],"), and params may be 128 KiB before it is
+// compacted (invariant 16; TestBodyDecodersAreBounded).
 func checkParams(p json.RawMessage) (json.RawMessage, error) {
 	p = bytes.TrimSpace(p)
 	if len(p) == 0 || string(p) == "null" {
@@ -244,22 +299,12 @@ func checkParams(p json.RawMessage) (json.RawMessage, error) {
 	if len(p) > 4*maxParamBytes {
 		return nil, invalid("params must be at most %d bytes as JSON", maxParamBytes)
 	}
-	var m map[string]any
-	dec := json.NewDecoder(bytes.NewReader(p))
-	dec.UseNumber()
-	if err := dec.Decode(&m); err != nil {
+	if !json.Valid(p) {
 		return nil, invalid("params is not valid JSON")
 	}
-	if len(m) > maxParamKeys {
-		return nil, invalid("params must have at most %d keys", maxParamKeys)
-	}
-	for k, v := range m {
-		if !isIdentifier(k) || utf8.RuneCountInString(k) > maxParamKeyChars || k == "content" {
-			return nil, invalid("params key %q must be an identifier of at most %d characters, and not \"content\"", clip(k, 80), maxParamKeyChars)
-		}
-		if err := checkValue(v, 2); err != nil {
-			return nil, err
-		}
+	r := paramsReader{b: p}
+	if err := r.params(); err != nil {
+		return nil, err
 	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, p); err != nil {
@@ -271,37 +316,162 @@ func checkParams(p json.RawMessage) (json.RawMessage, error) {
 	return buf.Bytes(), nil
 }
 
-func checkValue(v any, depth int) error {
-	switch x := v.(type) {
-	case json.Number:
-		return checkNumber(x)
-	case string:
-		if utf8.RuneCountInString(x) > maxParamStringChars {
-			return invalid("strings in params must be at most %d characters", maxParamStringChars)
+// paramsReader checks a params object that is valid JSON (json.Valid)
+// against the rules of checkParams, reading it once, in place.
+type paramsReader struct {
+	b []byte
+	i int
+}
+
+// params reads the top-level object: at most maxParamKeys distinct keys,
+// each an identifier, and each value within the rules.
+func (r *paramsReader) params() error {
+	var keys []string // distinct, at most maxParamKeys+1: a repeated key counts once, as a node reads it
+	r.i++             // '{'
+	for r.space() != '}' {
+		if r.i >= len(r.b) { // not after json.Valid
+			return invalid("params is not valid JSON")
 		}
-	case map[string]any:
-		if depth > maxParamDepth {
-			return invalid("params must not nest deeper than %d levels", maxParamDepth)
+		if r.b[r.i] == ',' {
+			r.i++
+			r.space()
 		}
-		for k, e := range x {
-			if utf8.RuneCountInString(k) > maxParamStringChars {
-				return invalid("strings in params must be at most %d characters", maxParamStringChars)
+		raw := r.stringRaw()
+		var k string
+		if err := json.Unmarshal(raw, &k); err != nil {
+			return invalid("params is not valid JSON")
+		}
+		if !isIdentifier(k) || utf8.RuneCountInString(k) > maxParamKeyChars || k == "content" {
+			return invalid("params key %q must be an identifier of at most %d characters, and not \"content\"", clip(k, 80), maxParamKeyChars)
+		}
+		if !slices.Contains(keys, k) {
+			if keys = append(keys, k); len(keys) > maxParamKeys {
+				return invalid("params must have at most %d keys", maxParamKeys)
 			}
-			if err := checkValue(e, depth+1); err != nil {
-				return err
-			}
 		}
-	case []any:
-		if depth > maxParamDepth {
-			return invalid("params must not nest deeper than %d levels", maxParamDepth)
-		}
-		for _, e := range x {
-			if err := checkValue(e, depth+1); err != nil {
-				return err
-			}
+		r.space() // ':'
+		r.i++
+		if err := r.value(2); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// value reads the value at r.i, at depth (params itself is 1).
+func (r *paramsReader) value(depth int) error {
+	if r.space() == 0 { // not after json.Valid
+		return invalid("params is not valid JSON")
+	}
+	switch c := r.b[r.i]; c {
+	case '"':
+		if stringChars(r.stringRaw()) > maxParamStringChars {
+			return invalid("strings in params must be at most %d characters", maxParamStringChars)
+		}
+	case '{', '[':
+		if depth > maxParamDepth {
+			return invalid("params must not nest deeper than %d levels", maxParamDepth)
+		}
+		end := byte(']')
+		if c == '{' {
+			end = '}'
+		}
+		r.i++
+		for r.space() != end {
+			if r.i >= len(r.b) { // not after json.Valid
+				return invalid("params is not valid JSON")
+			}
+			if r.b[r.i] == ',' {
+				r.i++
+				r.space()
+			}
+			if c == '{' {
+				if stringChars(r.stringRaw()) > maxParamStringChars {
+					return invalid("strings in params must be at most %d characters", maxParamStringChars)
+				}
+				r.space() // ':'
+				r.i++
+			}
+			if err := r.value(depth + 1); err != nil {
+				return err
+			}
+		}
+		r.i++
+	case 't', 'f', 'n':
+		for r.i < len(r.b) && r.b[r.i] >= 'a' && r.b[r.i] <= 'z' {
+			r.i++
+		}
+	default:
+		start := r.i
+		for r.i < len(r.b) && strings.IndexByte("+-.0123456789eE", r.b[r.i]) >= 0 {
+			r.i++
+		}
+		return checkNumber(r.b[start:r.i])
+	}
+	return nil
+}
+
+// space skips white space and returns the index of the next byte (or of
+// the end).
+func (r *paramsReader) space() byte {
+	r.i = skipSpace(r.b, r.i)
+	if r.i >= len(r.b) {
+		return 0
+	}
+	return r.b[r.i]
+}
+
+// stringRaw returns the string at r.i, quotes and escapes included, and
+// moves past it.
+func (r *paramsReader) stringRaw() []byte {
+	end, err := skipString(r.b, r.i)
+	if err != nil { // not after json.Valid
+		end = len(r.b)
+	}
+	s := r.b[r.i:end]
+	r.i = end
+	return s
+}
+
+// stringChars is how many characters the JSON string raw (quoted, valid)
+// holds once decoded: an escape is one, a surrogate pair one, as
+// encoding/json decodes them.
+func stringChars(raw []byte) int {
+	n := 0
+	for i := 1; i < len(raw)-1; n++ {
+		if raw[i] != '\\' {
+			_, size := utf8.DecodeRune(raw[i:])
+			i += size
+			continue
+		}
+		if raw[i+1] != 'u' {
+			i += 2
+			continue
+		}
+		r1 := hex4(raw[i+2 : i+6])
+		i += 6
+		if utf16.IsSurrogate(r1) && i+6 <= len(raw)-1 && raw[i] == '\\' && raw[i+1] == 'u' &&
+			utf16.DecodeRune(r1, hex4(raw[i+2:i+6])) != utf8.RuneError {
+			i += 6 // the pair is one character
+		}
+	}
+	return n
+}
+
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			c = c - 'A' + 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
 
 // checkNumber refuses what a node cannot hold: a number beyond a float64's
@@ -309,17 +479,21 @@ func checkValue(v any, depth int) error {
 // integer beyond 2^53, which a Go or JavaScript node would silently read as
 // another number (and Python refuses past 4,300 digits). Tiny numbers that
 // round to 0 are accepted: every decoder reads them as 0 without failing.
-func checkNumber(n json.Number) error {
-	s := n.String()
-	if !strings.ContainsAny(s, ".eE") {
-		i, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || i > maxParamInt || i < -maxParamInt {
-			return invalid("integers in params must be between -2^53 and 2^53 (%d); send larger ones as strings (got %s)", int64(maxParamInt), clip(s, 40))
+func checkNumber(n []byte) error {
+	if bytes.IndexAny(n, ".eE") < 0 {
+		digits := bytes.TrimPrefix(n, []byte("-"))
+		var i int64
+		ok := len(digits) <= 16 // 2^53 has 16 digits: no overflow below
+		for _, d := range digits {
+			i = i*10 + int64(d-'0')
+		}
+		if !ok || i > maxParamInt {
+			return invalid("integers in params must be between -2^53 and 2^53 (%d); send larger ones as strings (got %s)", int64(maxParamInt), clip(string(n), 40))
 		}
 		return nil
 	}
-	if _, err := strconv.ParseFloat(s, 64); err != nil {
-		return invalid("numbers in params must fit a 64-bit float (at most about 1.8e308 in size; got %s)", clip(s, 40))
+	if _, err := strconv.ParseFloat(string(n), 64); err != nil {
+		return invalid("numbers in params must fit a 64-bit float (at most about 1.8e308 in size; got %s)", clip(string(n), 40))
 	}
 	return nil
 }

@@ -19,7 +19,7 @@ func TestParseTaskBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.TaskType != "echo" || b.Content != "hi" || string(b.Params) != `{"a":[1,{"b":"c"}]}` || !b.Stream || b.Trust != "official" || b.APIKey != "k" {
+	if b.TaskType != "echo" || b.Content != "hi" || string(b.Params) != `{"a":[1,{"b":"c"}]}` || !b.Stream || b.Trust != "official" {
 		t.Fatalf("%+v", b)
 	}
 	b, err = parseTaskBody([]byte(`{"task_type":"echo","content":"","params":null}`))
