@@ -293,6 +293,26 @@ func (g *Guard) WriteUsage(ctx context.Context, reps []UsageReport) error {
 	return guardedErr(g, ctx, timeout, func(c context.Context) error { return g.st.WriteUsage(c, reps) })
 }
 
+func (g *Guard) WriteDeadLetters(ctx context.Context, dls []DeadLetter) error {
+	timeout := g.cfg.Timeout
+	if len(dls) > 1 {
+		timeout = g.cfg.WriteTimeout
+	}
+	return guardedErr(g, ctx, timeout, func(c context.Context) error { return g.st.WriteDeadLetters(c, dls) })
+}
+
+func (g *Guard) DeadLetters(ctx context.Context, limit int) ([]DeadLetter, int64, error) {
+	type r struct {
+		dls   []DeadLetter
+		total int64
+	}
+	v, err := guarded(g, ctx, g.cfg.Timeout, func(c context.Context) (r, error) {
+		dls, total, err := g.st.DeadLetters(c, limit)
+		return r{dls, total}, err
+	})
+	return v.dls, v.total, err
+}
+
 func (g *Guard) Task(ctx context.Context, id string) (TaskRecord, error) {
 	return guarded(g, ctx, g.cfg.Timeout, func(c context.Context) (TaskRecord, error) { return g.st.Task(c, id) })
 }

@@ -15,7 +15,8 @@ import (
 	"github.com/switchyard-dev/switchyard/store"
 )
 
-var wantApplied = []string{"00001_init.sql", "00002_benchmarks.sql", "00003_async_tasks.sql", "00004_webhooks.sql", "00005_auth_changes.sql", "00006_usage.sql", "00007_usage_reports.sql"}
+var wantApplied = []string{"00001_init.sql", "00002_benchmarks.sql", "00003_async_tasks.sql", "00004_webhooks.sql", "00005_auth_changes.sql", "00006_usage.sql", "00007_usage_reports.sql",
+	"00008_dead_letters.sql"}
 
 func checkMigrateTwice(t *testing.T, opts store.Options) {
 	t.Helper()
@@ -126,7 +127,7 @@ func checkConcurrentMigrate(t *testing.T, dbURL string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"accounts", "api_keys", "async_tasks", "auth_changes", "benchmarks", "goose_db_version", "node_stats", "ratings", "tasks", "usage_daily", "usage_reports", "webhook_deliveries", "webhook_secrets"}
+	want := []string{"accounts", "api_keys", "async_tasks", "auth_changes", "benchmarks", "dead_letters", "goose_db_version", "node_stats", "ratings", "tasks", "usage_daily", "usage_reports", "webhook_deliveries", "webhook_secrets"}
 	if !slices.Equal(tables, want) {
 		t.Errorf("tables in %s: %v, want %v", schema, tables, want)
 	}

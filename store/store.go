@@ -129,16 +129,17 @@ type TaskRecord struct {
 
 // Outcome is one node's part in a finished task, fed into its reputation.
 type Outcome struct {
-	NodeID    string
-	Success   bool
-	ElapsedMs int64 // a timeout counts as a failure of 60,000 ms
-	At        time.Time
+	NodeID    string    `json:"node_id"`
+	Success   bool      `json:"success"`
+	ElapsedMs int64     `json:"elapsed_ms"` // a timeout counts as a failure of 60,000 ms
+	At        time.Time `json:"at"`
 	// Account is the requesting account. A failure counts toward the
 	// node's suspension only together with failures from other accounts
 	// (ReputationConfig.SuspendMinAccounts), so that no single account can
 	// get another's node suspended. "" is one anonymous requester. Not
-	// stored: the database keeps counters, not who caused them.
-	Account string
+	// stored: the database keeps counters, not who caused them (only an
+	// outcome it refused keeps it, in dead_letters).
+	Account string `json:"account_id,omitempty"`
 }
 
 // NodeStats are the counters reputation is computed from.
@@ -216,6 +217,14 @@ type Store interface {
 	// by WriteUsage. Each is counted once, in the same transaction that
 	// stores it.
 	Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error)
+	// WriteDeadLetters keeps records the Writer set aside because the
+	// store refused them (deadletters.go), each field cut to its bound so
+	// that a dead letter is never refused itself, and deletes the oldest
+	// beyond DeadLettersKept, in one transaction.
+	WriteDeadLetters(ctx context.Context, dls []DeadLetter) error
+	// DeadLetters returns the newest dead letters, at most limit (1 or
+	// more, else ErrInvalid), newest first, and how many the table holds.
+	DeadLetters(ctx context.Context, limit int) ([]DeadLetter, int64, error)
 	// Task returns a stored task (NodeIDs never nil); ErrNotFound if unknown.
 	Task(ctx context.Context, id string) (TaskRecord, error)
 	// CountCompletedSince counts tasks with status completed finished at or after t.

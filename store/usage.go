@@ -72,17 +72,17 @@ func recordTotals(r TaskRecord) UsageTotals {
 // requester: a task whose client left, or whose requesting instance died,
 // after its node answered is counted all the same.
 type UsageReport struct {
-	TaskID    string
-	NodeID    string
-	AccountID string
-	KeyID     string
-	TaskType  string
+	TaskID    string `json:"task_id"`
+	NodeID    string `json:"node_id"`
+	AccountID string `json:"account_id"`
+	KeyID     string `json:"key_id"`
+	TaskType  string `json:"task_type"`
 	// At is when the report arrived; its UTC day is the usage row's.
-	At               time.Time
-	PromptTokens     int64
-	CompletionTokens int64
-	NodeMs           int64
-	ResultBytes      int64
+	At               time.Time `json:"at"`
+	PromptTokens     int64     `json:"prompt_tokens"`
+	CompletionTokens int64     `json:"completion_tokens"`
+	NodeMs           int64     `json:"node_ms"`
+	ResultBytes      int64     `json:"result_bytes"`
 }
 
 // reportTotals is what one node's report adds to its usage row.

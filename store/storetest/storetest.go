@@ -63,6 +63,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AsyncRelease", testAsyncRelease},
 		{"AsyncConcurrentClaims", testAsyncConcurrentClaims},
 		{"AsyncWebhooksAndPurge", testAsyncWebhooksAndPurge},
+		{"DeadLetters", testDeadLetters},
+		{"DeadLettersBounded", testDeadLettersBounded},
 		{"Ping", testPing},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
