@@ -22,7 +22,9 @@
 //     database: Writer, which batches task records, node outcomes and usage
 //     reports off the
 //     hot path in a bounded buffer (what overflows is counted and dropped,
-//     never blocks a request; the end of its Run flushes what is pending), and Reputation,
+//     never blocks a request; a record the database refuses is set aside in
+//     dead_letters, deadletters.go, and the rest written; the end of its Run
+//     flushes what is pending), and Reputation,
 //     an in-memory cache of node scores that routing reads on every pick.
 //
 // It must not touch HTTP, sockets or Redis: callers map its sentinel errors

@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrUnavailable means the store could not answer: a call timed out or could
@@ -142,25 +140,8 @@ func guardedErr(g *Guard, ctx context.Context, timeout time.Duration, fn func(co
 }
 
 // answered reports whether err is an answer of the store rather than a sign
-// that it could not be reached. PostgreSQL's own errors are answers, except
-// those saying it cannot serve: connection exceptions (class 08), shutdown
-// and startup (57: "terminating connection due to administrator command",
-// "the database system is starting up"), exhausted resources (53) and
-// system errors (58).
-func answered(err error) bool {
-	if isKind(err) {
-		return true
-	}
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
-		return false
-	}
-	switch class := pe.Code[:min(2, len(pe.Code))]; class {
-	case "08", "57", "53", "58":
-		return false
-	}
-	return true
-}
+// that it could not be reached (classify).
+func answered(err error) bool { return classify(err) != classUnavailable }
 
 func (g *Guard) success() {
 	g.mu.Lock()

@@ -24,6 +24,10 @@ type hookStore struct {
 	failErr   error // what failing calls return (default errBoom)
 	failAll   bool  // fail every write
 
+	taskCalls       int // WriteTasks calls so far
+	failTaskCall    int // when set, the WriteTasks call of this number (1, 2, ...) fails
+	failDeadLetters int // fail this many WriteDeadLetters calls
+
 	blockTasks chan struct{} // when set, WriteTasks waits for it to close
 	blockStats chan struct{} // when set, NodeStats waits for it to close after reading
 
@@ -76,6 +80,13 @@ func (h *hookStore) WriteTasks(ctx context.Context, recs []store.TaskRecord) err
 			return ctx.Err()
 		}
 	}
+	h.mu.Lock()
+	h.taskCalls++
+	failCall := h.taskCalls == h.failTaskCall
+	h.mu.Unlock()
+	if failCall {
+		return errBoom
+	}
 	if err := h.fail(&h.failTasks); err != nil {
 		return err
 	}
@@ -84,6 +95,19 @@ func (h *hookStore) WriteTasks(ctx context.Context, recs []store.TaskRecord) err
 	}
 	h.taskBatches <- len(recs)
 	return nil
+}
+
+func (h *hookStore) WriteDeadLetters(ctx context.Context, dls []store.DeadLetter) error {
+	if err := h.fail(&h.failDeadLetters); err != nil {
+		return err
+	}
+	return h.Store.WriteDeadLetters(ctx, dls)
+}
+
+func (h *hookStore) calls() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.taskCalls
 }
 
 func (h *hookStore) ApplyOutcomes(ctx context.Context, outs []store.Outcome) error {

@@ -2,7 +2,7 @@ package store
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math"
@@ -77,9 +77,12 @@ const maxBackoff = 10 * time.Second
 // and writes on demand (Flush, Rate); only the batches written on their own
 // wait for Run.
 //
-// Items stay at the head of their queue until their batch commits: a failed
-// batch is simply written again, LookupTask finds records that are being
-// written, and Reputation can tell which outcomes the database has not seen.
+// Items stay at the head of their queue until their batch commits: a batch
+// the database could not take is simply written again, LookupTask finds
+// records that are being written, and Reputation can tell which outcomes
+// the database has not seen. A batch the database refused is split until
+// the records it refuses are alone, and those are set aside in the
+// dead_letters table (settle), so that no record holds up the others.
 type Writer struct {
 	st  Store
 	cfg WriterConfig
@@ -105,7 +108,8 @@ type Writer struct {
 	closed   bool
 	dropping bool // an episode of drops is under way (logged once)
 
-	dropped atomic.Int64
+	dropped      atomic.Int64
+	deadLettered atomic.Int64
 
 	kick chan struct{} // a full batch is waiting
 }
@@ -149,7 +153,7 @@ func NewWriter(st Store, cfg WriterConfig) *Writer {
 // record with an ID already queued is ignored (WriteTasks keeps the first).
 func (w *Writer) AddTask(rec TaskRecord) {
 	if rec.ID == "" {
-		w.drop("task", "task record without an id")
+		w.drop(KindTask, "task record without an id")
 		return
 	}
 	now := time.Now()
@@ -160,7 +164,7 @@ func (w *Writer) AddTask(rec TaskRecord) {
 	}
 	if !w.admitLocked() {
 		w.mu.Unlock()
-		w.drop("task", "")
+		w.drop(KindTask, "")
 		return
 	}
 	w.seq++
@@ -178,7 +182,7 @@ func (w *Writer) AddTask(rec TaskRecord) {
 // At is taken as now.
 func (w *Writer) AddOutcome(o Outcome) {
 	if o.NodeID == "" {
-		w.drop("outcome", "outcome without a node id")
+		w.drop(KindOutcome, "outcome without a node id")
 		return
 	}
 	if o.At.IsZero() {
@@ -187,7 +191,7 @@ func (w *Writer) AddOutcome(o Outcome) {
 	w.mu.Lock()
 	if !w.admitLocked() {
 		w.mu.Unlock()
-		w.drop("outcome", "")
+		w.drop(KindOutcome, "")
 		return
 	}
 	w.seq++
@@ -205,7 +209,7 @@ func (w *Writer) AddOutcome(o Outcome) {
 // kept once (WriteUsage keeps the first).
 func (w *Writer) AddUsage(r UsageReport) {
 	if r.TaskID == "" || r.NodeID == "" {
-		w.drop("usage", "usage report without a task id or a node id")
+		w.drop(KindUsage, "usage report without a task id or a node id")
 		return
 	}
 	if r.At.IsZero() {
@@ -214,7 +218,7 @@ func (w *Writer) AddUsage(r UsageReport) {
 	w.mu.Lock()
 	if !w.admitLocked() {
 		w.mu.Unlock()
-		w.drop("usage", "")
+		w.drop(KindUsage, "")
 		return
 	}
 	w.seq++
@@ -308,18 +312,23 @@ type WriterStats struct {
 	PendingOutcomes int   `json:"pending_outcomes"`
 	PendingUsage    int   `json:"pending_usage"`
 	Dropped         int64 `json:"dropped"`
+	// DeadLetters counts the records the store refused and this writer
+	// set aside (the dead_letters table holds every instance's).
+	DeadLetters int64 `json:"dead_letters"`
 }
 
-// Stats returns the current buffer sizes and the drops so far.
+// Stats returns the current buffer sizes, and the drops and dead letters
+// so far.
 func (w *Writer) Stats() WriterStats {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return WriterStats{PendingTasks: len(w.tasks), PendingOutcomes: len(w.outs), PendingUsage: len(w.usage),
-		Dropped: w.dropped.Load()}
+		Dropped: w.dropped.Load(), DeadLetters: w.deadLettered.Load()}
 }
 
-// Flush writes everything buffered when it is called. On a write error it
-// returns the error and keeps the items for the next attempt.
+// Flush writes everything buffered when it is called, setting aside what
+// the database refuses. When the database cannot be written to, it returns
+// the error and keeps the items not written yet for the next attempt.
 func (w *Writer) Flush(ctx context.Context) error {
 	w.mu.Lock()
 	mark := w.seq
@@ -331,8 +340,9 @@ func (w *Writer) Flush(ctx context.Context) error {
 // is full, until ctx ends. Then it takes no more items (AddTask,
 // AddOutcome and AddUsage drop from then on) and writes what is left,
 // retrying with backoff, within FinalFlushTimeout of ctx's end. It returns nil once
-// everything was written, or an error naming what could not be; those
-// items stay buffered, so a later Flush may still write them. Run once.
+// everything was written (or, refused by the database, set aside), or an
+// error naming what could not be; those items stay buffered, so a later
+// Flush may still write them. Run once.
 func (w *Writer) Run(ctx context.Context) error {
 	// The write under way when ctx ends and the final flush share one
 	// budget: they outlive ctx by FinalFlushTimeout at most.
@@ -497,85 +507,175 @@ func head[T interface{ seqNo() uint64 }](w *Writer, q *[]T, mark uint64) []T {
 	return slices.Clone((*q)[:n])
 }
 
-// write times a batch's write and sorts its error. Nil: committed. An
-// ErrInvalid batch is dropped and counted under kind (what names its items
-// in the log): retrying cannot fix it, and keeping it would block
-// everything behind it. Either way the batch leaves its queue; any other
-// error is returned, and the batch stays for the next attempt.
-func (w *Writer) write(kind, what string, n int, f func() error) (committed bool, err error) {
+// settle writes batch, the head of one of w's queues, with write, and
+// returns how many of its items, from the first, are settled: committed, or
+// refused by the store and set aside (their indexes in aside). The rest,
+// from the first item the store could not answer for, stay queued, and err
+// says why.
+//
+// A batch the store refuses (classRefused: the data's fault, not the
+// store's) is split in halves, each written on its own and split again
+// while refused, down to the records refused alone, which go to the
+// dead_letters table (bury): a record that can never be written must not
+// hold up the ones queued with it and behind it (invariant 17: no record
+// blocks the others). The halves are written in queue order, so what is
+// settled is always a prefix of the batch. A batch that is not refused
+// costs what it always did: one write.
+func settle[T any](ctx context.Context, w *Writer, kind string, batch []T, write func([]T) error,
+	letter func(T) DeadLetter) (settled int, aside []int, err error) {
+	err = w.timed(func() error { return write(batch) })
+	if !refused(err) {
+		if err != nil {
+			return 0, nil, err
+		}
+		return len(batch), nil, nil
+	}
+	var dls []DeadLetter
+	var split func(off int, items []T, why error) (int, error)
+	split = func(off int, items []T, why error) (int, error) {
+		if len(items) == 1 {
+			d := letter(items[0])
+			d.Kind, d.Error, d.At = kind, why.Error(), time.Now()
+			dls = append(dls, d)
+			aside = append(aside, off)
+			return 1, nil
+		}
+		mid, done := len(items)/2, 0
+		for _, h := range [2][2]int{{0, mid}, {mid, len(items)}} {
+			part := items[h[0]:h[1]]
+			err := w.timed(func() error { return write(part) })
+			switch {
+			case err == nil:
+				done += len(part)
+			case refused(err):
+				n, err := split(off+h[0], part, err)
+				done += n
+				if err != nil {
+					return done, err
+				}
+			default:
+				return done, err
+			}
+		}
+		return done, nil
+	}
+	settled, err = split(0, batch, err)
+	w.bury(ctx, dls)
+	return settled, aside, err
+}
+
+// timed runs one write, timing it and counting its failure.
+func (w *Writer) timed(f func() error) error {
 	start := time.Now()
-	err = f()
+	err := f()
 	w.m.flushDuration.Observe(time.Since(start).Seconds())
+	if err != nil {
+		w.m.flushErrors.Inc()
+	}
+	return err
+}
+
+// deadLetterOf is the dead letter of a record the store refused: its JSON,
+// whole (the store keeps a bounded prefix).
+func deadLetterOf(taskID, accountID string, rec any) DeadLetter {
+	js, err := json.Marshal(rec)
+	if err != nil { // the records are plain structs: never, but say so if it happens
+		js = []byte(fmt.Sprintf("%q", fmt.Sprintf("cannot encode the record: %v", err)))
+	}
+	return DeadLetter{TaskID: taskID, AccountID: accountID, Record: string(js)}
+}
+
+// bury counts and logs the records set aside and keeps them in the
+// dead_letters table. If even that write fails, they are dropped (counted
+// apart, and logged with what the table would have kept): a dead letter
+// must never hold up the queue it was taken out of.
+func (w *Writer) bury(ctx context.Context, dls []DeadLetter) {
+	if len(dls) == 0 {
+		return
+	}
+	for _, d := range dls {
+		w.deadLettered.Add(1)
+		w.m.deadLetters.WithLabelValues(d.Kind).Inc()
+		w.log.Warn("the store refused a record; it is set aside in dead_letters and the others are written",
+			"kind", d.Kind, "task_id", d.TaskID, "account_id", d.AccountID, "record_bytes", len(d.Record), "err", d.Error)
+	}
+	err := w.st.WriteDeadLetters(ctx, dls)
 	if err == nil {
-		return true, nil
+		return
 	}
-	w.m.flushErrors.Inc()
-	if !errors.Is(err, ErrInvalid) {
-		return false, err
+	w.m.deadLetterErrors.Add(float64(len(dls)))
+	for _, d := range dls {
+		d = d.bounded()
+		w.log.Error("cannot keep a refused record in dead_letters either; dropping it", "kind", d.Kind, "task_id", d.TaskID,
+			"refusal", d.Error, "record", d.Record, "record_bytes", d.RecordBytes, "err", err)
 	}
-	w.log.Error("store rejected a batch; dropping it", "kind", kind, what, n, "err", err)
-	w.dropped.Add(int64(n))
-	w.m.dropped.WithLabelValues(kind).Add(float64(n))
-	return false, nil
 }
 
 func (w *Writer) writeTasks(ctx context.Context, batch []pendingTask) error {
-	recs := make([]TaskRecord, len(batch))
-	for i, p := range batch {
-		recs[i] = p.rec
-	}
-	ok, err := w.write("task", "records", len(batch), func() error { return w.st.WriteTasks(ctx, recs) })
-	if err != nil {
+	n, aside, err := settle(ctx, w, KindTask, batch, func(b []pendingTask) error {
+		recs := make([]TaskRecord, len(b))
+		for i, p := range b {
+			recs[i] = p.rec
+		}
+		return w.st.WriteTasks(ctx, recs)
+	}, func(p pendingTask) DeadLetter { return deadLetterOf(p.rec.ID, p.rec.AccountID, p.rec) })
+	if n == 0 {
 		return err
 	}
 	committed := time.Now()
 	w.mu.Lock()
-	// Only the flushMu holder removes from the head, so the first
-	// len(batch) items are still exactly this batch.
-	w.tasks = slices.Delete(w.tasks, 0, len(batch))
-	for _, p := range batch {
+	// Only the flushMu holder removes from the head, so the first n items
+	// are still exactly the batch's first n.
+	w.tasks = slices.Delete(w.tasks, 0, n)
+	for _, p := range batch[:n] {
 		delete(w.index, p.rec.ID)
 	}
 	w.m.pending.Set(float64(w.pendingLocked()))
 	w.mu.Unlock()
-	if ok {
-		for _, p := range batch {
+	for i, p := range batch[:n] {
+		if !slices.Contains(aside, i) {
 			w.m.batchLag.Observe(committed.Sub(p.added).Seconds())
 		}
 	}
-	return nil
+	return err
 }
 
 func (w *Writer) writeOutcomes(ctx context.Context, batch []pendingOutcome) error {
-	outs := make([]Outcome, len(batch))
-	for i, p := range batch {
-		outs[i] = p.out
-	}
 	w.applyMu.Lock()
 	defer w.applyMu.Unlock()
-	if _, err := w.write("outcome", "outcomes", len(batch), func() error { return w.st.ApplyOutcomes(ctx, outs) }); err != nil {
+	n, _, err := settle(ctx, w, KindOutcome, batch, func(b []pendingOutcome) error {
+		outs := make([]Outcome, len(b))
+		for i, p := range b {
+			outs[i] = p.out
+		}
+		return w.st.ApplyOutcomes(ctx, outs)
+	}, func(p pendingOutcome) DeadLetter { return deadLetterOf("", p.out.Account, p.out) })
+	if n == 0 {
 		return err
 	}
 	w.mu.Lock()
-	w.outs = slices.Delete(w.outs, 0, len(batch))
+	w.outs = slices.Delete(w.outs, 0, n)
 	w.m.pending.Set(float64(w.pendingLocked()))
 	w.mu.Unlock()
-	return nil
+	return err
 }
 
 func (w *Writer) writeUsage(ctx context.Context, batch []pendingUsage) error {
-	reps := make([]UsageReport, len(batch))
-	for i, p := range batch {
-		reps[i] = p.rep
-	}
-	if _, err := w.write("usage", "reports", len(batch), func() error { return w.st.WriteUsage(ctx, reps) }); err != nil {
+	n, _, err := settle(ctx, w, KindUsage, batch, func(b []pendingUsage) error {
+		reps := make([]UsageReport, len(b))
+		for i, p := range b {
+			reps[i] = p.rep
+		}
+		return w.st.WriteUsage(ctx, reps)
+	}, func(p pendingUsage) DeadLetter { return deadLetterOf(p.rep.TaskID, p.rep.AccountID, p.rep) })
+	if n == 0 {
 		return err
 	}
 	w.mu.Lock()
-	w.usage = slices.Delete(w.usage, 0, len(batch))
+	w.usage = slices.Delete(w.usage, 0, n)
 	w.m.pending.Set(float64(w.pendingLocked()))
 	w.mu.Unlock()
-	return nil
+	return err
 }
 
 // addSuspension queues a node's suspension for the database; the newest
@@ -595,8 +695,12 @@ func (w *Writer) writeSuspensions(ctx context.Context) error {
 	}
 	w.mu.Unlock()
 	for id, until := range todo {
-		if err := w.st.Suspend(ctx, id, until); err != nil {
-			w.m.flushErrors.Inc()
+		err := w.timed(func() error { return w.st.Suspend(ctx, id, until) })
+		if refused(err) {
+			d := deadLetterOf("", "", map[string]any{"node_id": id, "until": until})
+			d.Kind, d.Error, d.At = KindSuspension, err.Error(), time.Now()
+			w.bury(ctx, []DeadLetter{d})
+		} else if err != nil {
 			return err
 		}
 		w.mu.Lock()

@@ -15,6 +15,10 @@ type writerMetrics struct {
 	batchLag      prometheus.Histogram
 	flushErrors   prometheus.Counter
 	flushDuration prometheus.Histogram
+	// deadLetters counts records the store refused, set aside; kind as
+	// dropped, and suspension.
+	deadLetters      *prometheus.CounterVec
+	deadLetterErrors prometheus.Counter
 }
 
 func newWriterMetrics(reg prometheus.Registerer, log *slog.Logger) writerMetrics {
@@ -35,19 +39,31 @@ func newWriterMetrics(reg prometheus.Registerer, log *slog.Logger) writerMetrics
 		}),
 		flushErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "flush_errors_total",
-			Help: "Batch writes that failed (the batch is kept and retried).",
+			Help: "Batch writes that failed: the batch is kept and retried, or, refused by the store, split to set aside the records it refuses.",
 		}),
 		flushDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "flush_duration_seconds",
 			Help:    "Duration of one batch write to the database.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14), // 1 ms .. 8 s
 		}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "dead_letters_total",
+			Help: "Records (kind task, outcome, usage, suspension) the store refused, set aside in the dead_letters table so that the others are written.",
+		}, []string{"kind"}),
+		deadLetterErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "dead_letter_errors_total",
+			Help: "Refused records that could not be kept in the dead_letters table either: dropped, and only logged.",
+		}),
 	}
-	// Both kinds start at zero so that a rate() over them works from boot.
-	m.dropped.WithLabelValues("task")
-	m.dropped.WithLabelValues("outcome")
+	// Every kind starts at zero so that a rate() over them works from boot.
+	for _, k := range []string{KindTask, KindOutcome, KindUsage} {
+		m.dropped.WithLabelValues(k)
+		m.deadLetters.WithLabelValues(k)
+	}
+	m.deadLetters.WithLabelValues(KindSuspension)
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.pending, m.dropped, m.batchLag, m.flushErrors, m.flushDuration} {
+		for _, c := range []prometheus.Collector{m.pending, m.dropped, m.batchLag, m.flushErrors, m.flushDuration,
+			m.deadLetters, m.deadLetterErrors} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if errors.As(err, &are) {

@@ -391,23 +391,6 @@ func TestWriterFlushErrorKeepsItems(t *testing.T) {
 	}
 }
 
-func TestWriterDropsBatchTheStoreRejects(t *testing.T) {
-	ctx := testCtx(t)
-	w, hs, reg := newWriter(t, store.WriterConfig{FlushInterval: time.Hour})
-	hs.failTasks, hs.failErr = 1, fmt.Errorf("bad record: %w", store.ErrInvalid)
-	w.AddTask(rec("t-1"))
-	w.AddTask(rec("t-2"))
-	if err := w.Flush(ctx); err != nil {
-		t.Fatalf("Flush = %v; a batch that can never be written must not block the ones after it", err)
-	}
-	if st := w.Stats(); st.PendingTasks != 0 || st.Dropped != 2 {
-		t.Errorf("Stats = %+v, want the rejected batch dropped and counted", st)
-	}
-	if got := metric(t, reg, "switchyard_store_dropped_total", "kind", "task"); got != 2 {
-		t.Errorf("dropped_total{kind=task} = %v, want 2", got)
-	}
-}
-
 func TestWriterStopFlushes(t *testing.T) {
 	ctx := testCtx(t)
 	hs := newHookStore(t, openSQLite(t))
