@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/switchyard-dev/switchyard/bus"
 	"github.com/switchyard-dev/switchyard/server"
@@ -323,6 +324,66 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stdout, "applied", m)
 	}
 	return nil
+}
+
+func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, sf, lf := adminFlags("dead-letters", `Lists the records the database refused (a task record, a node's outcome or
+usage report, a suspension), newest first: the history writer set each aside in
+the dead_letters table, so that every other record was still written. Each
+row's record is its JSON, cut at 4,096 bytes (record_bytes is its length); the
+table keeps the newest 10,000.`, stderr)
+	limit := fs.Int("limit", 20, "how many to list, newest first")
+	asJSON := fs.Bool("json", false, "print them as JSON, records whole as kept")
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if *limit < 1 {
+		return fmt.Errorf("--limit %d: list at least 1", *limit)
+	}
+	st, err := openStore(ctx, *sf, *lf, stderr)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	dls, total, err := st.DeadLetters(ctx, *limit)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"total": total, "dead_letters": dls})
+	}
+	fmt.Fprintf(stdout, "%d dead letters", total)
+	if total > int64(len(dls)) {
+		fmt.Fprintf(stdout, " (the newest %d below; --limit for more)", len(dls))
+	}
+	fmt.Fprintln(stdout)
+	if len(dls) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tAT\tKIND\tTASK\tACCOUNT\tBYTES\tERROR")
+	for _, d := range dls {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\n", d.ID, d.At.UTC().Format(time.RFC3339), shown(d.Kind), shown(d.TaskID),
+			shown(d.AccountID), d.RecordBytes, shown(d.Error))
+	}
+	return tw.Flush()
+}
+
+// shown is s for a terminal: "-" when empty, and control characters (a
+// database's error may quote the value it refused) as "?", so that nothing
+// printed can move the cursor or recolour the screen.
+func shown(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, s)
 }
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -351,3 +351,43 @@ func TestKeysSetLimits(t *testing.T) {
 		}
 	})
 }
+
+// dead-letters lists what the history writer set aside, newest first, with
+// nothing in it that a terminal would act on.
+func TestDeadLetters(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, flags []string) {
+		out := mustCLI(t, slices.Concat([]string{"dead-letters"}, flags)...)
+		if strings.TrimSpace(out) != "0 dead letters" {
+			t.Errorf("dead-letters of an empty store printed:\n%s", out)
+		}
+		st := openFlags(t, flags)
+		if err := st.WriteDeadLetters(testCtx(t), []store.DeadLetter{
+			{Kind: store.KindUsage, TaskID: "t-old", AccountID: "acct-1", Error: "older", Record: "{}"},
+			{Kind: store.KindTask, TaskID: "t-new", AccountID: "acct-2", Error: "index row requires 9080 bytes \x1b[31m(SQLSTATE 54000)",
+				Record: `{"task_id":"t-new"}`},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		out = mustCLI(t, slices.Concat([]string{"dead-letters", "--limit", "1"}, flags)...)
+		if !strings.Contains(out, "2 dead letters (the newest 1 below") || !strings.Contains(out, "t-new") ||
+			!strings.Contains(out, "acct-2") || !strings.Contains(out, "index row requires 9080 bytes") || strings.Contains(out, "t-old") {
+			t.Errorf("dead-letters --limit 1 printed:\n%s", out)
+		}
+		if strings.ContainsRune(out, 0x1b) {
+			t.Errorf("dead-letters printed an escape character:\n%q", out)
+		}
+		out = mustCLI(t, slices.Concat([]string{"dead-letters", "--json"}, flags)...)
+		var got struct {
+			Total       int64              `json:"total"`
+			DeadLetters []store.DeadLetter `json:"dead_letters"`
+		}
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatalf("--json printed %q: %v", out, err)
+		}
+		if got.Total != 2 || len(got.DeadLetters) != 2 || got.DeadLetters[0].Record != `{"task_id":"t-new"}` {
+			t.Errorf("--json printed %+v", got)
+		}
+		_, _, err := cli(t, slices.Concat([]string{"dead-letters", "--limit", "0"}, flags)...)
+		wantErr(t, "--limit 0", err, "--limit 0")
+	})
+}

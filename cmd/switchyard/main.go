@@ -23,6 +23,7 @@ Usage:
   switchyard keys create|list|revoke ...
                                    manage API keys
   switchyard migrate [flags]       apply database migrations and exit
+  switchyard dead-letters [flags]  list the records the database refused and the writer set aside
   switchyard status [flags]        print a server's status and health
   switchyard healthcheck [flags]   exit 0 if the server on this host is ready (for containers)
   switchyard nodes list|pause|resume|drain ...
@@ -64,6 +65,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runKeys(ctx, args, stdout, stderr)
 	case "migrate":
 		return runMigrate(ctx, args, stdout, stderr)
+	case "dead-letters":
+		return runDeadLetters(ctx, args, stdout, stderr)
 	case "status":
 		return runStatus(ctx, args, stdout, stderr)
 	case "healthcheck":
