@@ -74,9 +74,10 @@ type Config struct {
 	SendQueueBytes  int64
 	MaxMessageBytes int64 // default 4 MiB; a larger message closes the socket with 1009
 	// QuarantineAfter (default 5; -1: never) is how many tasks in a row,
-	// for at least two accounts, must fail on a node before it is
-	// quarantined (quarantine.go); QuarantineCoolOff (default 10m) is how
-	// long it stays so unless resumed by hand.
+	// for at least two accounts, must fail on a node, or how many of its
+	// usage reports in a row must be implausible, before it is quarantined
+	// (quarantine.go); QuarantineCoolOff (default 10m) is how long it stays
+	// so unless resumed by hand.
 	QuarantineAfter   int
 	QuarantineCoolOff time.Duration
 	// Benchmarks, if set, keeps node benchmark profiles, and nodes are asked

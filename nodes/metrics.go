@@ -17,7 +17,7 @@ type metrics struct {
 	invalid    *prometheus.CounterVec
 	stolen     prometheus.Counter
 
-	quarantined    prometheus.Counter
+	quarantined    *prometheus.CounterVec
 	quarantineEnds *prometheus.CounterVec
 }
 
@@ -51,10 +51,10 @@ func newMetrics(reg prometheus.Registerer, ws *Waiters) *metrics {
 			Namespace: "switchyard", Subsystem: "claims", Name: "stolen_total",
 			Help: "Local node sockets closed because a refresh found their claim taken by a newer connection.",
 		}),
-		quarantined: prometheus.NewCounter(prometheus.CounterOpts{
+		quarantined: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "switchyard", Subsystem: "nodes", Name: "quarantines_total",
-			Help: "Nodes quarantined because their tasks kept failing (for at least two accounts).",
-		}),
+			Help: "Nodes quarantined, by reason: failures (their tasks kept failing) or usage (their usage reports kept claiming far more tokens than they handled), each for at least two accounts.",
+		}, []string{"reason"}),
 		quarantineEnds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "switchyard", Subsystem: "nodes", Name: "quarantine_ends_total",
 			Help: "Quarantine cool-offs that ended, by outcome: resumed (the node serves again) or overridden (an operator had changed its state, which stands).",

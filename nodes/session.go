@@ -85,7 +85,7 @@ type Session struct {
 	cpuMarked   float64                      // the CPU last marked as changed (the reader's alone)
 	benchSentAt atomic.Int64                 // unix nanos of the outstanding benchmark request; 0: none
 	bench       atomic.Pointer[benchSummary] // the latest benchmark, for routing
-	fails       failRun                      // the run of failed tasks, for quarantine
+	standing    standing                     // the runs of failed tasks and implausible usage reports, for quarantine
 }
 
 func (s *Session) held() Held { return Held{NodeID: s.NodeID, AccountID: s.Info.AccountID, Gen: s.Gen} }
