@@ -57,7 +57,8 @@ type Config struct {
 	MaxMessageBytes    int64         // bytes: the largest node message
 	MaxBodyBytes       int64         // bytes: the largest request body
 	// QuarantineAfter is how many tasks in a row, for at least two
-	// accounts, must fail on a node before it is quarantined (-1: never);
+	// accounts, must fail on a node, or how many of its usage reports in a
+	// row must be implausible, before it is quarantined (-1: never);
 	// QuarantineCoolOff is how long it stays so unless resumed.
 	QuarantineAfter   int
 	QuarantineCoolOff time.Duration

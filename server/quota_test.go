@@ -177,7 +177,9 @@ func TestBudgetAcrossInstances(t *testing.T) {
 
 // limitedPair is two instances of a cluster (real Redis and PostgreSQL),
 // an account with two keys — the one the test limits and a free one — and
-// a node (on a, of the free key) whose every chat task reports usage.
+// a node (on a, of the free key) whose every chat task reports usage. Each
+// task sends as many bytes as its prompt tokens and the node returns as many
+// as its completion tokens: a node charges no more than it handled.
 type limitedPair struct {
 	a, b                                         *testApp
 	limitedKey, limitedKeyID, freeKey, freeKeyID string
@@ -207,11 +209,11 @@ func startLimitedPair(t *testing.T, schema string, usage sdk.Usage) limitedPair 
 	}
 	runSDKNode(t, a, sdk.NodeConfig{APIKey: freeKey, Name: "n", Capabilities: []string{"chat"}, MaxConcurrency: 2,
 		Handler: sdk.HandlerFunc(func(ctx context.Context, task *sdk.Task, emit func(string) error) (sdk.Result, error) {
-			return sdk.Result{Text: "ok", Usage: &usage}, nil
+			return sdk.Result{Text: strings.Repeat("o", usage.CompletionTokens), Usage: &usage}, nil
 		})}).WaitRegistered(t, 5*time.Second)
 	send := func(ta *testApp, key string) (int, []byte, http.Header) {
 		t.Helper()
-		code, raw, h, err := ta.do("POST", "/api/v1/request", key, map[string]any{"task_type": "chat", "content": "x"})
+		code, raw, h, err := ta.do("POST", "/api/v1/request", key, map[string]any{"task_type": "chat", "content": strings.Repeat("x", usage.PromptTokens)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -340,8 +342,10 @@ func TestTokensOfAnAbandonedTaskCount(t *testing.T) {
 	cancel() // the client leaves before the answer
 	waitFor(t, done, 3*time.Second)
 	ta.waitHolding(t, 1)
-	n.MustSend("task_result", map[string]any{"task_id": id, "status": "completed", "result": "late",
-		"usage": map[string]any{"prompt_tokens": 300, "completion_tokens": 700}})
+	// As many tokens as the node handled (a node charges no more): the 3
+	// bytes it was sent ("x" and params {}), the 997 it returns.
+	n.MustSend("task_result", map[string]any{"task_id": id, "status": "completed", "result": strings.Repeat("l", 997),
+		"usage": map[string]any{"prompt_tokens": 3, "completion_tokens": 997}})
 
 	waitUntil(t, func() bool {
 		day, _, err := ta.quota.Spent(ctx, acct.KeyID, time.Now())

@@ -406,7 +406,7 @@ func TestUsageReportedByTheOwner(t *testing.T) {
 			"result": "answer", "processing_time_ms": ms, "usage": usage})
 	}
 
-	ch := run(t, r, context.Background(), tasks.Request{TaskID: "u1", AccountID: "acct", KeyID: "key-1", TaskType: "echo"}, tasks.Hooks{})
+	ch := run(t, r, context.Background(), tasks.Request{TaskID: "u1", AccountID: "acct", KeyID: "key-1", TaskType: "echo", Content: "abc"}, tasks.Hooks{})
 	n.Expect("task_assign")
 	answer("u1", 42, map[string]any{"prompt_tokens": 3, "completion_tokens": 5})
 	if got := wait(t, ch); got.err != nil || got.out.Usage == nil || got.out.Usage.PromptTokens != 3 {
@@ -415,16 +415,16 @@ func TestUsageReportedByTheOwner(t *testing.T) {
 	answer("u1", 42, map[string]any{"prompt_tokens": 3, "completion_tokens": 5}) // again: a stray, not counted twice
 
 	// The requester dies with u2 on the node; the node answers anyway.
-	run(t, r, context.Background(), tasks.Request{TaskID: "u2", AccountID: "acct", KeyID: "key-2", TaskType: "echo"}, tasks.Hooks{})
+	run(t, r, context.Background(), tasks.Request{TaskID: "u2", AccountID: "acct", KeyID: "key-2", TaskType: "echo", Content: "seven b"}, tasks.Hooks{})
 	n.Expect("task_assign")
 	_ = r.sub.Close()
-	answer("u2", nil, map[string]any{"prompt_tokens": 7, "completion_tokens": 11}) // no processing time: the owner's measure
+	answer("u2", nil, map[string]any{"prompt_tokens": 7, "completion_tokens": 6}) // no processing time: the owner's measure
 
 	waitUntil(t, func() bool { return len(o.rec.reports()) == 2 })
 	got := o.rec.reports()
 	want := []store.UsageReport{
 		{TaskID: "u1", NodeID: n.ID, AccountID: "acct", KeyID: "key-1", TaskType: "echo", PromptTokens: 3, CompletionTokens: 5, NodeMs: 42, ResultBytes: 6},
-		{TaskID: "u2", NodeID: n.ID, AccountID: "acct", KeyID: "key-2", TaskType: "echo", PromptTokens: 7, CompletionTokens: 11, ResultBytes: 6},
+		{TaskID: "u2", NodeID: n.ID, AccountID: "acct", KeyID: "key-2", TaskType: "echo", PromptTokens: 7, CompletionTokens: 6, ResultBytes: 6},
 	}
 	for i := range got {
 		if got[i].At.IsZero() || got[i].NodeMs < 0 {

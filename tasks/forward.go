@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 // entryState tracks an assign that is being handed to a node's socket.
@@ -44,6 +45,12 @@ type fwdEntry struct {
 	// still streams (a stream's timeout runs between chunks), and never
 	// past the deadline.
 	holdUntil time.Time
+	// What the node handled, the bound of the usage it may report
+	// (usage.go): sent is its task_assign's content and params, in bytes;
+	// maxTokens the request's max_tokens (noMaxTokens: none); streamed its
+	// chunks' deltas together, a held task's included (the node streamed
+	// them, and an unseen report is charged all the same).
+	sent, maxTokens, streamed int64
 }
 
 // stopped is a task the owner ended on its node; held says it went to
@@ -243,6 +250,7 @@ func (t *forwardTable) chunk(taskID string, sess *nodes.Session, n int, limit in
 	if e == nil || e.sess != sess {
 		return fwdEntry{}, chunkDrop
 	}
+	e.streamed += int64(n)
 	if e.state == stateHeld {
 		// The node still streams the task it was never told was
 		// cancelled: it is running, so its slot stays taken a while more.
@@ -305,4 +313,15 @@ func (t *forwardTable) takeRequester(replyTo string, now time.Time) []stopped {
 		}
 	}
 	return out
+}
+
+// handled is what e's node handled, its answer being r (usage.go): the
+// client of a stream got its deltas, or its result when the node streamed
+// none; that of a plain task its result (its chunks go nowhere).
+func (e *fwdEntry) handled(r wire.TaskResultPayload) handled {
+	returned := int64(len(r.Result))
+	if e.stream && (e.seq > 0 || e.streamed > 0) {
+		returned = e.streamed
+	}
+	return handled{sent: e.sent, returned: returned, maxTokens: e.maxTokens}
 }

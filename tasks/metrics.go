@@ -21,6 +21,9 @@ type Metrics struct {
 	ownerDied  prometheus.Counter
 	outDropped *prometheus.CounterVec
 	affinity   *prometheus.CounterVec
+	// usageClamped counts the nodes' usage reports cut down to what they
+	// handled (usage.go).
+	usageClamped *prometheus.CounterVec
 
 	// The children every request touches, looked up once (record): a
 	// WithLabelValues hashes its labels and takes the vector's lock on
@@ -92,11 +95,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "switchyard", Subsystem: "tasks", Name: "outbound_dropped_total",
 			Help: "Replies the bus handler queued for publishing that were lost, by reason: queue_full or publish_failed.",
 		}, []string{"reason"}),
+		usageClamped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "tasks", Name: "usage_clamped_total",
+			Help: "Usage reports of nodes connected here that claimed more tokens than they handled and were cut down, by kind (prompt, completion) and bound: bytes (what the node was sent, or returned) or max_tokens (the request's).",
+		}, []string{"kind", "bound"}),
 	}
 	m.completed = m.outcomes.WithLabelValues(string(StatusCompleted))
 	m.plainTime, m.streamTime = m.latency.WithLabelValues("plain"), m.latency.WithLabelValues("stream")
 	if reg != nil {
-		reg.MustRegister(m.outcomes, m.latency, m.overhead, m.refusals, m.dropped, m.cancels, m.holdEnds, m.hops, m.ownerDied, m.outDropped, m.affinity)
+		reg.MustRegister(m.outcomes, m.latency, m.overhead, m.refusals, m.dropped, m.cancels, m.holdEnds, m.hops, m.ownerDied, m.outDropped, m.affinity, m.usageClamped)
 	}
 	return m
 }

@@ -82,18 +82,19 @@ func (o *owner) admit(e *bus.Envelope, send func(*nodes.Session, []byte) bool) e
 		o.metrics.refusals.WithLabelValues("no_free_slot").Inc()
 		return &refusal{refusedFull, "the node has no free slot"}
 	}
+	params := e.Params
+	if len(params) == 0 {
+		params = []byte("{}")
+	}
 	ent := &fwdEntry{
 		taskID: e.TaskID, nodeID: e.NodeID, replyTo: e.ReplyTo, account: e.Account, keyID: e.KeyID, taskType: e.TaskType,
 		sess: s, gen: s.Gen, stream: e.Stream, deadline: time.UnixMilli(e.Deadline), sentAt: time.Now(),
+		sent: int64(len(e.Content) + len(params)), maxTokens: maxTokensOf(params),
 	}
 	if !o.fwd.add(ent) {
 		s.Release()
 		o.metrics.refusals.WithLabelValues("duplicate").Inc()
 		return &refusal{refusedNotHere, "the task is already assigned here"}
-	}
-	params := e.Params
-	if len(params) == 0 {
-		params = []byte("{}")
 	}
 	msg := nodes.Wire.MustEncode(wire.MsgTaskAssign, wire.TaskAssignPayload{
 		TaskID: e.TaskID, TaskType: e.TaskType, Content: e.Content, Params: params, Stream: e.Stream,
@@ -178,17 +179,18 @@ func (o *owner) result(s *nodes.Session, r wire.TaskResultPayload) {
 		return
 	}
 	s.Release()
+	usage, hasUsage := o.charge(ent, s, r)
 	if held {
 		// The answer to a task cancelled on a node that was not told: the
 		// node has done what it was asked, and nobody waits for it.
-		o.report(ent, r, true)
+		o.report(ent, r, usage, true)
 		o.metrics.holdEnds.WithLabelValues("answered").Inc()
 		return
 	}
 	s.TaskEnded(ent.account, r.Status == wire.StatusFailed, "the node answered failed")
 	res := &bus.Result{Status: string(r.Status), Text: r.Result, ProcessingMs: r.ProcessingTimeMs, Chunks: ent.seq}
-	if u := r.Usage; u != nil {
-		res.HasUsage, res.PromptTokens, res.OutputTokens = true, int64(u.PromptTokens), int64(u.CompletionTokens)
+	if hasUsage {
+		res.HasUsage, res.PromptTokens, res.OutputTokens = true, usage.PromptTokens, usage.CompletionTokens
 	}
 	tooLarge := int64(len(r.Result)) > o.resultMax
 	if tooLarge {
@@ -198,7 +200,32 @@ func (o *owner) result(s *nodes.Session, r wire.TaskResultPayload) {
 	// The requester counts the tokens it is told of: not those of an
 	// answer it never got (-1: the bus failed, maybe after delivering)
 	// nor of one too large to pass on.
-	o.report(ent, r, delivered == 0 || tooLarge)
+	o.report(ent, r, usage, delivered == 0 || tooLarge)
+}
+
+// charge is the usage the node reported in r for ent's task, held to what
+// it handled (usage.go): the one place a node's tokens are judged, before
+// the requester is told them (and believes them) and before the owner's
+// usage report, so the client's answer, its key's quotas and the usage
+// history agree. What is cut off is counted, and the report is held for or
+// against the node's standing. ok is false when the node reported none.
+func (o *owner) charge(ent *fwdEntry, s *nodes.Session, r wire.TaskResultPayload) (u store.Usage, ok bool) {
+	if r.Usage == nil {
+		return store.Usage{}, false
+	}
+	c := clampUsage(*r.Usage, ent.handled(r))
+	if c.promptCut > 0 {
+		o.metrics.usageClamped.WithLabelValues("prompt", "bytes").Inc()
+	}
+	if c.completionCut > 0 {
+		bound := "bytes"
+		if c.byMax {
+			bound = "max_tokens"
+		}
+		o.metrics.usageClamped.WithLabelValues("completion", bound).Inc()
+	}
+	s.UsageReported(ent.account, c.implausible != "", c.implausible)
+	return c.usage, true
 }
 
 // report hands what the node reported for ent's task to the recorder:
@@ -208,17 +235,16 @@ func (o *owner) result(s *nodes.Session, r wire.TaskResultPayload) {
 // node that answers a task cancelled on it without being told (held) did
 // the work too. An answer the owner cannot read (badResult), or that
 // comes after its entry left (a task_cancel node told to stop, a task past
-// its timeout), reports nothing. unseen: no requester was told the
-// answer's usage (Recorder.RecordUsage).
-func (o *owner) report(ent *fwdEntry, r wire.TaskResultPayload, unseen bool) {
+// its timeout), reports nothing. usage is the node's tokens as charged
+// (charge). unseen: no requester was told the answer's usage
+// (Recorder.RecordUsage).
+func (o *owner) report(ent *fwdEntry, r wire.TaskResultPayload, usage store.Usage, unseen bool) {
 	now := time.Now()
 	rep := store.UsageReport{TaskID: ent.taskID, NodeID: ent.nodeID, AccountID: ent.account, KeyID: ent.keyID,
-		TaskType: ent.taskType, At: now, NodeMs: r.ProcessingTimeMs, ResultBytes: int64(len(r.Result))}
+		TaskType: ent.taskType, At: now, NodeMs: r.ProcessingTimeMs, ResultBytes: int64(len(r.Result)),
+		PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens}
 	if rep.NodeMs < 0 { // the node reported no time: as the requester's record counts it
 		rep.NodeMs = now.Sub(ent.sentAt).Milliseconds()
-	}
-	if u := r.Usage; u != nil {
-		rep.PromptTokens, rep.CompletionTokens = int64(u.PromptTokens), int64(u.CompletionTokens)
 	}
 	o.rec.RecordUsage(rep, unseen)
 }

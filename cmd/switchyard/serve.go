@@ -106,7 +106,7 @@ ws://HOST:PORT/ws/node; clients call http://HOST:PORT/api/v1/…`, cfg.Listen, c
 	fs.Int64Var(&cfg.MaxMessageBytes, "max-message-bytes", cfg.MaxMessageBytes, "largest message a node may send; a larger one closes its socket with 1009")
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", cfg.MaxBodyBytes, "largest request body; a larger one is refused with 413")
 	fs.IntVar(&cfg.MaxInflightPerKey, "max-inflight-per-key", cfg.MaxInflightPerKey, "requests one API key may have running or waiting for a node at once, cluster-wide; one more gets 429 too_many_in_flight (0: no cap)")
-	fs.IntVar(&cfg.QuarantineAfter, "quarantine-after", cfg.QuarantineAfter, "quarantine a node (no new tasks) once this many tasks in a row, for at least two accounts, failed on it (it answered failed, sent an invalid result or timed out); -1: never")
+	fs.IntVar(&cfg.QuarantineAfter, "quarantine-after", cfg.QuarantineAfter, "quarantine a node (no new tasks) once this many tasks in a row, for at least two accounts, failed on it (it answered failed, sent an invalid result or timed out), or this many of its usage reports in a row claimed far more tokens than it handled; -1: never")
 	fs.DurationVar(&cfg.QuarantineCoolOff, "quarantine-cool-off", cfg.QuarantineCoolOff, "how long a quarantined node stays out of service before it serves again (an operator's resume ends it sooner)")
 	fs.IntVar(&cfg.RequestRate, "request-rate", cfg.RequestRate, "requests per minute per API key on /api/v1/request and /api/v1/rate (-1: no limit)")
 	fs.IntVar(&cfg.PublicRate, "public-rate", cfg.PublicRate, "requests per minute per client IP on the public endpoints (-1: no limit)")

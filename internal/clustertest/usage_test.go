@@ -62,8 +62,10 @@ func (u *usageNode) serve() {
 			} else {
 				time.Sleep(work) // the node's own work, not a wait for an event
 			}
+			// No more tokens than bytes handled (invariant 18): the
+			// answer is as long as its completion.
 			prompt, completion := len(content), 2*len(content)+1
-			result := strings.ToUpper(content)
+			result := strings.Repeat(strings.ToUpper(content), 2) + "."
 			err := u.n.Send("task_result", map[string]any{"task_id": id, "node_id": u.n.ID, "status": "completed",
 				"result": result, "processing_time_ms": work.Milliseconds(),
 				"usage": map[string]any{"prompt_tokens": prompt, "completion_tokens": completion}})
