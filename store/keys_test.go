@@ -87,3 +87,30 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 }
+
+// What a key may do follows from its use and task types alone; a spending
+// limit restricts what it spends, not what it may do.
+func TestKeyLimitsScope(t *testing.T) {
+	for _, c := range []struct {
+		name                         string
+		l                            KeyLimits
+		request, serve, unrestricted bool
+	}{
+		{"no limits", KeyLimits{}, true, true, true},
+		{"a budget", KeyLimits{BudgetPerMonth: 10, TokensPerDay: 5}, true, true, true},
+		{"node", KeyLimits{Use: KeyUseNode}, false, true, false},
+		{"client", KeyLimits{Use: KeyUseClient}, true, false, false},
+		{"client with task types", KeyLimits{Use: KeyUseClient, TaskTypes: []string{"chat"}}, true, false, false},
+		{"task types alone", KeyLimits{TaskTypes: []string{"chat"}}, true, true, false},
+	} {
+		if got := c.l.MayRequest(); got != c.request {
+			t.Errorf("%s: MayRequest %v, want %v", c.name, got, c.request)
+		}
+		if got := c.l.MayServe(); got != c.serve {
+			t.Errorf("%s: MayServe %v, want %v", c.name, got, c.serve)
+		}
+		if got := c.l.Unrestricted(); got != c.unrestricted {
+			t.Errorf("%s: Unrestricted %v, want %v", c.name, got, c.unrestricted)
+		}
+	}
+}

@@ -57,7 +57,8 @@ type KeyLimits struct {
 	BudgetPerDay   int64 `json:"budget_per_day"`
 	BudgetPerMonth int64 `json:"budget_per_month"`
 	// Use is what the key may do: KeyUseAny, KeyUseNode (connect nodes
-	// only) or KeyUseClient (send requests only).
+	// only) or KeyUseClient (send requests only). A key with a use or
+	// task types is scoped: it manages nothing of its account (Unrestricted).
 	Use string `json:"use"`
 	// TaskTypes are the task types the key may ask for, or serve as a
 	// node; empty: any.
@@ -87,6 +88,21 @@ func (l KeyLimits) Equal(o KeyLimits) bool {
 func (l KeyLimits) AllowsType(taskType string) bool {
 	return len(l.TaskTypes) == 0 || slices.Contains(l.TaskTypes, taskType)
 }
+
+// MayRequest reports whether the key may send requests and read its
+// tasks: any key but a node-only one.
+func (l KeyLimits) MayRequest() bool { return l.Use != KeyUseNode }
+
+// MayServe reports whether the key may connect nodes: any key but a
+// client-only one.
+func (l KeyLimits) MayServe() bool { return l.Use != KeyUseClient }
+
+// Unrestricted reports whether the key may manage its account (delete it,
+// rotate its webhook secret, control its nodes) and read what every key of
+// the account did: a key with neither a use nor task types. A spending
+// limit does not restrict this: it bounds what the key spends, not what it
+// may do.
+func (l KeyLimits) Unrestricted() bool { return l.Use == KeyUseAny && len(l.TaskTypes) == 0 }
 
 // APIKey is the stored view of a key; the key itself is only ever returned
 // once, by CreateAccount or CreateKey, and is stored as its SHA-256.
