@@ -75,6 +75,7 @@ type pending struct {
 	t         *Tracker
 	id        string
 	accountID string
+	keyID     string
 	taskType  string
 	stream    bool
 	created   time.Time
@@ -94,7 +95,7 @@ type pending struct {
 // add starts tracking a task. The caller removes it when done.
 func (t *Tracker) add(req *Request, now time.Time) *pending {
 	p := &pending{
-		t: t, id: req.TaskID, accountID: req.AccountID, taskType: req.TaskType, stream: req.Stream,
+		t: t, id: req.TaskID, accountID: req.AccountID, keyID: req.KeyID, taskType: req.TaskType, stream: req.Stream,
 		created: now, signal: make(chan struct{}, 1),
 	}
 	t.mu.Lock()
@@ -256,6 +257,7 @@ func (p *pending) current() (owner, nodeID string, gen uint64, assigned time.Tim
 type InFlight struct {
 	TaskID     string
 	AccountID  string
+	KeyID      string // the API key that asked for it
 	TaskType   string
 	Stream     bool
 	NodeID     string
@@ -276,7 +278,7 @@ func (t *Tracker) Lookup(id string) (InFlight, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return InFlight{
-		TaskID: p.id, AccountID: p.accountID, TaskType: p.taskType, Stream: p.stream,
+		TaskID: p.id, AccountID: p.accountID, KeyID: p.keyID, TaskType: p.taskType, Stream: p.stream,
 		NodeID: p.nodeID, Owner: p.owner, Attempt: p.attempt,
 		CreatedAt: p.created, AssignedAt: p.assigned,
 	}, true
