@@ -56,8 +56,8 @@ type taskView struct {
 	Running bool `json:"running"`
 }
 
-// task is GET /api/v1/tasks/{id}: a task of the caller's account, in flight
-// here or finished anywhere.
+// task is GET /api/v1/tasks/{id}: a task of the caller's account (of its
+// key, for a scoped key: readsKey), in flight here or finished anywhere.
 func (a *App) task(c echo.Context) error {
 	id := c.Param("id")
 	acct := accountOf(c)
@@ -69,10 +69,10 @@ func (a *App) task(c echo.Context) error {
 	// Not an async task of this account (or the store could not say, and
 	// the task is in flight here): the task history.
 	if t, ok := a.tracker.Lookup(id); ok {
-		if t.AccountID != acct.ID {
+		if t.AccountID != acct.ID || !mayRead(acct, t.KeyID) {
 			return notFound
 		}
-		rec := store.TaskRecord{ID: t.TaskID, AccountID: t.AccountID, TaskType: t.TaskType, Stream: t.Stream,
+		rec := store.TaskRecord{ID: t.TaskID, AccountID: t.AccountID, KeyID: t.KeyID, TaskType: t.TaskType, Stream: t.Stream,
 			Status: "running", Requester: a.instanceID, Owner: t.Owner, Attempts: t.Attempt,
 			CreatedAt: t.CreatedAt.UTC(), NodeIDs: []string{}}
 		if t.NodeID != "" {
@@ -90,7 +90,7 @@ func (a *App) task(c echo.Context) error {
 	if err != nil {
 		return a.storeErr("cannot read a task", err)
 	}
-	if rec.AccountID != acct.ID {
+	if rec.AccountID != acct.ID || !mayRead(acct, rec.KeyID) {
 		return notFound
 	}
 	if rec.NodeIDs == nil {

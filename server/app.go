@@ -588,7 +588,7 @@ func (n nodeAuth) AuthenticateNode(ctx context.Context, key string) (nodes.Accou
 	case err != nil:
 		return nodes.Account{}, err
 	}
-	if acct.KeyLimits.Use == store.KeyUseClient {
+	if !acct.KeyLimits.MayServe() {
 		return nodes.Account{}, nodes.ErrClientKey
 	}
 	return nodes.Account{ID: acct.ID, Trust: acct.Trust, KeyPrefix: keyPrefix(key), TaskTypes: acct.KeyLimits.TaskTypes}, nil

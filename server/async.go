@@ -143,7 +143,7 @@ func (a *App) asyncTask(c echo.Context, id string) (ok bool, _ error) {
 		return false, nil
 	case err != nil:
 		return false, err
-	case t.AccountID != accountOf(c).ID:
+	case t.AccountID != accountOf(c).ID || !mayRead(accountOf(c), t.KeyID):
 		return false, nil // as unknown: the history's 404 (or another task)
 	}
 	if w := c.QueryParam("wait"); w != "" && !asyncq.Final(t.Status) {
@@ -164,9 +164,22 @@ func (a *App) asyncTask(c echo.Context, id string) (ok bool, _ error) {
 
 // cancelTask is DELETE /api/v1/tasks/{id}.
 func (a *App) cancelTask(c echo.Context) error {
-	t, err := a.pump.Cancel(c.Request().Context(), c.Param("id"), accountOf(c).ID)
+	notFound := newError(http.StatusNotFound, CodeTaskNotFound, "no task with this id for this account")
+	acct := accountOf(c)
+	if k := readsKey(acct); k != "" {
+		// A scoped key cancels only what it submitted. A task's key never
+		// changes, so reading it before the cancel races with nothing.
+		t, err := a.store.AsyncTask(c.Request().Context(), c.Param("id"))
+		switch {
+		case errors.Is(err, store.ErrNotFound), err == nil && (t.AccountID != acct.ID || t.KeyID != k):
+			return notFound
+		case err != nil:
+			return a.storeErr("cannot cancel an async task", err)
+		}
+	}
+	t, err := a.pump.Cancel(c.Request().Context(), c.Param("id"), acct.ID)
 	if errors.Is(err, store.ErrNotFound) {
-		return newError(http.StatusNotFound, CodeTaskNotFound, "no task with this id for this account")
+		return notFound
 	}
 	if err != nil {
 		return a.storeErr("cannot cancel an async task", err)

@@ -288,7 +288,8 @@ func bearer(r *http.Request) string {
 }
 
 // requireAccount authenticates the Bearer key (or, on the task routes, the
-// deprecated body field keyFromBody found) and stores the account in the
+// deprecated body field keyFromBody found), refuses it where the route's
+// key scope does not let it in (scope.go), and stores the account in the
 // context.
 func (a *App) requireAccount(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
@@ -307,6 +308,9 @@ func (a *App) requireAccount(next echo.HandlerFunc) echo.HandlerFunc {
 				RetryAfter: strconv.FormatInt(max(int64((limited.retryAfter+time.Second-1)/time.Second), 1), 10)}
 		case err != nil:
 			return a.storeUnavailable("cannot check an API key", err)
+		}
+		if err := checkScope(c, acct.KeyLimits); err != nil {
+			return err
 		}
 		c.Set(ctxAccount, acct)
 		c.Set(ctxKeyHash, hash)

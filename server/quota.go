@@ -62,17 +62,14 @@ func (a *App) newQuota() {
 	}
 }
 
-// checkKey wraps a task route; it needs requireAccount (and, on the
-// GemmaNet routes, the body's reader) before it. It refuses what the key
-// may not do (a node-only key, a task type outside its list: 403
+// checkKey wraps a task route; it needs requireAccount (which refused a
+// node key: scope.go) and, on the GemmaNet routes, the body's reader
+// before it. It refuses a task type outside the key's list (403
 // key_scope), then a key at one of its limits. A key without limits costs
 // nothing here.
 func (a *App) checkKey(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		acct := accountOf(c)
-		if acct.KeyLimits.Use == store.KeyUseNode {
-			return newError(http.StatusForbidden, CodeKeyScope, "this API key is for nodes only; send requests with a client key")
-		}
 		if b, ok := c.Get(ctxTaskBody).(*taskBody); ok && !acct.KeyLimits.AllowsType(b.TaskType) {
 			return typeOutOfScope(acct.KeyLimits)
 		}

@@ -28,12 +28,13 @@ import (
 // task's final view (async.Pump.endStream). routeTaskStream adds the route
 // only when both are set.
 
-// TaskAuthorizer says whether accountID may read taskID's stream: nil, or
-// an error wrapping ErrTaskNotFound (an unknown task, or another
-// account's: both 404, so that ids cannot be probed) or ErrNoStream (a
-// task of this account without a stream, or whose chunks have expired).
-// Any other error is a 503.
-type TaskAuthorizer func(ctx context.Context, taskID, accountID string) error
+// TaskAuthorizer says whether accountID's key keyID may read taskID's
+// stream (keyID "": any key of the account may, readsKey): nil, or an
+// error wrapping ErrTaskNotFound (an unknown task, or another account's or
+// key's: all 404, so that ids cannot be probed) or ErrNoStream (a task of
+// this account without a stream, or whose chunks have expired). Any other
+// error is a 503.
+type TaskAuthorizer func(ctx context.Context, taskID, accountID, keyID string) error
 
 var (
 	// ErrTaskNotFound is a TaskAuthorizer's answer for a task the caller
@@ -82,7 +83,7 @@ func (a *App) taskStream(c echo.Context) error {
 	if err != nil {
 		return newError(http.StatusBadRequest, CodeInvalidLastEventID, err.Error())
 	}
-	switch err := a.authorizeTask(r.Context(), id, accountOf(c).ID); {
+	switch err := a.authorizeTask(r.Context(), id, accountOf(c).ID, readsKey(accountOf(c))); {
 	case errors.Is(err, ErrTaskNotFound):
 		return newError(http.StatusNotFound, CodeTaskNotFound, "no such task")
 	case errors.Is(err, ErrNoStream):
@@ -193,14 +194,14 @@ func lastEventID(header, query string) (int64, error) {
 // own task, submitted with stream: true, whose chunks are still kept (a
 // final task whose log has expired has nothing left to read: its result
 // is in GET /api/v1/tasks/{id}).
-func (a *App) authorizeAsyncStream(ctx context.Context, taskID, accountID string) error {
+func (a *App) authorizeAsyncStream(ctx context.Context, taskID, accountID, keyID string) error {
 	t, err := a.store.AsyncTask(ctx, taskID)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return ErrTaskNotFound
 	case err != nil:
 		return err
-	case t.AccountID != accountID:
+	case t.AccountID != accountID, keyID != "" && t.KeyID != keyID:
 		return ErrTaskNotFound
 	case !t.Stream:
 		return ErrNoStream

@@ -30,7 +30,7 @@ func (o *owners) set(task, account string) {
 	o.m[task] = account
 }
 
-func (o *owners) authorize(_ context.Context, task, account string) error {
+func (o *owners) authorize(_ context.Context, task, account, _ string) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	switch owner, ok := o.m[task]; {

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/csv"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,18 +32,21 @@ type usageView struct {
 	Total   store.UsageTotals `json:"total"`
 }
 
-// usage is GET /api/v1/usage: the calling account's usage.
+// usage is GET /api/v1/usage: the calling account's usage, or its key's
+// alone for a scoped key (readsKey).
 func (a *App) usage(c echo.Context) error {
-	return a.answerUsage(c, accountOf(c).ID, false)
+	return a.answerUsage(c, accountOf(c).ID, readsKey(accountOf(c)), false)
 }
 
 // adminUsage is GET /admin/api/usage: every account's, or one's
 // (account_id=).
 func (a *App) adminUsage(c echo.Context) error {
-	return a.answerUsage(c, c.QueryParam("account_id"), true)
+	return a.answerUsage(c, c.QueryParam("account_id"), "", true)
 }
 
-func (a *App) answerUsage(c echo.Context, accountID string, admin bool) error {
+// answerUsage answers with accountID's usage ("": every account's), of
+// the key keyID alone unless it is "".
+func (a *App) answerUsage(c echo.Context, accountID, keyID string, admin bool) error {
 	q, by, err := parseUsageQuery(c.QueryParams(), time.Now(), admin)
 	if err != nil {
 		return err
@@ -51,6 +55,10 @@ func (a *App) answerUsage(c echo.Context, accountID string, admin bool) error {
 	rows, err := a.store.Usage(c.Request().Context(), q)
 	if err != nil {
 		return a.storeErr("cannot read usage", err)
+	}
+	if keyID != "" {
+		// The ledger's rows are per key already: the account's others go.
+		rows = slices.DeleteFunc(rows, func(r store.UsageRow) bool { return r.KeyID != keyID })
 	}
 	grouped, err := store.GroupUsage(rows, by)
 	if err != nil { // parseUsageQuery checked the groupings

@@ -99,7 +99,7 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	perMonth := fs.Int64("tokens-per-month", 0, "set-limits: the same per UTC calendar month; 0 for no limit")
 	budgetDay := fs.Int64("budget-per-day", 0, "set-limits: the spend units the key may use per UTC day, its tasks' tokens at serve's --token-prices (1 unit a token by default); over it: 402; 0 for no limit")
 	budgetMonth := fs.Int64("budget-per-month", 0, "set-limits: the same per UTC calendar month; 0 for no limit")
-	keyUse := fs.String("use", "", "set-limits: what the key may do: node (connect nodes only), client (send requests only), or empty for both")
+	keyUse := fs.String("use", "", "set-limits: what the key may do: node (connect nodes, read its account's summary), client (send requests, read and cancel its own tasks, see its own usage), or empty for both; a key with a use or --task-types cannot delete its account, rotate the webhook secret or control nodes (docs/PROTOCOL.md, \"Key scopes\")")
 	types := fs.String("task-types", "", "set-limits: the task types the key may ask for, or serve as a node (comma-separated); empty for any")
 	ev := eventFlags(fs)
 	if err := fs.parse(args[1:]); err != nil {

@@ -20,8 +20,9 @@ Lists the cluster's nodes, or changes one node's state, through any running
 instance (--url). A paused node takes no new task (requests go to its other
 nodes of the same type, or wait for a slot) and finishes what it runs; resume
 undoes it; drain pauses it, then closes its connection with 1001 once it is
-idle. Pausing, resuming or draining takes the node's own account's --api-key or
-the server's --admin-token; list shows the node's instance and account too with
+idle. Pausing, resuming or draining takes an unrestricted --api-key of the
+node's own account (one set with neither --use nor --task-types: switchyard keys
+set-limits) or the server's --admin-token; list shows the node's instance and account too with
 --admin-token.`
 
 func runNodes(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -39,7 +40,7 @@ func runNodes(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlagSet("nodes "+verb, nodesUsage, stderr)
 	url := fs.String("url", localURL("http", ""), "a running instance's base URL")
 	token := fs.String("admin-token", "", "the server's --admin-token")
-	key := fs.String("api-key", "", "an API key of the node's account")
+	key := fs.String("api-key", "", "an unrestricted API key of the node's account (not a node or client key)")
 	reason := fs.String("reason", "", "pause and drain: why, shown to operators (200 characters at most)")
 	asJSON := fs.Bool("json", false, "print the server's JSON answer")
 	if err := fs.parse(args); err != nil {
