@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -33,18 +32,25 @@ func (a *App) hasAdminToken(c echo.Context) bool {
 
 // requireAdmin lets a request through only with the admin token as its
 // bearer token. Failures count against the client address like a bad API
-// key (auth.go), so the token cannot be guessed at speed.
+// key (auth.go), so the token cannot be guessed at speed; and while the
+// address is locked out every token gets the same 429, the right one too:
+// were the right one let through, the lockout would slow no guesser, who
+// would go on guessing and watch for the answer that differs. An instance
+// learns of a lockout from the cluster's limiter at its first wrong token
+// from the address, so on N instances a lockout lets at most N-1 more
+// guesses be judged.
 func (a *App) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		ip, now := c.RealIP(), a.auth.now()
+		if wait, locked := a.auth.lockedOut(ip, now); locked {
+			return authLimited(wait)
+		}
 		if a.hasAdminToken(c) {
 			return next(c)
 		}
-		err := a.auth.failed(c.Request().Context(), c.RealIP(), a.limiter, time.Now())
-		var limited *errAuthLimited
-		if errors.As(err, &limited) {
-			return &apiError{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
-				Message:    "too many failed authentications from this address; retry later",
-				RetryAfter: strconv.FormatInt(max(int64((limited.retryAfter+time.Second-1)/time.Second), 1), 10)}
+		err := a.auth.failed(c.Request().Context(), ip, a.limiter, now)
+		if limited := (*errAuthLimited)(nil); errors.As(err, &limited) {
+			return authLimited(limited.retryAfter)
 		}
 		return newError(http.StatusUnauthorized, CodeUnauthorized, "this route needs the admin token (Authorization: Bearer <token>)")
 	}

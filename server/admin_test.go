@@ -2,13 +2,19 @@ package server
 
 import (
 	"io"
+	"maps"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/labstack/echo/v4"
+
 	"github.com/switchyard-dev/switchyard/internal/pgtest"
 	"github.com/switchyard-dev/switchyard/internal/redistest"
+	"github.com/switchyard-dev/switchyard/ratelimit"
 )
 
 const testAdmin = "admin-token-for-the-tests-0123"
@@ -128,4 +134,95 @@ func (ta *testApp) rawGet(t *testing.T, path string, headers map[string]string) 
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, b
+}
+
+// manualClock is a clock that moves only when told.
+type manualClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (m *manualClock) Now() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.t
+}
+
+func (m *manualClock) Add(d time.Duration) {
+	m.mu.Lock()
+	m.t = m.t.Add(d)
+	m.mu.Unlock()
+}
+
+// While an address is locked out of the admin routes (too many wrong
+// tokens), the right token gets the very answer a wrong one gets, on the
+// admin routes and on those that take the admin token or a key (node
+// control): a guesser learns nothing from the lockout's answers, so it
+// cannot guess on at full speed and see when it hit. Once the lockout has
+// passed (the clock moved by its Retry-After), the right token works again.
+func TestAdminLockoutAnswersEveryTokenAlike(t *testing.T) {
+	clk := &manualClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	lim := ratelimit.NewMemory(ratelimit.MemoryConfig{Now: clk.Now})
+	defer lim.Close()
+	auth := newAuthCache(nil) // no store: a locked-out address never reaches it
+	auth.now = clk.Now
+	a := &App{cfg: Config{AdminToken: testAdmin}, auth: auth, limiter: lim, log: testLogger(t)}
+	e := echo.New()
+	e.HTTPErrorHandler = a.handleError
+	served := func(c echo.Context) error { return c.String(http.StatusOK, "served") }
+	e.GET("/admin/api/status", served, a.requireAdmin)
+	e.POST("/api/v1/nodes/:id/pause", served, a.adminOrAccount)
+	call := func(method, path, token string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, path, nil)
+		req.RemoteAddr = "192.0.2.7:40000"
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, req)
+		return rec
+	}
+	const wrong = "wrong-token-wrong-token"
+	if rec := call("GET", "/admin/api/status", testAdmin); rec.Code != http.StatusOK {
+		t.Fatalf("the right token before any failure: %d %s", rec.Code, rec.Body)
+	}
+
+	var locked *httptest.ResponseRecorder
+	for i := 0; i <= authFailureLimit.Burst && locked == nil; i++ {
+		switch rec := call("GET", "/admin/api/status", wrong); rec.Code {
+		case http.StatusUnauthorized:
+		case http.StatusTooManyRequests:
+			locked = rec
+		default:
+			t.Fatalf("wrong token %d: %d %s", i, rec.Code, rec.Body)
+		}
+	}
+	if locked == nil {
+		t.Fatalf("no 429 after %d wrong tokens", authFailureLimit.Burst+1)
+	}
+	same := func(a, b []string) bool { return strings.Join(a, "\n") == strings.Join(b, "\n") }
+	for _, path := range []string{"GET /admin/api/status", "POST /api/v1/nodes/n1/pause"} {
+		method, path, _ := strings.Cut(path, " ")
+		want := call(method, path, wrong+"-2")
+		if want.Code != http.StatusTooManyRequests {
+			t.Errorf("locked out, a wrong token on %s: %d %s", path, want.Code, want.Body)
+		}
+		for _, token := range []string{testAdmin, wrong} {
+			rec := call(method, path, token)
+			if rec.Code != want.Code || rec.Body.String() != want.Body.String() || !maps.EqualFunc(rec.Header(), want.Header(), same) {
+				t.Errorf("locked out, token %q on %s: %d %v %s; a wrong token got %d %v %s",
+					token, path, rec.Code, rec.Header(), rec.Body, want.Code, want.Header(), want.Body)
+			}
+		}
+	}
+
+	wait, err := time.ParseDuration(locked.Header().Get("Retry-After") + "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(wait)
+	for _, path := range []string{"GET /admin/api/status", "POST /api/v1/nodes/n1/pause"} {
+		method, path, _ := strings.Cut(path, " ")
+		if rec := call(method, path, testAdmin); rec.Code != http.StatusOK || rec.Body.String() != "served" {
+			t.Errorf("the right token on %s once the lockout passed: %d %s", path, rec.Code, rec.Body)
+		}
+	}
 }

@@ -52,7 +52,8 @@ var authFailureLimit = ratelimit.PerMinute(20)
 // authCache keeps recent key → account answers so that a request does not
 // cost a database read. Keys are held by their SHA-256, never in clear.
 type authCache struct {
-	st store.Store
+	st  store.Store
+	now func() time.Time // the clock of the cache's expiries and the lockouts; tests set it
 
 	mu      sync.Mutex
 	pos     map[string]authEntry // valid keys
@@ -69,7 +70,7 @@ type authEntry struct {
 }
 
 func newAuthCache(st store.Store) *authCache {
-	return &authCache{st: st, pos: make(map[string]authEntry), neg: make(map[string]time.Time),
+	return &authCache{st: st, now: time.Now, pos: make(map[string]authEntry), neg: make(map[string]time.Time),
 		blocked: make(map[string]time.Time)}
 }
 
@@ -83,6 +84,26 @@ func keyHash(key string) string {
 type errAuthLimited struct{ retryAfter time.Duration }
 
 func (e *errAuthLimited) Error() string { return "too many failed authentications from this address" }
+
+// authLimited is the answer to a client address over its failure limit,
+// one answer whatever the request carried.
+func authLimited(retryAfter time.Duration) *apiError {
+	return &apiError{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
+		Message:    "too many failed authentications from this address; retry later",
+		RetryAfter: strconv.FormatInt(max(int64((retryAfter+time.Second-1)/time.Second), 1), 10)}
+}
+
+// lockedOut reports whether ip is over its failure limit at now (as this
+// instance last heard from the limiter), and for how long still.
+func (c *authCache) lockedOut(ip string, now time.Time) (time.Duration, bool) {
+	c.mu.Lock()
+	until, ok := c.blocked[ip]
+	c.mu.Unlock()
+	if !ok || !now.Before(until) {
+		return 0, false
+	}
+	return until.Sub(now), true
+}
 
 // authenticate returns the account of a live key, or store.ErrNotFound.
 // Other errors mean the store could not answer (nodes map them to 1013).
@@ -101,7 +122,7 @@ func (c *authCache) authenticateFrom(ctx context.Context, key, ip string, lim ra
 		return store.Account{}, "", store.ErrNotFound
 	}
 	h := keyHash(key)
-	now := time.Now()
+	now := c.now()
 	c.mu.Lock()
 	e, known := c.pos[h]
 	negUntil, isNeg := c.neg[h]
@@ -303,9 +324,7 @@ func (a *App) requireAccount(next echo.HandlerFunc) echo.HandlerFunc {
 		case errors.Is(err, store.ErrNotFound):
 			return newError(http.StatusUnauthorized, CodeInvalidAPIKey, "Invalid or missing API key")
 		case errors.As(err, &limited):
-			return &apiError{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
-				Message:    "too many failed authentications from this address; retry later",
-				RetryAfter: strconv.FormatInt(max(int64((limited.retryAfter+time.Second-1)/time.Second), 1), 10)}
+			return authLimited(limited.retryAfter)
 		case err != nil:
 			return a.storeUnavailable("cannot check an API key", err)
 		}

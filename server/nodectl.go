@@ -26,11 +26,13 @@ const ctxAdmin = "switchyard.admin"
 const maxStateReason = 200
 
 // adminOrAccount lets in the admin token (when one is set), or else an API
-// key as requireAccount does.
+// key as requireAccount does. While the client address is locked out the
+// admin token is not looked at (requireAdmin says why): it is then judged
+// as a key, and gets the wrong ones' 429.
 func (a *App) adminOrAccount(next echo.HandlerFunc) echo.HandlerFunc {
 	withKey := a.requireAccount(next)
 	return func(c echo.Context) error {
-		if a.hasAdminToken(c) {
+		if _, locked := a.auth.lockedOut(c.RealIP(), a.auth.now()); !locked && a.hasAdminToken(c) {
 			c.Set(ctxAdmin, true)
 			return next(c)
 		}
