@@ -90,7 +90,8 @@ func TestAsyncSubmitWaitAlone(t *testing.T) {
 	}
 }
 
-// The documented 422s: priority 10, ttl over 7 days, a bad webhook_url,
+// The documented 422s: priority 10, ttl over 7 days, a bad webhook_url
+// (one on loopback too, named or literal),
 // and the body rules of /api/v1/request.
 func TestAsyncSubmitValidation(t *testing.T) {
 	ta := startApp(t, nil)
@@ -106,12 +107,19 @@ func TestAsyncSubmitValidation(t *testing.T) {
 		{map[string]any{"task_type": "echo", "content": "x", "webhook_url": "ftp://example.com/x"}, "invalid_webhook_url", "webhook_url"},
 		{map[string]any{"task_type": "echo", "content": "x", "webhook_url": "/relative"}, "invalid_webhook_url", "webhook_url"},
 		{map[string]any{"task_type": "echo", "content": "x", "webhook_url": "https://example.com/" + strings.Repeat("a", 2029)}, "invalid_webhook_url", "at most 2048"},
+		{map[string]any{"task_type": "echo", "content": "x", "webhook_url": "http://localhost:8080/x"}, "invalid_webhook_url", "not public"},
+		{map[string]any{"task_type": "echo", "content": "x", "webhook_url": "http://[::ffff:127.0.0.1]/x"}, "invalid_webhook_url", "loopback"},
 		{map[string]any{"content": "x"}, "invalid_request", "task_type"},
 	} {
 		var e apiErr
 		code, _ := ta.call(t, http.MethodPost, "/api/v1/tasks", key, c.body, &e)
 		if code != http.StatusUnprocessableEntity || e.Error.Code != c.code || !strings.Contains(e.Error.Message, c.msg) {
 			t.Errorf("%v: %d %+v, want 422 %s mentioning %s", c.body, code, e, c.code, c.msg)
+		}
+		// Never what the host resolved to, nor the address it was sent:
+		// the instance's view of its networks is not a client's to probe.
+		if strings.Contains(e.Error.Message, "127.0.0.1") || strings.Contains(e.Error.Message, "::") {
+			t.Errorf("%v: the refusal names an address: %s", c.body, e.Error.Message)
 		}
 	}
 	if code, _ := ta.call(t, http.MethodPost, "/api/v1/tasks", "", map[string]any{"task_type": "echo", "content": "x"}, nil); code != 401 {

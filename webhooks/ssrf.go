@@ -64,34 +64,34 @@ func parseTarget(raw string) (*url.URL, error) {
 
 // errResolve is a host that did not resolve when checked: not a refusal in
 // itself (DNS may answer later, and the dial is checked again).
-var errResolve = errors.New("cannot resolve")
+var errResolve = errors.New("cannot be resolved")
 
-// checkHost refuses a host that is, or resolves to, a blocked address.
+// checkHost refuses a host that is, or resolves to, a blocked address. Its
+// refusals, read by clients, name no address: what a name resolved to
+// (or why it did not, which names the DNS server) is the instance's view of
+// DNS and its networks, and a client may not probe it. Even the kind of a
+// name's address stays unsaid; an IP literal's kind is the client's own.
 func checkHost(ctx context.Context, r *net.Resolver, host string) error {
 	if addr, err := netip.ParseAddr(host); err == nil {
 		if why := blocked(addr); why != "" {
-			return refusedAddr(host, addr, why)
+			return fmt.Errorf("%w: webhook_url's host is %s; %s", ErrTarget, why, publicOnly)
 		}
 		return nil
 	}
 	addrs, err := r.LookupNetIP(ctx, "ip", host)
 	if err != nil || len(addrs) == 0 {
-		return fmt.Errorf("%w: webhook_url's host %s: %w", ErrTarget, host, errResolve)
+		return fmt.Errorf("%w: webhook_url's host %w; check its name", ErrTarget, errResolve)
 	}
 	for _, a := range addrs {
-		if why := blocked(a); why != "" {
-			return refusedAddr(host, a, why)
+		if blocked(a) != "" {
+			return fmt.Errorf("%w: webhook_url's host resolves to an address that is not public; %s", ErrTarget, publicOnly)
 		}
 	}
 	return nil
 }
 
-func refusedAddr(host string, addr netip.Addr, why string) error {
-	if host == addr.String() {
-		return fmt.Errorf("%w: webhook_url's host %s is %s: webhooks are not sent to private networks (an operator may allow them with --webhook-allow-private)", ErrTarget, host, why)
-	}
-	return fmt.Errorf("%w: webhook_url's host %s resolves to %s, %s: webhooks are not sent to private networks (an operator may allow them with --webhook-allow-private)", ErrTarget, host, addr, why)
-}
+// publicOnly ends a refusal of a blocked address with what to change.
+const publicOnly = "webhooks go to public addresses only (an operator may allow private networks with --webhook-allow-private)"
 
 // dialControl refuses a blocked address at the moment it is dialled: the
 // name checked at Enqueue may resolve elsewhere by the time of the send
