@@ -2,7 +2,9 @@ package server
 
 import (
 	"encoding/csv"
+	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,23 +37,24 @@ type usageView struct {
 // usage is GET /api/v1/usage: the calling account's usage, or its key's
 // alone for a scoped key (readsKey).
 func (a *App) usage(c echo.Context) error {
-	return a.answerUsage(c, accountOf(c).ID, readsKey(accountOf(c)), false)
+	return a.answerUsage(c, false)
 }
 
 // adminUsage is GET /admin/api/usage: every account's, or one's
 // (account_id=).
 func (a *App) adminUsage(c echo.Context) error {
-	return a.answerUsage(c, c.QueryParam("account_id"), "", true)
+	return a.answerUsage(c, true)
 }
 
-// answerUsage answers with accountID's usage ("": every account's), of
-// the key keyID alone unless it is "".
-func (a *App) answerUsage(c echo.Context, accountID, keyID string, admin bool) error {
-	q, by, err := parseUsageQuery(c.QueryParams(), time.Now(), admin)
+func (a *App) answerUsage(c echo.Context, admin bool) error {
+	u, err := parseUsageQuery(c.Request().URL.RawQuery, time.Now(), admin)
 	if err != nil {
 		return err
 	}
-	q.AccountID = accountID
+	q, keyID := u.q, ""
+	if !admin {
+		q.AccountID, keyID = accountOf(c).ID, readsKey(accountOf(c))
+	}
 	rows, err := a.store.Usage(c.Request().Context(), q)
 	if err != nil {
 		return a.storeErr("cannot read usage", err)
@@ -60,68 +63,117 @@ func (a *App) answerUsage(c echo.Context, accountID, keyID string, admin bool) e
 		// The ledger's rows are per key already: the account's others go.
 		rows = slices.DeleteFunc(rows, func(r store.UsageRow) bool { return r.KeyID != keyID })
 	}
-	grouped, err := store.GroupUsage(rows, by)
+	grouped, err := store.GroupUsage(rows, u.by)
 	if err != nil { // parseUsageQuery checked the groupings
 		return err
 	}
 	all, _ := store.GroupUsage(rows, nil)
-	v := usageView{From: q.From.Format(store.DayLayout), To: q.To.Format(store.DayLayout), GroupBy: by, Rows: grouped}
+	v := usageView{From: q.From.Format(store.DayLayout), To: q.To.Format(store.DayLayout), GroupBy: u.by, Rows: grouped}
 	if len(all) == 1 {
 		v.Total = all[0].UsageTotals
 	}
-	if c.QueryParam("format") == "csv" {
+	if u.csv {
 		return writeUsageCSV(c, v)
 	}
 	return c.JSON(http.StatusOK, v)
 }
 
-// parseUsageQuery reads from, to and group_by. The range defaults to the
-// last 30 days, today (UTC) included; group_by to none (one row, the
-// total). An admin may group by account too.
-func parseUsageQuery(p map[string][]string, now time.Time, admin bool) (store.UsageQuery, []string, error) {
-	get := func(k string) string {
-		if v := p[k]; len(v) > 0 {
-			return v[0]
-		}
-		return ""
-	}
+// usageRequest is a usage query as parseUsageQuery read it.
+type usageRequest struct {
+	q   store.UsageQuery // AccountID set for an admin's account_id only
+	by  []string         // the groupings, each once
+	csv bool
+}
+
+// maxUsageAccountID bounds an admin's account_id (account ids are UUIDs;
+// any id is taken, as a deleted account's usage stays in the ledger).
+const maxUsageAccountID = 128
+
+// parseUsageQuery reads a usage route's query: from, to, group_by and
+// format (and account_id, an admin's). The range defaults to the last 30
+// days, today (UTC) included; group_by to none (one row, the total);
+// format to json. An admin may group by account too. What it does not
+// know it refuses, naming what it takes, rather than answer as though the
+// client had not asked: a misspelt parameter, a format or grouping it
+// lacks, a parameter given twice, a grouping named twice (group_by holds
+// each at most once, so its size and the answer's are bounded by the
+// groupings there are).
+func parseUsageQuery(raw string, now time.Time, admin bool) (usageRequest, error) {
 	bad := func(msg string) error { return newError(http.StatusBadRequest, CodeInvalidRequest, msg) }
+	route, takes, groupings := "/api/v1/usage", "from, to, group_by and format", "key, task_type or day"
+	if admin {
+		route, takes, groupings = "/admin/api/usage", "from, to, group_by, format and account_id", "account, key, task_type or day"
+	}
+	p, err := url.ParseQuery(raw)
+	if err != nil {
+		return usageRequest{}, bad("the query does not parse: separate parameters with & (not ;) and escape % as %25")
+	}
+	for k, vs := range p {
+		switch k {
+		case "from", "to", "group_by", "format":
+		case "account_id":
+			if !admin {
+				return usageRequest{}, bad(fmt.Sprintf("unknown parameter %q; %s takes %s", clip(k, 40), route, takes))
+			}
+		default:
+			return usageRequest{}, bad(fmt.Sprintf("unknown parameter %q; %s takes %s", clip(k, 40), route, takes))
+		}
+		if len(vs) > 1 {
+			return usageRequest{}, bad(k + " is given twice; give it once")
+		}
+	}
+	var u usageRequest
+	switch p.Get("format") {
+	case "", "json":
+	case "csv":
+		u.csv = true
+	default:
+		return usageRequest{}, bad("format takes json or csv (default json)")
+	}
+	if u.q.AccountID = p.Get("account_id"); len(u.q.AccountID) > maxUsageAccountID {
+		return usageRequest{}, bad("account_id is longer than " + strconv.Itoa(maxUsageAccountID) + " characters; account ids are UUIDs")
+	}
+
 	today := now.UTC().Truncate(24 * time.Hour)
 	to, from := today, today.AddDate(0, 0, -29)
-	var err error
-	if s := get("to"); s != "" {
+	if s := p.Get("to"); s != "" {
 		if to, err = time.Parse(store.DayLayout, s); err != nil {
-			return store.UsageQuery{}, nil, bad("to must be a day, YYYY-MM-DD (UTC)")
+			return usageRequest{}, bad("to must be a day, YYYY-MM-DD (UTC)")
 		}
 		from = to.AddDate(0, 0, -29)
 	}
-	if s := get("from"); s != "" {
+	if s := p.Get("from"); s != "" {
 		if from, err = time.Parse(store.DayLayout, s); err != nil {
-			return store.UsageQuery{}, nil, bad("from must be a day, YYYY-MM-DD (UTC)")
+			return usageRequest{}, bad("from must be a day, YYYY-MM-DD (UTC)")
 		}
 	}
 	if from.After(to) {
-		return store.UsageQuery{}, nil, bad("from is after to")
+		return usageRequest{}, bad("from is after to")
 	}
 	if to.Sub(from) >= usageMaxDays*24*time.Hour {
-		return store.UsageQuery{}, nil, bad("the range is over " + strconv.Itoa(usageMaxDays) + " days; ask for less")
+		return usageRequest{}, bad("the range is over " + strconv.Itoa(usageMaxDays) + " days; ask for less")
 	}
-	by := []string{}
-	if s := get("group_by"); s != "" {
-		for _, g := range strings.Split(s, ",") {
+	u.q.From, u.q.To = from, to
+
+	u.by = []string{}
+	if s := p.Get("group_by"); s != "" {
+		for g := range strings.SplitSeq(s, ",") {
 			switch g = strings.TrimSpace(g); g {
 			case store.GroupByKey, store.GroupByTaskType, store.GroupByDay:
 			case store.GroupByAccount:
 				if !admin {
-					return store.UsageQuery{}, nil, bad("group_by account is the operator's (/admin/api/usage)")
+					return usageRequest{}, bad("group_by account is the operator's (/admin/api/usage)")
 				}
 			default:
-				return store.UsageQuery{}, nil, bad("group_by takes key, task_type or day, comma-separated")
+				return usageRequest{}, bad("group_by takes " + groupings + ", comma-separated, each once")
 			}
-			by = append(by, g)
+			if slices.Contains(u.by, g) {
+				return usageRequest{}, bad("group_by names " + g + " twice; name each grouping once")
+			}
+			u.by = append(u.by, g)
 		}
 	}
-	return store.UsageQuery{From: from, To: to}, by, nil
+	return u, nil
 }
 
 // writeUsageCSV answers with the rows as CSV: the grouped-by columns, then

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/csv"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -201,7 +202,8 @@ func TestUsageTotalsEqualWhatNodesReported(t *testing.T) {
 
 	// Bad queries, and no key.
 	for _, q := range []string{"from=yesterday", "to=2026-13-01", "from=2026-02-01&to=2026-01-01", "from=2020-01-01&to=2026-01-01",
-		"group_by=colour", "group_by=account"} {
+		"group_by=colour", "group_by=account", "format=xml", "group_by=key;drop", "group_by=key,key", "grup_by=key",
+		"from=2026-01-01&from=2026-01-02"} {
 		var e apiErr
 		if code, _ := ta.call(t, "GET", "/api/v1/usage?"+q, key1, nil, &e); code != http.StatusBadRequest || e.Error.Code != string(CodeInvalidRequest) {
 			t.Errorf("?%s: %d %+v, want 400 invalid_request", q, code, e)
@@ -212,5 +214,64 @@ func TestUsageTotalsEqualWhatNodesReported(t *testing.T) {
 	}
 	if code, _, _, _ := ta.do("GET", "/admin/api/usage", key1, nil); code != http.StatusUnauthorized {
 		t.Errorf("an API key on the admin route: %d, want 401", code)
+	}
+}
+
+// The usage API refuses what it does not know instead of ignoring it: an
+// unknown parameter, format or grouping, a parameter given twice, a
+// grouping named twice (so group_by is at most the distinct groupings: a
+// 63 KB group_by=key,key,… answered a 25 MB CSV), and a query that does not
+// parse (group_by=key;drop was dropped whole, and answered the total).
+// Each refusal names what is allowed.
+func TestUsageQueryRefusesWhatItDoesNotKnow(t *testing.T) {
+	now := time.Date(2026, 3, 10, 15, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		query string
+		admin bool
+		says  string // "" for accepted
+		by    string
+		csv   bool
+	}{
+		{query: "", by: ""},
+		{query: "group_by=key,task_type,day&format=csv", by: "key,task_type,day", csv: true},
+		{query: "group_by=day,%20key&format=json&from=2026-03-01&to=2026-03-09", by: "day,key"},
+		{query: "group_by=account,key,task_type,day&account_id=a1", admin: true, by: "account,key,task_type,day"},
+		{query: "format=xml", says: "format takes json or csv"},
+		{query: "format=CSV", says: "format takes json or csv"},
+		{query: "group_by=key;drop", says: "does not parse"},
+		{query: "from=2026-03-01;to=2026-03-02", says: "does not parse"},
+		{query: "group_by=%zz", says: "does not parse"},
+		{query: "group_by=colour", says: "group_by takes key, task_type or day"},
+		{query: "group_by=account", says: "/admin/api/usage"},
+		{query: "group_by=colour", admin: true, says: "group_by takes account, key, task_type or day"},
+		{query: "group_by=key,,day", says: "group_by takes key, task_type or day"},
+		{query: "group_by=key,key", says: "names key twice"},
+		{query: "group_by=key,%20key", says: "names key twice"},
+		{query: "group_by=" + strings.Repeat("key,", 10_500) + "key", says: "names key twice"},
+		{query: "group_by=key&group_by=day", says: "group_by is given twice"},
+		{query: "from=2026-03-01&from=2026-03-02", says: "from is given twice"},
+		{query: "format=csv&format=csv", says: "format is given twice"},
+		{query: "grup_by=key", says: `unknown parameter "grup_by"; /api/v1/usage takes from, to, group_by and format`},
+		{query: "account_id=a1", says: `unknown parameter "account_id"`},
+		{query: "limit=5", admin: true, says: `/admin/api/usage takes from, to, group_by, format and account_id`},
+		{query: strings.Repeat("x", 500) + "=1", says: "unknown parameter"},
+		{query: "account_id=" + strings.Repeat("a", 200), admin: true, says: "account_id is longer than"},
+		{query: "from=yesterday", says: "from must be a day"},
+		{query: "to=2026-13-01", says: "to must be a day"},
+	} {
+		u, err := parseUsageQuery(tc.query, now, tc.admin)
+		what := clip(tc.query, 60)
+		if tc.says == "" {
+			if err != nil || strings.Join(u.by, ",") != tc.by || u.csv != tc.csv {
+				t.Errorf("?%s (admin %v): %+v %v, want group_by %q, csv %v", what, tc.admin, u, err, tc.by, tc.csv)
+			}
+			continue
+		}
+		var ae *apiError
+		if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || ae.Code != CodeInvalidRequest || !strings.Contains(ae.Message, tc.says) {
+			t.Errorf("?%s (admin %v): %v, want 400 invalid_request saying %q", what, tc.admin, err, tc.says)
+		} else if len(ae.Message) > 200 {
+			t.Errorf("?%s: a %d-byte message: %.200s…", what, len(ae.Message), ae.Message)
+		}
 	}
 }
