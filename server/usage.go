@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -213,9 +215,20 @@ func writeUsageCSV(c echo.Context, v usageView) error {
 }
 
 // csvSafe keeps a spreadsheet from reading a cell as a formula (task types
-// are chosen by nodes, so by anyone with a key).
+// are chosen by nodes, so by anyone with a key), as OWASP's CSV injection
+// guidance does: a cell starting with = + - @, a tab or a carriage return
+// gets a leading '. Spreadsheets also skip, or read as those, more than
+// OWASP lists: any leading space (Unicode's too), line feed or other
+// control character, format characters (a zero-width space, a byte order
+// mark), the full-width and small forms of = + - @ and the minus sign; and
+// bytes that are not UTF-8 are whatever the spreadsheet guesses.
 func csvSafe(s string) string {
-	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+	if s == "" {
+		return s
+	}
+	switch r, _ := utf8.DecodeRuneInString(s); {
+	case strings.ContainsRune("=+-@＝＋－＠﹦﹢﹣﹫−", r),
+		unicode.IsSpace(r), unicode.IsControl(r), unicode.Is(unicode.Cf, r), r == utf8.RuneError:
 		return "'" + s
 	}
 	return s

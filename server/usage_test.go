@@ -275,3 +275,32 @@ func TestUsageQueryRefusesWhatItDoesNotKnow(t *testing.T) {
 		}
 	}
 }
+
+// A usage CSV's cells (task types are chosen by nodes, so by anyone with a
+// key) never start the way a spreadsheet starts a formula: OWASP's
+// characters (= + - @, tab, carriage return), and what a spreadsheet skips
+// or reads alike before one: a leading space, line feed or other control
+// or Unicode space or format character, the full-width and small forms.
+func TestCSVSafe(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		escaped bool
+	}{
+		{"chat", false}, {"", false}, {"day-2", false}, {"a=1", false}, {"'already", false}, {"日本語", false}, {"1+1", false},
+		{"=1+1", true}, {"+1", true}, {"-1", true}, {"@SUM(A1)", true},
+		{"\t=1", true}, {"\r=1", true}, {"\n=1", true}, {" =1", true}, {"\x00=1", true}, {"\x1b=1", true}, {"\x7f=1", true},
+		{"\u00a0=1", true}, {"\u3000=1", true}, {"\u2028=1", true}, {"\u200b=1", true}, {"\ufeff=1", true}, {"\u0085=1", true},
+		{"＝1+1", true}, {"＋1", true}, {"－1", true}, {"＠SUM(A1)", true},
+		{"﹦1", true}, {"﹢1", true}, {"﹣1", true}, {"﹫1", true}, {"−1", true},
+		{"\xff=1", true}, // not UTF-8: a spreadsheet's guess at its encoding decides what it is
+	} {
+		got := csvSafe(tc.in)
+		want := tc.in
+		if tc.escaped {
+			want = "'" + tc.in
+		}
+		if got != want {
+			t.Errorf("csvSafe(%q) = %q, want %q", tc.in, got, want)
+		}
+	}
+}
