@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -113,5 +114,51 @@ func TestSessionAffinityAcrossInstances(t *testing.T) {
 	}
 	if news := affinity("new"); news != 3 {
 		t.Errorf("%v new sessions after another account's first turn, want 3", news)
+	}
+}
+
+// X-Session-Id is bounded: over 128 characters (a 60 KiB one, under the
+// 64 KiB header cap, included), or with anything but printable ASCII, it
+// is 422 invalid_request naming the header, on /api/v1/request and the
+// OpenAI routes alike; 128 printable characters are a session.
+func TestSessionIDBounded(t *testing.T) {
+	ta := startApp(t, nil)
+	key := ta.account(t, "alice", "")
+	runSDKNode(t, ta, sdk.NodeConfig{APIKey: key, Name: "n", Capabilities: []string{"chat"}, MaxConcurrency: 4,
+		Handler: sdk.HandlerFunc(func(context.Context, *sdk.Task, func(string) error) (sdk.Result, error) {
+			return sdk.Result{Text: "ok"}, nil
+		})}).WaitRegistered(t, 5*time.Second)
+	send := func(path, body, session string) (int, string) {
+		req, _ := http.NewRequest("POST", ta.url+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Session-Id", session)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(raw)
+	}
+	routes := map[string]string{
+		"/api/v1/request":      `{"task_type":"chat","content":"turn"}`,
+		"/v1/chat/completions": `{"model":"gemmanet/chat","messages":[{"role":"user","content":"turn"}]}`,
+	}
+	printable := strings.Repeat("a-Z_0.9 ~", 15)[:128]
+	for path, body := range routes {
+		for _, bad := range []string{strings.Repeat("s", 60<<10), printable + "x", "tab\there", "naïve"} {
+			code, raw := send(path, body, bad)
+			if code != http.StatusUnprocessableEntity || !strings.Contains(raw, "invalid_request") || !strings.Contains(raw, "X-Session-Id") {
+				t.Errorf("%s with a %d-byte X-Session-Id %.20q: %d %.300s, want 422 invalid_request naming X-Session-Id", path, len(bad), bad, code, raw)
+			}
+		}
+		news := counterValue(t, ta, "switchyard_tasks_affinity_total", map[string]string{"result": "new"})
+		if code, raw := send(path, body, printable[:127]+path[1:2]); code != http.StatusOK {
+			t.Fatalf("%s with a 128-character X-Session-Id: %d %s", path, code, raw)
+		}
+		if got := counterValue(t, ta, "switchyard_tasks_affinity_total", map[string]string{"result": "new"}); got != news+1 {
+			t.Errorf("the 128-character session counted %v new sessions, want 1", got-news)
+		}
 	}
 }

@@ -303,12 +303,16 @@ func (a *App) chatCompletions(c echo.Context) error {
 }
 
 // readOpenAIBody reads and checks the body of an OpenAI route that runs a
-// task: 503 while draining, 400 context_length_exceeded (saying tooLong)
-// and 422 invalid_request as parse finds them.
+// task: 503 while draining, 422 for an X-Session-Id checkSessionID refuses,
+// 400 context_length_exceeded (saying tooLong) and 422 invalid_request as
+// parse finds them.
 func readOpenAIBody[T any](a *App, c echo.Context, parse func([]byte) (T, error), tooLong string) (T, error) {
 	var zero T
 	if a.draining.Load() {
 		return zero, &apiError{Status: http.StatusServiceUnavailable, Code: CodeNotReady, Message: "this instance is draining; retry on another", RetryAfter: "1"}
+	}
+	if err := checkSessionID(c); err != nil {
+		return zero, err
 	}
 	b, err := readBody(c)
 	if err != nil {

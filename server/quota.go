@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"math"
 	"net/http"
 	"strconv"
@@ -326,19 +324,3 @@ func (a *App) spendOrphan(rep store.UsageReport) {
 
 // maxOrphanSpends bounds the orphans' spends in flight (App.spendOrphan).
 const maxOrphanSpends = 64
-
-// sessionOf is the affinity key of a request: its account and the session
-// id the client named (X-Session-Id, or on the OpenAI routes the body's
-// prompt_cache_key or user), hashed so that any id makes a short key and
-// one account's ids never meet another's; "" when it named none.
-func sessionOf(c echo.Context, bodyID string) string {
-	id := c.Request().Header.Get("X-Session-Id")
-	if id == "" {
-		id = bodyID
-	}
-	if id == "" {
-		return ""
-	}
-	sum := sha256.Sum256([]byte(accountOf(c).ID + "\x00" + id))
-	return hex.EncodeToString(sum[:16])
-}

@@ -125,6 +125,9 @@ func (a *App) request(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := checkSessionID(c); err != nil {
+		return err
+	}
 	req := tasks.Request{
 		TaskID: uuid.NewString(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, Session: sessionOf(c, ""), TaskType: body.TaskType,
 		Content: body.Content, Params: body.Params, Stream: body.Stream, Trust: trust, Labels: labels, Priority: body.Priority,
