@@ -21,6 +21,8 @@ const (
 	maxLanguages       = 64
 	maxLanguageChars   = 16
 	maxModelInfoChars  = 2048
+	maxModelInfoBytes  = 12 * maxModelInfoChars // a character as sent: at most 12 bytes (an escaped surrogate pair)
+	maxModelInfoValues = 512
 	maxFeatures        = 32
 	maxFeatureChars    = 64
 	MaxNodeConcurrency = 1024 // the largest max_concurrency a node may declare
@@ -70,6 +72,30 @@ type Registration struct {
 // DecodeRegister decodes and validates a node_register payload. Its error
 // text is sent to the node, so it names the field and the rule.
 func DecodeRegister(p json.RawMessage) (Registration, error) {
+	// The lists are counted before they are decoded: node_register is
+	// read before its key is checked, and a list item a decoder spends 16
+	// bytes and more on takes 3 ("",) to send.
+	var lists struct {
+		Capabilities json.RawMessage `json:"capabilities"`
+		Languages    json.RawMessage `json:"languages"`
+		Features     json.RawMessage `json:"features"`
+		Labels       json.RawMessage `json:"labels"`
+	}
+	var r Registration
+	if err := json.Unmarshal(p, &lists); err != nil {
+		return r, fmt.Errorf("%w: %s", wire.ErrInvalidMessage, wire.DescribeJSONError(err))
+	}
+	for _, l := range []struct {
+		name  string
+		raw   json.RawMessage
+		limit int
+		what  string
+	}{{"capabilities", lists.Capabilities, maxCapabilities, "items"}, {"languages", lists.Languages, maxLanguages, "items"},
+		{"features", lists.Features, maxFeatures, "items"}, {"labels", lists.Labels, MaxLabels, "labels"}} {
+		if wire.CountItems(l.raw, l.limit) > l.limit {
+			return r, fmt.Errorf("%w: %s has more than %d %s", wire.ErrInvalidMessage, l.name, l.limit, l.what)
+		}
+	}
 	var raw struct {
 		APIKey         *string           `json:"api_key"`
 		Name           *string           `json:"name"`
@@ -81,7 +107,6 @@ func DecodeRegister(p json.RawMessage) (Registration, error) {
 		Version        string            `json:"version"`
 		Labels         map[string]string `json:"labels"`
 	}
-	var r Registration
 	if err := json.Unmarshal(p, &raw); err != nil {
 		return r, fmt.Errorf("%w: %s", wire.ErrInvalidMessage, wire.DescribeJSONError(err))
 	}
@@ -139,6 +164,13 @@ func DecodeRegister(p json.RawMessage) (Registration, error) {
 	}
 	if info[0] != '{' {
 		return r, fmt.Errorf("%w: model_info must be an object", wire.ErrInvalidMessage)
+	}
+	// compactJSON decodes it whole into Go values, 30-100 bytes for each
+	// value a hostile list writes in 2 or 3: a model_info within its 2,048
+	// characters has fewer than maxModelInfoValues values, and fewer than
+	// maxModelInfoBytes bytes as sent even with every character escaped.
+	if len(info) > maxModelInfoBytes || wire.CountAll(info, maxModelInfoValues) > maxModelInfoValues {
+		return r, fmt.Errorf("%w: model_info is longer than %d characters as JSON", wire.ErrInvalidMessage, maxModelInfoChars)
 	}
 	// Measured compactly, as GemmaNet measures its serialised form.
 	compact, err := compactJSON(info)

@@ -17,6 +17,7 @@ import (
 	segjson "github.com/segmentio/encoding/json"
 
 	"github.com/switchyard-dev/switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 	"github.com/switchyard-dev/switchyard/store"
 	"github.com/switchyard-dev/switchyard/tasks"
 )
@@ -113,7 +114,7 @@ func parseChatBody(b []byte) (chatBody, error) {
 	}
 	// Counted before decoding: a message costs 32 bytes and more, a
 	// hostile one 3 ("{},").
-	if n := countItems(raw.Messages, maxChatMessages); n < 1 || n > maxChatMessages {
+	if n := wire.CountItems(raw.Messages, maxChatMessages); n < 1 || n > maxChatMessages {
 		return body, invalid("messages must have 1-%d items", maxChatMessages)
 	}
 	var msgs []struct {
@@ -226,7 +227,7 @@ func contentText(c json.RawMessage) (string, error) {
 			Type *string `json:"type"`
 			Text *string `json:"text"`
 		}
-		err := eachItem(c, func(item []byte) error {
+		err := wire.EachItem(c, func(item []byte) error {
 			part.Type, part.Text = nil, nil
 			// A part that is not an object, or whose type or text is not
 			// a string, is not a text part: skipped, as before.

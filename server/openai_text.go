@@ -14,6 +14,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 	"github.com/switchyard-dev/switchyard/store"
 	"github.com/switchyard-dev/switchyard/tasks"
 )
@@ -111,11 +112,11 @@ func stringList(raw json.RawMessage, field string, limit int) ([]string, error) 
 	if raw[0] != '[' {
 		return nil, invalid("%s must be a string or a list of strings", field)
 	}
-	if countItems(raw, limit) > limit {
+	if wire.CountItems(raw, limit) > limit {
 		// Too many; but a list of anything but strings is told so, as
 		// it would have been (its first limit+1 items looked at).
 		n, notString := 0, errors.New("not a string")
-		err := eachItem(raw, func(item []byte) error {
+		err := wire.EachItem(raw, func(item []byte) error {
 			switch {
 			case item[0] != '"':
 				return notString

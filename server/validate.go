@@ -125,7 +125,7 @@ func decodeLabels(raw json.RawMessage) (map[string]string, error) {
 	if raw[0] != '{' {
 		return nil, invalid("node_labels has the wrong type (%s)", jsonKind(raw))
 	}
-	if countItems(raw, nodes.MaxLabels) > nodes.MaxLabels {
+	if wire.CountItems(raw, nodes.MaxLabels) > nodes.MaxLabels {
 		return nil, invalid("node_labels has more than %d labels", nodes.MaxLabels)
 	}
 	var labels map[string]string
@@ -414,7 +414,7 @@ func (r *paramsReader) value(depth int) error {
 // space skips white space and returns the index of the next byte (or of
 // the end).
 func (r *paramsReader) space() byte {
-	r.i = skipSpace(r.b, r.i)
+	r.i = wire.SkipSpace(r.b, r.i)
 	if r.i >= len(r.b) {
 		return 0
 	}
@@ -424,7 +424,7 @@ func (r *paramsReader) space() byte {
 // stringRaw returns the string at r.i, quotes and escapes included, and
 // moves past it.
 func (r *paramsReader) stringRaw() []byte {
-	end, err := skipString(r.b, r.i)
+	end, err := wire.SkipString(r.b, r.i)
 	if err != nil { // not after json.Valid
 		end = len(r.b)
 	}

@@ -135,3 +135,52 @@ func FuzzCheckBounds(f *testing.F) {
 		}
 	})
 }
+
+// Every reading of a node's frame, fed the worst JSON in each field of its
+// payload and in a field it does not know: refused, or read within
+// boundtest's bounds (invariant 16). A node of any account sends these,
+// up to --max-message-bytes (4 MiB) each.
+func TestNodeFrameReadingsAreBounded(t *testing.T) {
+	fast := NewCodec(segjson.Marshal, segjson.Unmarshal) // the coordinator's (nodes.Wire)
+	readers := []struct {
+		name   string
+		fields []string
+		read   func(Envelope)
+	}{
+		{"task_chunk", []string{`{"task_id":"t","delta":%s}`, `{"task_id":%s,"delta":"d"}`, `{"task_id":"t","x":%s}`},
+			func(e Envelope) {
+				if _, err := fast.DecodeTaskChunk(e.Payload); err != nil { // as nodes' readFast reads
+					_, _ = DecodeTaskChunk(e.Payload)
+				}
+			}},
+		{"task_result", []string{
+			`{"task_id":"t","status":"completed","result":%s}`, `{"task_id":%s,"status":"completed"}`,
+			`{"task_id":"t","status":%s}`, `{"task_id":"t","status":"completed","processing_time_ms":%s}`,
+			`{"task_id":"t","status":"completed","usage":%s}`, `{"task_id":"t","status":"completed","usage":{"prompt_tokens":%s}}`,
+			`{"task_id":"t","status":"completed","x":%s}`},
+			func(e Envelope) {
+				if _, err := fast.DecodeTaskResult(e.Payload); err != nil {
+					_, _ = DecodeTaskResult(e.Payload)
+				}
+			}},
+		{"heartbeat", []string{`{"active_tasks":%s}`, `{"cpu_percent":%s}`, `{"x":%s}`},
+			func(e Envelope) { _ = DecodeHeartbeat(e.Payload) }},
+		{"benchmark_result", []string{`{"results":%s}`, `{"results":[{"prompt":%s}]}`, `{"results":[{"time_ms":%s}]}`, `{"x":%s}`},
+			func(e Envelope) { _ = DecodeBenchmarkResult(e.Payload) }},
+	}
+	for _, r := range readers {
+		for _, field := range r.fields {
+			for _, s := range append(boundtest.Shapes(1<<20), boundtest.Shapes(19_000)...) {
+				frame := []byte(`{"msg_type":"x","payload":` + strings.Replace(field, "%s", s.JSON, 1) + `}`)
+				c := boundtest.Check(t, r.name+" "+field+" "+s.Name, frame, func(b []byte) {
+					if e, err := fast.DecodeEnvelope(b); err == nil {
+						r.read(e)
+					}
+				})
+				if testing.Verbose() {
+					t.Logf("%-16s %-70.70s %-22s %6.2f B/B", r.name, field, s.Name, float64(c.Alloc)/float64(len(frame)))
+				}
+			}
+		}
+	}
+}

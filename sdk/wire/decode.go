@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -67,42 +68,48 @@ func DecodeTaskResult(p json.RawMessage) (TaskResultPayload, error) {
 // DecodeTaskResult is the package's DecodeTaskResult with cd's JSON
 // decoder.
 func (cd Codec) DecodeTaskResult(p json.RawMessage) (TaskResultPayload, error) {
+	// Raw fields, read one by one: a field of type any would decode
+	// whatever a node put there into a tree of Go values, 20 to 100
+	// bytes for each 2 or 3 of a hostile list (TestNodeFrameReadingsAreBounded).
 	var raw struct {
-		TaskID           any `json:"task_id"`
-		Status           any `json:"status"`
-		Result           any `json:"result"`
-		ProcessingTimeMs any `json:"processing_time_ms"`
-		Usage            any `json:"usage"`
+		TaskID           json.RawMessage `json:"task_id"`
+		Status           json.RawMessage `json:"status"`
+		Result           json.RawMessage `json:"result"`
+		ProcessingTimeMs json.RawMessage `json:"processing_time_ms"`
+		Usage            json.RawMessage `json:"usage"`
 	}
 	var r TaskResultPayload
 	if err := cd.unmarshal(p, &raw); err != nil {
 		return r, fmt.Errorf("%w: task_result: %s", ErrInvalidMessage, DescribeJSONError(err))
 	}
-	id, ok := raw.TaskID.(string)
+	id, ok := cd.str(raw.TaskID)
 	if !ok || id == "" {
 		return r, fmt.Errorf("%w: task_result: task_id must be a non-empty string", ErrInvalidMessage)
 	}
 	r.TaskID = id
-	status, ok := raw.Status.(string)
+	status, ok := cd.str(raw.Status)
 	if !ok {
 		return r, fmt.Errorf("%w: task_result: status must be a string", ErrInvalidMessage)
 	}
 	r.Status = ResultStatus(status)
-	switch v := raw.Result.(type) {
-	case string:
-		r.Result = v
-	case nil:
-	default:
-		return r, fmt.Errorf("%w: task_result: result must be a string", ErrInvalidMessage)
+	if len(raw.Result) > 0 && string(raw.Result) != "null" {
+		if r.Result, ok = cd.str(raw.Result); !ok {
+			return r, fmt.Errorf("%w: task_result: result must be a string", ErrInvalidMessage)
+		}
 	}
 	r.ProcessingTimeMs = -1
-	if raw.ProcessingTimeMs != nil {
-		r.ProcessingTimeMs = int64(min(number(raw.ProcessingTimeMs), math.MaxInt32))
+	if len(raw.ProcessingTimeMs) > 0 && string(raw.ProcessingTimeMs) != "null" {
+		r.ProcessingTimeMs = int64(min(cd.number(raw.ProcessingTimeMs), math.MaxInt32))
 	}
-	if u, ok := raw.Usage.(map[string]any); ok {
+	if len(raw.Usage) > 0 && raw.Usage[0] == '{' {
+		var u struct {
+			PromptTokens     json.RawMessage `json:"prompt_tokens"`
+			CompletionTokens json.RawMessage `json:"completion_tokens"`
+		}
+		_ = cd.unmarshal(raw.Usage, &u) // an object that decoded once decodes again
 		r.Usage = &Usage{
-			PromptTokens:     int(min(number(u["prompt_tokens"]), math.MaxInt32)),
-			CompletionTokens: int(min(number(u["completion_tokens"]), math.MaxInt32)),
+			PromptTokens:     int(min(cd.number(u.PromptTokens), math.MaxInt32)),
+			CompletionTokens: int(min(cd.number(u.CompletionTokens), math.MaxInt32)),
 		}
 	}
 	return r, nil
@@ -114,15 +121,24 @@ func (cd Codec) DecodeTaskResult(p json.RawMessage) (TaskResultPayload, error) {
 // routing. NodeID is not read.
 func DecodeHeartbeat(p json.RawMessage) HeartbeatPayload {
 	var raw struct {
-		ActiveTasks any `json:"active_tasks"`
-		CPUPercent  any `json:"cpu_percent"`
+		ActiveTasks json.RawMessage `json:"active_tasks"`
+		CPUPercent  json.RawMessage `json:"cpu_percent"`
 	}
 	_ = json.Unmarshal(p, &raw) // lenient by design
 	return HeartbeatPayload{
-		ActiveTasks: int(min(number(raw.ActiveTasks), 1<<20)),
-		CPUPercent:  min(max(number(raw.CPUPercent), 0), 100),
+		ActiveTasks: int(min(Standard.number(raw.ActiveTasks), 1<<20)),
+		CPUPercent:  min(max(Standard.number(raw.CPUPercent), 0), 100),
 	}
 }
+
+// Bounds of a benchmark_result's reading: its first MaxBenchmarkItems
+// items are read (the coordinator asks fewer questions, and keeps 500
+// characters of each answer), and a payload over MaxBenchmarkBytes is
+// not read at all: it reads as no results, a failed benchmark.
+const (
+	MaxBenchmarkItems = 16
+	MaxBenchmarkBytes = 64 << 10
+)
 
 // DecodeBenchmarkResult reads a benchmark_result leniently: a payload that
 // cannot be read has no results, and a field of an item that cannot be read
@@ -130,34 +146,67 @@ func DecodeHeartbeat(p json.RawMessage) HeartbeatPayload {
 // a numeric string, clamped to [0, 2^31-1]. NodeID is not read.
 func DecodeBenchmarkResult(p json.RawMessage) BenchmarkResultPayload {
 	var raw struct {
-		Results []map[string]any `json:"results"`
+		Results json.RawMessage `json:"results"`
 	}
-	_ = json.Unmarshal(p, &raw) // lenient by design
 	var out BenchmarkResultPayload
-	if len(raw.Results) > 0 {
-		out.Results = make([]BenchmarkItem, len(raw.Results))
+	if len(p) > MaxBenchmarkBytes || json.Unmarshal(p, &raw) != nil || len(raw.Results) == 0 || raw.Results[0] != '[' {
+		return out // lenient by design
 	}
-	for i, r := range raw.Results {
-		prompt, _ := r["prompt"].(string)
-		response, _ := r["response"].(string)
-		success, _ := r["success"].(bool)
-		out.Results[i] = BenchmarkItem{
-			Prompt: prompt, Response: response, Success: success,
-			TimeMs: int64(min(number(r["time_ms"]), math.MaxInt32)),
+	dec := json.NewDecoder(bytes.NewReader(raw.Results))
+	_, _ = dec.Token() // '['
+	for dec.More() && len(out.Results) < MaxBenchmarkItems {
+		var item struct {
+			Prompt   json.RawMessage `json:"prompt"`
+			Response json.RawMessage `json:"response"`
+			TimeMs   json.RawMessage `json:"time_ms"`
+			Success  json.RawMessage `json:"success"`
 		}
+		var it BenchmarkItem
+		// An item that is not an object is a type error, after which the
+		// Decoder goes on with the next item; any other error ends it.
+		var te *json.UnmarshalTypeError
+		if err := dec.Decode(&item); err != nil && !errors.As(err, &te) {
+			break
+		} else if err == nil {
+			it.Prompt, _ = Standard.str(item.Prompt)
+			it.Response, _ = Standard.str(item.Response)
+			it.Success = string(item.Success) == "true"
+			it.TimeMs = int64(min(Standard.number(item.TimeMs), math.MaxInt32))
+		}
+		out.Results = append(out.Results, it)
 	}
 	return out
 }
 
+// str reads a JSON string; ok is false for any other value.
+func (cd Codec) str(raw json.RawMessage) (string, bool) {
+	var s string
+	if len(raw) == 0 || raw[0] != '"' || cd.unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// maxNumberBytes is the longest number or numeric string number reads;
+// a float64 needs 24 characters at most, and the fields it reads are
+// counts and milliseconds.
+const maxNumberBytes = 64
+
 // number reads a JSON number or numeric string leniently: anything else,
-// and NaN, infinities and negatives, read as 0.
-func number(v any) float64 {
+// anything longer than maxNumberBytes, and NaN, infinities and negatives,
+// read as 0.
+func (cd Codec) number(raw json.RawMessage) float64 {
 	var f float64
-	switch x := v.(type) {
-	case float64:
-		f = x
-	case string:
-		f, _ = strconv.ParseFloat(x, 64)
+	switch {
+	case len(raw) == 0 || len(raw) > maxNumberBytes:
+	case raw[0] == '"':
+		s, _ := cd.str(raw)
+		f, _ = strconv.ParseFloat(s, 64)
+	case raw[0] == '-' || (raw[0] >= '0' && raw[0] <= '9'):
+		var err error
+		if f, err = strconv.ParseFloat(string(raw), 64); err != nil {
+			f = 0 // past a float64's range too (encoding/json refused the whole payload)
+		}
 	}
 	if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
 		return 0
