@@ -115,3 +115,55 @@ func BenchmarkMiddlewareMemory(b *testing.B) {
 		e.ServeHTTP(httptest.NewRecorder(), req)
 	}
 }
+
+// What a limited key's task costs its quota: a Reserve before it runs and
+// a Settle at its end (the old check and spend were a Spent and a Spend,
+// also two round trips). The key has many tasks under way in the parallel
+// run, so the holds' hash and index are not empty.
+func BenchmarkQuotaHold(b *testing.B) {
+	ctx := context.Background()
+	l := ratelimit.Limits{Day: ratelimit.Amount{Tokens: 1 << 40}, Month: ratelimit.Amount{Units: 1 << 40}}
+	run := func(b *testing.B, q ratelimit.Quota) {
+		var next atomic.Int64
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				id := "t" + strconv.FormatInt(next.Add(1), 10)
+				now := time.Now()
+				h := ratelimit.Hold{ID: id, Amount: ratelimit.Amount{Tokens: 1100, Units: 1_100_000}, Until: now.Add(5 * time.Minute)}
+				if _, ok, err := q.Reserve(ctx, "acct_1", l, h, now); err != nil || !ok {
+					b.Errorf("reserve: %v %v", ok, err)
+					return
+				}
+				if err := q.Settle(ctx, "acct_1", id, ratelimit.Amount{Tokens: 30, Units: 30_000}, now); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	b.Run("memory", func(b *testing.B) { run(b, ratelimit.NewMemoryQuota()) })
+	b.Run("redis", func(b *testing.B) {
+		rdb := testRedis(b, true)
+		run(b, ratelimit.NewRedisQuota(rdb, testPrefix(b, rdb)))
+	})
+	// The old path, for comparison: Spent before, Spend after.
+	b.Run("redis-spent-spend", func(b *testing.B) {
+		rdb := testRedis(b, true)
+		q := ratelimit.NewRedisQuota(rdb, testPrefix(b, rdb))
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				now := time.Now()
+				if _, _, err := q.Spent(ctx, "acct_1", now); err != nil {
+					b.Error(err)
+					return
+				}
+				if err := q.Spend(ctx, "acct_1", ratelimit.Amount{Tokens: 30, Units: 30_000}, now); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
