@@ -6,7 +6,8 @@
 // construction. For the task types this instance's own nodes serve, it
 // claims queued tasks when a local node has a free slot and no synchronous
 // request waits for one here, and runs each through the task engine
-// restricted to local nodes (tasks.Request.LocalOnly): the lease holder and
+// restricted to local nodes (tasks.Request.LocalOnly), once the Admission
+// hook admits it (its key's limits, judged again at the claim): the lease holder and
 // the node live and die together, so a killed instance loses both and no
 // other instance runs its tasks twice. It renews its leases, ends its tasks
 // fenced by the lease's generation, releases the leases of lost instances

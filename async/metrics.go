@@ -8,6 +8,7 @@ type metrics struct {
 	submitted prometheus.Counter
 	claimed   prometheus.Counter
 	fenced    prometheus.Counter
+	refused   prometheus.Counter
 	purged    prometheus.Counter
 	released  *prometheus.CounterVec
 	ended     *prometheus.CounterVec
@@ -23,6 +24,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Async tasks this instance claimed for its nodes (a retry is claimed again)."}),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "fenced_total",
 			Help: "Ends of async tasks dropped because the lease had moved on (another instance owns the task)."}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "refused_total",
+			Help: "Async tasks this instance claimed and failed without running: their key had reached a token or budget limit (Deps.Admission)."}),
 		purged: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "purged_total",
 			Help: "Expired async tasks deleted by this instance."}),
 		released: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "released_total",
@@ -31,7 +34,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Async tasks this instance ended, by final status."}, []string{"status"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.submitted, m.claimed, m.fenced, m.purged, m.released, m.ended)
+		reg.MustRegister(m.submitted, m.claimed, m.fenced, m.refused, m.purged, m.released, m.ended)
 	}
 	return m
 }

@@ -95,7 +95,31 @@ type Deps struct {
 	// Streams keeps the chunks of tasks submitted with stream: true for
 	// GET /api/v1/tasks/{id}/stream (streamlog.Log); nil: none are kept.
 	Streams Streams
+	// Admission judges each claimed task before it runs (its key's token
+	// and budget limits); nil: every task runs.
+	Admission Admission
 }
+
+// Admission is what a claimed task must pass before it runs: a task
+// queued while its key could still spend may find it spent when claimed.
+type Admission interface {
+	// Admit holds what t may spend until release is called, after t's
+	// end. An error refuses t: it fails with the error's code (a
+	// *tasks.Error's) and message, and its webhook is told, instead of
+	// running; unless the error is ErrNotYet, and then the claim asks
+	// again every AdmitRetry, for up to LocalRetry, then gives the task
+	// back to the queue.
+	Admit(ctx context.Context, t store.AsyncTask) (release func(), err error)
+}
+
+// ErrNotYet is an Admission's refusal of a task that may be admitted in
+// a moment: what its key's tasks under way hold is in the way, and their
+// ends may leave room.
+var ErrNotYet = errors.New("async: not admitted yet")
+
+// AdmitRetry is how often a claimed task that was not admitted yet
+// (ErrNotYet) asks again.
+const AdmitRetry = 500 * time.Millisecond
 
 // Streams is the chunk log of resumable streams (streamlog.Log).
 type Streams interface {
@@ -448,7 +472,7 @@ func (p *Pump) fill(ctx context.Context, tasks *sync.WaitGroup) error {
 				// draining instance starts nothing, so the task goes back
 				// to the queue for another instance (or for this one's
 				// next start).
-				p.giveBack(ctx, t)
+				p.giveBack(ctx, t, "the drain began during its claim")
 				return nil
 			}
 			p.start(ctx, tasks, t)
@@ -462,15 +486,16 @@ func (p *Pump) fill(ctx context.Context, tasks *sync.WaitGroup) error {
 	return nil
 }
 
-// giveBack returns a task claimed during the drain to the queue. If the
-// store cannot take it back, its lease lapses and the sweep of another
-// instance (or of this one's next start) queues it again.
-func (p *Pump) giveBack(ctx context.Context, t store.AsyncTask) {
+// giveBack returns a claimed task to the queue, unrun, for why (the drain
+// began during its claim, say). If the store cannot take it back, its
+// lease lapses and the sweep of another instance (or of this one's next
+// start) queues it again.
+func (p *Pump) giveBack(ctx context.Context, t store.AsyncTask, why string) {
 	if err := p.deps.Queue.UnclaimAsync(ctx, t.ID, t.Gen); err != nil {
-		p.log.Warn("cannot give back an async task claimed during the drain; its lease will lapse", "task_id", t.ID, "err", err)
+		p.log.Warn("cannot give back an async task to the queue; its lease will lapse", "task_id", t.ID, "why", why, "err", err)
 		return
 	}
-	p.log.Debug("gave back an async task claimed during the drain", "task_id", t.ID)
+	p.log.Debug("gave back an async task to the queue", "task_id", t.ID, "why", why)
 }
 
 // start runs a claimed task on its own goroutine, under tasks. run is the
@@ -510,6 +535,14 @@ func (p *Pump) run(run, ctx context.Context, t store.AsyncTask) {
 		p.mu.Unlock()
 		p.Nudge() // its slot is free
 	}()
+	release, ok := p.admit(run, ctx, t)
+	if !ok {
+		return
+	}
+	// After the end: the task's record settles its hold first (with what
+	// it used); this gives back a hold its end did not reach (a stop of
+	// the pump, which leaves the task to another instance).
+	defer release()
 	req := tasks.Request{TaskID: t.ID, AccountID: t.AccountID, KeyID: t.KeyID, TaskType: t.TaskType, Content: t.Content,
 		Params: t.Params, Stream: t.Stream, Trust: t.Trust, Priority: t.Priority, LocalOnly: true}
 	var joined strings.Builder
@@ -534,7 +567,7 @@ func (p *Pump) run(run, ctx context.Context, t store.AsyncTask) {
 		case errors.Is(cause, errShutdown):
 			return // not ended: the lease lapses, another instance runs it again
 		case errors.Is(cause, errCancelled):
-			end = store.AsyncEnd{Status: store.AsyncCancelled, NodeID: out.NodeID, ErrorCode: "cancelled", ErrorMessage: "the task was cancelled (DELETE /api/v1/tasks/{id})"}
+			end = cancelledEnd(out.NodeID)
 		case err != nil:
 			e := tasks.AsError(err)
 			if !assigned && retryLocally(e.Code) && time.Since(first) < LocalRetry {
@@ -559,6 +592,52 @@ func (p *Pump) run(run, ctx context.Context, t store.AsyncTask) {
 		p.end(run, t, end)
 		return
 	}
+}
+
+// admit passes a claimed task through Deps.Admission; ok false when the
+// task did not pass and is done with here: refused (ended failed with the
+// refusal's code), cancelled while it waited (ended cancelled), given
+// back to the queue after waiting LocalRetry for room, or the pump stops.
+// ctx is the task's, run the pump's.
+func (p *Pump) admit(run, ctx context.Context, t store.AsyncTask) (release func(), ok bool) {
+	if p.deps.Admission == nil {
+		return func() {}, true
+	}
+	first := time.Now()
+	for {
+		release, err := p.deps.Admission.Admit(ctx, t)
+		if err == nil {
+			return release, true
+		}
+		if errors.Is(err, ErrNotYet) {
+			if time.Since(first) >= LocalRetry || p.draining.Load() {
+				// Still no room (or no more time here): the slot it holds
+				// goes to other work, and the task waits in the queue, its
+				// attempt undone.
+				p.giveBack(run, t, "its key's tasks under way held what its limits leave")
+				return nil, false
+			}
+			if sleep(ctx, AdmitRetry) {
+				continue
+			}
+		}
+		switch cause := context.Cause(ctx); {
+		case errors.Is(cause, errShutdown):
+			return nil, false // not ended: the lease lapses, another instance runs it
+		case errors.Is(cause, errCancelled):
+			p.end(run, t, cancelledEnd(""))
+			return nil, false
+		}
+		e := tasks.AsError(err)
+		p.metrics.refused.Inc()
+		p.end(run, t, store.AsyncEnd{Status: store.AsyncFailed, ErrorCode: string(e.Code), ErrorMessage: e.Message})
+		return nil, false
+	}
+}
+
+// cancelledEnd is the end of a task cancelled by its account.
+func cancelledEnd(nodeID string) store.AsyncEnd {
+	return store.AsyncEnd{Status: store.AsyncCancelled, NodeID: nodeID, ErrorCode: "cancelled", ErrorMessage: "the task was cancelled (DELETE /api/v1/tasks/{id})"}
 }
 
 // logChunk keeps a chunk of a stream task for its readers. Before the

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -553,6 +555,104 @@ func TestPumpDrainGivesBackAClaimUnderWay(t *testing.T) {
 		defer n.mu.Unlock()
 		if n.runs["late"] != 0 {
 			t.Fatalf("the task claimed during the drain ran %d times, want never", n.runs["late"])
+		}
+	})
+}
+
+// admission is a fake Deps.Admission: it refuses the tasks whose content
+// starts with "over" (quota_exceeded), and notes each release with the
+// status the store held for its task then.
+type admission struct {
+	st store.Store
+
+	mu       sync.Mutex
+	asked    map[string]int
+	released map[string]string // task id → its status at the release
+}
+
+func (a *admission) Admit(ctx context.Context, t store.AsyncTask) (func(), error) {
+	a.mu.Lock()
+	if a.asked == nil {
+		a.asked = map[string]int{}
+	}
+	a.asked[t.ID]++
+	asked := a.asked[t.ID]
+	a.mu.Unlock()
+	refused := &tasks.Error{Code: "quota_exceeded", Message: "this API key has used 100 of its 100 tokens_per_day"}
+	switch {
+	case strings.HasPrefix(t.Content, "over"):
+		return nil, refused
+	case strings.HasPrefix(t.Content, "later") && asked < 3:
+		return nil, fmt.Errorf("%w: %w", async.ErrNotYet, refused)
+	}
+	return func() {
+		got, err := a.st.AsyncTask(context.Background(), t.ID)
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.released == nil {
+			a.released = map[string]string{}
+		}
+		a.released[t.ID] = got.Status
+		if err != nil {
+			a.released[t.ID] = err.Error()
+		}
+	}, nil
+}
+
+// Each claimed task passes Deps.Admission before it runs: a refused one
+// (its key at a token limit when claimed, though it had room when queued)
+// fails with the refusal's code and message, never reaches a node, and
+// its webhook tells it; one not admitted yet (ErrNotYet) is asked again
+// until it is; an admitted one runs, and its release comes after its end
+// is written (its record has settled what it used by then).
+func TestPumpQuotaAdmitsEachClaimedTask(t *testing.T) {
+	stores(t, func(t *testing.T, st store.Store) {
+		n := newNodes("echo", 2)
+		h := &hooks{}
+		adm := &admission{st: st}
+		p := newPump(t, st, n, func(d *async.Deps) { d.Webhooks, d.Admission = h, adm })
+		c := ctx(t)
+		over := task("over", "acct", "over the limit")
+		over.WebhookURL = "https://example.com/hook"
+		for _, tk := range []store.AsyncTask{over, task("fits", "acct", "fits"), task("later", "acct", "later")} {
+			if err := p.Submit(c, tk); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := p.Wait(c, "over", time.Now().Add(20*time.Second))
+		if err != nil || got.Status != store.AsyncFailed || got.ErrorCode != "quota_exceeded" ||
+			got.ErrorMessage != "this API key has used 100 of its 100 tokens_per_day" {
+			t.Fatalf("the task over its key's limit ended %+v, %v; want failed, quota_exceeded", got, err)
+		}
+		var view struct {
+			Status string `json:"status"`
+			Error  struct {
+				Code string `json:"code"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(h.body("over"), &view); err != nil || view.Status != store.AsyncFailed || view.Error.Code != "quota_exceeded" {
+			t.Errorf("its webhook: %s (%v)", h.body("over"), err)
+		}
+		if got, err := p.Wait(c, "fits", time.Now().Add(20*time.Second)); err != nil || got.Status != store.AsyncCompleted {
+			t.Fatalf("the task within its key's limit ended %+v, %v", got, err)
+		}
+		// Not admitted yet twice (another task's hold in the way), then
+		// admitted: it waits for room on its claim, and runs once.
+		if got, err := p.Wait(c, "later", time.Now().Add(20*time.Second)); err != nil || got.Status != store.AsyncCompleted || got.Attempts != 1 {
+			t.Fatalf("the task that waited for room ended %+v, %v", got, err)
+		}
+		if runs := n.served(); len(runs) != 2 || slices.Contains(runs, "over") {
+			t.Errorf("nodes ran %v, want only the tasks within the limit", runs)
+		}
+		waitUntil(t, 5*time.Second, func() bool {
+			adm.mu.Lock()
+			defer adm.mu.Unlock()
+			return len(adm.released) == 2
+		})
+		adm.mu.Lock()
+		defer adm.mu.Unlock()
+		if adm.released["fits"] != store.AsyncCompleted || adm.released["later"] != store.AsyncCompleted || adm.asked["later"] != 3 || adm.asked["over"] != 1 {
+			t.Errorf("releases %v, admissions asked %v: want the admitted tasks' releases after their ends were written, and the waiting task asked 3 times", adm.released, adm.asked)
 		}
 	})
 }
