@@ -45,6 +45,8 @@ type App struct {
 	inflight        ratelimit.InFlight // --max-inflight-per-key (inflight.go)
 	quota           ratelimit.Quota    // token quotas per key (quota.go)
 	quotaKeys       quotaKeys          // which keys have token limits, and their counters' seeding (quota.go)
+	quotaHolds      quotaHolds         // the quota holds of the tasks admitted here, until they end (quota.go)
+	keyLimits       keyLimitsCache     // async tasks' keys' limits, as claims judge them (quota.go)
 	orphanSpends    chan struct{}      // the spends of orphaned tasks' tokens in flight (quota.go)
 	quotaRefused    prometheus.Counter
 	quotaErrors     prometheus.Counter
@@ -272,7 +274,8 @@ func (a *App) buildEngine(claims nodes.Claims) {
 func (a *App) buildPump() {
 	a.streams = a.newStreamLog()
 	a.authorizeTask = a.authorizeAsyncStream
-	deps := asyncq.Deps{Queue: a.store, Runner: a.engine, Local: localNodes{a}, Webhooks: a.webhooks, Streams: a.streams}
+	deps := asyncq.Deps{Queue: a.store, Runner: a.engine, Local: localNodes{a}, Webhooks: a.webhooks, Streams: a.streams,
+		Admission: asyncAdmission{a}}
 	deps.Broadcast = asyncBroadcast{a.control}
 	if a.cfg.Multi() {
 		deps.Lost = a.cluster.lost.list

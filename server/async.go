@@ -16,7 +16,9 @@ import (
 	asyncq "github.com/switchyard-dev/switchyard/async"
 	"github.com/switchyard-dev/switchyard/bus"
 	"github.com/switchyard-dev/switchyard/nodes"
+	"github.com/switchyard-dev/switchyard/ratelimit"
 	"github.com/switchyard-dev/switchyard/store"
+	"github.com/switchyard-dev/switchyard/tasks"
 )
 
 // Async tasks (POST /api/v1/tasks): the pump (package async)
@@ -120,6 +122,12 @@ func (a *App) submitTask(c echo.Context) error {
 		return newError(http.StatusUnprocessableEntity, CodeInvalidRequest,
 			"node_labels and "+HeaderNodeLabels+" apply to POST /api/v1/request and the OpenAI routes, not to async tasks")
 	}
+	// Judged now, held when claimed (asyncAdmission): a key at a limit
+	// is told at once rather than by its task's failure.
+	acct := accountOf(c)
+	if _, err := a.admit(ctx, acct.ID, acct.KeyID, acct.KeyLimits, ratelimit.Hold{}, 0, c.Response().Header()); err != nil {
+		return err
+	}
 	t := store.AsyncTask{
 		ID: uuid.Must(uuid.NewV7()).String(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, TaskType: body.TaskType,
 		Content: body.Content, Params: body.Params, Stream: body.Stream, Trust: trust, Priority: body.Priority,
@@ -185,6 +193,48 @@ func (a *App) cancelTask(c echo.Context) error {
 		return a.storeErr("cannot cancel an async task", err)
 	}
 	return c.JSON(http.StatusOK, asyncq.ViewOf(t))
+}
+
+// asyncAdmission admits each claimed async task against its key's token
+// and budget limits, and holds what it may spend, as a request is admitted
+// (quota.go), by its key's limits as they are now: a task queued while its
+// key had room may find it spent, and then fails with the refusal's code
+// (quota_exceeded, budget_exhausted) instead of running. A task that finds
+// the room taken only by its key's tasks under way waits for their ends.
+type asyncAdmission struct{ a *App }
+
+// Admit implements asyncq.Admission.
+func (q asyncAdmission) Admit(ctx context.Context, t store.AsyncTask) (func(), error) {
+	a := q.a
+	if t.KeyID == "" {
+		return noRelease, nil
+	}
+	l, err := a.limitsOfKey(ctx, t.AccountID, t.KeyID)
+	if err != nil {
+		// As counters that cannot be read: let it run.
+		a.quotaErrors.Inc()
+		a.log.Debug("cannot read an async task's key limits; running it", "task_id", t.ID, "err", err)
+		return noRelease, nil
+	}
+	if !l.Any() {
+		a.quotaKeys.note(t.KeyID, false, time.Time{}) // its tokens are not counted, as on the requests' path
+		return noRelease, nil
+	}
+	h := ratelimit.Hold{ID: t.ID, Amount: a.holdOf(tasks.Request{TaskType: t.TaskType, Content: t.Content, Params: t.Params}, false)}
+	release, tot := a.reserve(ctx, t.AccountID, t.KeyID, l, h, a.holdFor(t.Stream)+asyncq.LocalRetry)
+	if release != nil {
+		return release, nil
+	}
+	ae := refusal(http.Header{}, l, tot)
+	err = &tasks.Error{Code: tasks.Code(ae.Code), Message: ae.Message}
+	if limitsOf(l).Room(ratelimit.Totals{Day: tot.Day, Month: tot.Month}) {
+		// Only what the key's tasks under way hold is in the way: their
+		// ends may leave room, and a task that fits must not fail for
+		// another's estimate. The claim asks again (asyncq.ErrNotYet).
+		return nil, fmt.Errorf("%w: %w", asyncq.ErrNotYet, err)
+	}
+	a.quotaRefused.Inc()
+	return nil, err
 }
 
 // localNodes is the pump's view of this instance's nodes.

@@ -118,6 +118,11 @@ type Config struct {
 	// a type not listed costs 1 unit a token (ParseTokenPrices reads
 	// --token-prices). nil: every type at 1.
 	TokenPrices map[string]float64
+	// QuotaCompletionEstimate (default 1024) is the completion tokens a
+	// request of a key with token or budget limits holds against them
+	// when it names no max_tokens (quota.go): what its answer is expected
+	// to cost, until its end replaces the hold with what it did.
+	QuotaCompletionEstimate int64
 	// BenchmarkMaxAge: a node's benchmark older than this is redone. Zero is
 	// passed through: package nodes fills its own default (6h).
 	BenchmarkMaxAge time.Duration
@@ -198,6 +203,8 @@ func DefaultConfig() Config {
 		StoreFlushInterval: 200 * time.Millisecond,
 		GCHeapFloorBytes:   64 << 20,
 		SplitTaskTypes:     []string{"translate"},
+
+		QuotaCompletionEstimate: 1024,
 	}
 }
 
@@ -243,6 +250,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.DrainFlushTimeout, d.DrainFlushTimeout)
 	setDefault(&c.StoreFlushInterval, d.StoreFlushInterval)
 	setDefault(&c.GCHeapFloorBytes, d.GCHeapFloorBytes)
+	setDefault(&c.QuotaCompletionEstimate, d.QuotaCompletionEstimate)
 	if c.SplitTaskTypes == nil {
 		c.SplitTaskTypes = d.SplitTaskTypes
 	} else {
@@ -341,6 +349,9 @@ func (c Config) Validate() error {
 		if tt == "" || p < 0 || math.IsNaN(p) || math.IsInf(p, 0) {
 			bad("--token-prices: %q=%v must name a task type and a price of 0 or more units per token", tt, p)
 		}
+	}
+	if c.QuotaCompletionEstimate < 1 {
+		bad("--quota-completion-estimate must be at least 1 token")
 	}
 	if c.QuarantineAfter < -1 {
 		bad("--quarantine-after must be -1 (never) or a positive number of failed tasks")

@@ -75,8 +75,12 @@ type errorDetail struct {
 	Message string `json:"message"`
 }
 
-// taskError turns a task failure into its answer.
+// taskError turns a task failure into its answer; a task refused before
+// it ran (its key's limits: runAdmitted) keeps its own.
 func taskError(err error) *apiError {
+	if ae, ok := errors.AsType[*apiError](err); ok {
+		return ae
+	}
 	e := tasks.AsError(err)
 	ae := newError(e.Status(), Code(e.Code), e.Message)
 	if ae.Status == http.StatusServiceUnavailable {

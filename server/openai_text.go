@@ -316,7 +316,7 @@ func (a *App) embeddings(c echo.Context) error {
 	err = a.withFallback(c, body.Model, embeddingCap, func(taskType string) error {
 		req := openAIRequest(c, taskType, strings.Join(body.Input, "\n"), params, false, "")
 		var err error
-		if out, err = a.engine.RunTask(c.Request().Context(), req, tasks.Hooks{}); err != nil {
+		if out, err = a.runWhole(c, req, tasks.Hooks{}); err != nil {
 			return openAITaskError(err)
 		}
 		return nil

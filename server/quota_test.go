@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"encoding/json"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"github.com/switchyard-dev/switchyard/ratelimit"
 	"github.com/switchyard-dev/switchyard/sdk"
 	"github.com/switchyard-dev/switchyard/store"
+	"github.com/switchyard-dev/switchyard/tasks"
 )
 
 // A key with a 10,000-token daily limit is refused 429 quota_exceeded on
@@ -88,39 +91,55 @@ func TestTokenQuotaAcrossInstances(t *testing.T) {
 	}
 }
 
-// quotaRefusal's choice, headers and reset times, by the calendar.
+// quotaRefusal's choice, headers and reset times, by the calendar; and
+// it refuses exactly what ratelimit.Limits.Room (the counters' own
+// judgement) has no room for.
 func TestQuotaRefusal(t *testing.T) {
 	now := time.Date(2026, 12, 31, 23, 0, 0, 0, time.UTC)
 	tok := func(n int64) ratelimit.Amount { return ratelimit.Amount{Tokens: n} }
 	for _, c := range []struct {
-		l           store.KeyLimits
-		day, month  ratelimit.Amount
-		status      int
-		limit, secs string
+		l                  store.KeyLimits
+		day, month, held   ratelimit.Amount
+		status             int
+		limit, used, retry string
+		heldHeader         string
 	}{
-		{store.KeyLimits{TokensPerDay: 10}, tok(9), tok(100), 0, "", ""},
-		{store.KeyLimits{TokensPerDay: 10}, tok(10), tok(100), 429, "tokens_per_day=10", "3600"},
-		{store.KeyLimits{TokensPerMonth: 100}, tok(50), tok(100), 429, "tokens_per_month=100", "3600"},
-		{store.KeyLimits{TokensPerDay: 10, TokensPerMonth: 100}, tok(12), tok(120), 429, "tokens_per_day=10", "3600"},
-		{store.KeyLimits{}, tok(1e9), tok(1e9), 0, "", ""},
+		{store.KeyLimits{TokensPerDay: 10}, tok(9), tok(100), tok(0), 0, "", "", "", ""},
+		{store.KeyLimits{TokensPerDay: 10}, tok(10), tok(100), tok(0), 429, "tokens_per_day=10", "10", "3600", ""},
+		{store.KeyLimits{TokensPerMonth: 100}, tok(50), tok(100), tok(0), 429, "tokens_per_month=100", "100", "3600", ""},
+		{store.KeyLimits{TokensPerDay: 10, TokensPerMonth: 100}, tok(12), tok(120), tok(0), 429, "tokens_per_day=10", "12", "3600", ""},
+		{store.KeyLimits{}, tok(1e9), tok(1e9), tok(1e9), 0, "", "", "", ""},
+		// What the tasks under way hold counts; such a refusal is retried
+		// in a second, not at the reset: the holds are settled as they end.
+		{store.KeyLimits{TokensPerDay: 10}, tok(9), tok(9), tok(1), 429, "tokens_per_day=10", "9", "1", "1"},
+		{store.KeyLimits{TokensPerDay: 10}, tok(0), tok(0), tok(9), 0, "", "", "", ""},
+		{store.KeyLimits{TokensPerMonth: 10}, tok(0), tok(3), tok(2000), 429, "tokens_per_month=10", "3", "1", "2000"},
 		// Budgets are in units; the counters hold thousandths.
-		{store.KeyLimits{BudgetPerDay: 5}, ratelimit.Amount{Units: 4999}, ratelimit.Amount{}, 0, "", ""},
-		{store.KeyLimits{BudgetPerDay: 5}, ratelimit.Amount{Units: 5000}, ratelimit.Amount{}, 402, "budget_per_day=5", "3600"},
-		{store.KeyLimits{BudgetPerMonth: 5, TokensPerDay: 1e6}, tok(3), ratelimit.Amount{Units: 9000}, 402, "budget_per_month=5", "3600"},
+		{store.KeyLimits{BudgetPerDay: 5}, ratelimit.Amount{Units: 4999}, ratelimit.Amount{}, ratelimit.Amount{}, 0, "", "", "", ""},
+		{store.KeyLimits{BudgetPerDay: 5}, ratelimit.Amount{Units: 5000}, ratelimit.Amount{}, ratelimit.Amount{}, 402, "budget_per_day=5", "5", "3600", ""},
+		{store.KeyLimits{BudgetPerDay: 5}, ratelimit.Amount{Units: 4500}, ratelimit.Amount{Units: 4500}, ratelimit.Amount{Units: 499}, 0, "", "", "", ""},
+		{store.KeyLimits{BudgetPerDay: 5}, ratelimit.Amount{Units: 4500}, ratelimit.Amount{Units: 4500}, ratelimit.Amount{Units: 500}, 402, "budget_per_day=5", "4", "1", "1"},
+		{store.KeyLimits{BudgetPerMonth: 5, TokensPerDay: 1e6}, tok(3), ratelimit.Amount{Units: 9000}, ratelimit.Amount{}, 402, "budget_per_month=5", "9", "3600", ""},
 	} {
 		h := http.Header{}
-		ae := quotaRefusal(h, c.l, c.day, c.month, now)
-		status := 0
+		tot := ratelimit.Totals{Day: c.day, Month: c.month, Held: c.held}
+		ae := quotaRefusal(h, c.l, tot, now)
+		status, retry := 0, ""
 		if ae != nil {
-			status = ae.Status
+			status, retry = ae.Status, ae.RetryAfter
 		}
-		if status != c.status || h.Get("X-Quota-Limit") != c.limit || h.Get("X-Quota-Reset") != c.secs {
-			t.Errorf("%+v at %+v/%+v: %v, headers %v; want %d, limit %q resetting in %s s", c.l, c.day, c.month, ae, h, c.status, c.limit, c.secs)
+		if status != c.status || h.Get("X-Quota-Limit") != c.limit || h.Get("X-Quota-Used") != c.used || retry != c.retry ||
+			h.Get("X-Quota-Held") != c.heldHeader || (ae != nil && h.Get("X-Quota-Reset") != "3600") {
+			t.Errorf("%+v at %+v: %v, headers %v, Retry-After %q; want %d, limit %q, %s used, %q held, retry in %q s", c.l, tot, ae, h, retry,
+				c.status, c.limit, c.used, c.heldHeader, c.retry)
+		}
+		if room := limitsOf(c.l).Room(tot); room != (ae == nil) {
+			t.Errorf("%+v at %+v: the counters judge room %v, the refusal %v", c.l, tot, room, ae)
 		}
 	}
 	mid := time.Date(2026, 2, 10, 12, 0, 0, 0, time.UTC)
 	h := http.Header{}
-	quotaRefusal(h, store.KeyLimits{TokensPerMonth: 1}, tok(0), tok(1), mid)
+	quotaRefusal(h, store.KeyLimits{TokensPerMonth: 1}, ratelimit.Totals{Month: tok(1)}, mid)
 	if want := "1598400"; h.Get("X-Quota-Reset") != want { // 18.5 days to March 1st
 		t.Errorf("month reset in %s s, want %s", h.Get("X-Quota-Reset"), want)
 	}
@@ -352,4 +371,162 @@ func TestTokensOfAnAbandonedTaskCount(t *testing.T) {
 		return err == nil && day.Tokens == 1000
 	})
 	waitUntil(t, func() bool { return ledgerTokens(t, ta, acct.KeyID) == 1000 })
+}
+
+// A limited key's request holds, while it runs, its prompt's bytes and its
+// max_tokens (on the instance where it landed, through Redis: the node is
+// on the other); its end replaces the hold with the tokens the node
+// reported before the answer is sent; a request that fails or whose
+// client leaves gives its hold back. A key without limits holds nothing.
+func TestQuotaHoldLifecycle(t *testing.T) {
+	a, b := startPair(t, "holds", nil)
+	ctx := e2eCtx(t)
+	acct, key, err := a.store.CreateAccount(ctx, "holder", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, err := a.store.Authenticate(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyID := owner.KeyID
+	if _, err := a.store.SetKeyLimits(ctx, keyID, store.KeyLimits{TokensPerDay: 10_000, BudgetPerMonth: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	_, freeKey, err := a.store.CreateKey(ctx, acct.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := connectNode(t, a.wsURL, map[string]any{"api_key": freeKey, "name": "n", "capabilities": []string{"chat"}, "max_concurrency": 2})
+	totals := func() ratelimit.Totals {
+		t.Helper()
+		tot, _, err := b.quota.Reserve(ctx, keyID, ratelimit.Limits{}, ratelimit.Hold{}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tot
+	}
+
+	// 5 bytes of content, 17 of params, 50 max_tokens: 72 tokens held, at a
+	// unit a token (in thousandths) against the budget.
+	body := map[string]any{"task_type": "chat", "content": "hello", "params": map[string]any{"max_tokens": 50}}
+	done := b.requestAsync(key, body)
+	id := n.Expect("task_assign").TaskID()
+	if got := totals(); got.Held != (ratelimit.Amount{Tokens: 72, Units: 72_000}) || got.Day.Tokens != 0 {
+		t.Fatalf("while the task runs: %+v; want 72 tokens (72,000 units) held, nothing spent", got)
+	}
+	n.MustSend("task_result", map[string]any{"task_id": id, "status": "completed", "result": "hi",
+		"usage": map[string]any{"prompt_tokens": 3, "completion_tokens": 20}})
+	if r := waitFor(t, done, 5*time.Second); r.code != http.StatusOK {
+		t.Fatalf("the request: %d %s", r.code, r.body)
+	}
+	if got := totals(); got != (ratelimit.Totals{Day: ratelimit.Amount{Tokens: 23, Units: 23_000}, Month: ratelimit.Amount{Tokens: 23, Units: 23_000}}) {
+		t.Fatalf("after the answer: %+v; want the 23 tokens used spent, nothing held", got)
+	}
+
+	// Failed before a node had it: given back.
+	if code, raw, _, err := b.do("POST", "/api/v1/request", key, map[string]any{"task_type": "nobody-serves-this", "content": "x"}); err != nil || code != http.StatusNotFound {
+		t.Fatalf("a request no node serves: %d %s %v", code, raw, err)
+	}
+	if got := totals(); got.Held != (ratelimit.Amount{}) || got.Day.Tokens != 23 {
+		t.Fatalf("after a request no node served: %+v; want nothing held, 23 spent", got)
+	}
+	// The client left while the node had it: given back (a node that goes
+	// on to answer has its tokens counted by its own instance: spendOrphan).
+	rctx, cancel := context.WithCancel(ctx)
+	left := async(func() error {
+		req, _ := http.NewRequestWithContext(rctx, "POST", b.url+"/api/v1/request", strings.NewReader(`{"task_type":"chat","content":"bye"}`))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	})
+	n.Expect("task_assign")
+	if got := totals(); got.Held.Tokens != 3+2+1024 {
+		t.Fatalf("while the second task runs: %+v; want 3 + 2 bytes and the default completion estimate (1,024) held", got)
+	}
+	cancel()
+	waitFor(t, left, 5*time.Second)
+	waitUntil(t, func() bool { return totals().Held == ratelimit.Amount{} })
+
+	// A key without limits holds nothing: no counters at all.
+	done = b.requestAsync(freeKey, body)
+	id = n.Expect("task_assign").TaskID()
+	n.Result(id, "completed", "x")
+	if r := waitFor(t, done, 5*time.Second); r.code != http.StatusOK {
+		t.Fatalf("the key without limits: %d %s", r.code, r.body)
+	}
+	free, err := a.store.Authenticate(ctx, freeKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := a.cluster.conn.Client()
+	if n, err := rdb.Exists(ctx, ratelimit.QuotaPrefix(a.cfg.Namespace)+"{"+free.KeyID+"}:h").Result(); err != nil || n != 0 {
+		t.Errorf("the key without limits has holds in Redis (%d, %v)", n, err)
+	}
+}
+
+// What a request holds: its content's and params' bytes, and its
+// max_tokens or the default estimate; a split one gives each part the
+// params and their max_tokens; at its type's price.
+func TestHoldOf(t *testing.T) {
+	a := &App{cfg: Config{TokenPrices: map[string]float64{"chat": 2.5}}.withDefaults()}
+	p := func(s string) json.RawMessage { return json.RawMessage(s) }
+	for _, c := range []struct {
+		taskType, content string
+		params            json.RawMessage
+		split             bool
+		want              int64 // tokens
+	}{
+		{"echo", "hello", p(`{}`), false, 5 + 2 + 1024},
+		{"echo", "hello", nil, false, 5 + 1024},
+		{"echo", "hello", p(`{"max_tokens":50}`), false, 5 + 17 + 50},
+		{"echo", "hello", p(`{"max_tokens":49.2}`), false, 5 + 19 + 50},
+		{"echo", "hello", p(`{"max_tokens":-7}`), false, 5 + 17},
+		{"echo", "hello", p(`{"max_tokens":"50"}`), false, 5 + 19 + 1024},
+		{"echo", "hello", p(`{"max_tokens":null}`), false, 5 + 19 + 1024},
+		{"echo", "hello", p(`{"Max_Tokens":5}`), false, 5 + 16 + 1024},
+		{"echo", "hello", p(`{"max_tokens":1,"max_tokens":90}`), false, 5 + 32 + 90},
+		{"echo", "x", p(`{"max_tokens":1e300}`), false, ratelimit.MaxHold},
+		{"translate", "abc", p(`{"max_tokens":10}`), true, 3 + 3*(17+10)},
+		{"chat", "hi", p(`{"max_tokens":8}`), false, 2 + 16 + 8},
+	} {
+		got := a.holdOf(tasks.Request{TaskType: c.taskType, Content: c.content, Params: c.params}, c.split)
+		price := map[string]float64{"chat": 2.5}[c.taskType]
+		if price == 0 {
+			price = 1
+		}
+		if got.Tokens != c.want || got.Units != int64(math.Ceil(min(float64(c.want)*price*unitScale, ratelimit.MaxHold))) {
+			t.Errorf("%s %q %s split %v: holds %+v, want %d tokens at %v", c.taskType, c.content, c.params, c.split, got, c.want, price)
+		}
+	}
+}
+
+// maxTokensOf reads params as encoding/json does: a key matched exactly,
+// the last of duplicates, a number or nothing; never a panic.
+func FuzzMaxTokensOf(f *testing.F) {
+	for _, s := range []string{`{}`, `{"max_tokens":50}`, `{"max_tokens":1,"max_tokens":2}`, `{"max_tokens":-1.5}`,
+		`{"max_tokens":"9"}`, `{"max_\u0074okens":7}`, `{"messages":[{"role":"user","content":"max_tokens"}],"max_tokens":3}`, `[1]`, `{"max_tokens":1e400}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		n, ok := maxTokensOf(b)
+		var m map[string]json.RawMessage
+		if json.Unmarshal(b, &m) != nil {
+			return // not an object: the server never passes one (checkParams)
+		}
+		num, isNum := number(m["max_tokens"])
+		f, err := num.Float64()
+		if !isNum || err != nil {
+			if ok {
+				t.Fatalf("%q: max_tokens %d, encoding/json reads none", b, n)
+			}
+			return
+		}
+		if want := int64(math.Ceil(min(max(f, 0), ratelimit.MaxHold))); !ok || n != want {
+			t.Fatalf("%q: max_tokens %d, %v; encoding/json reads %v", b, n, ok, f)
+		}
+	})
 }

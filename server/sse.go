@@ -93,7 +93,25 @@ type streamWriter interface {
 // enough and of a split type (see split.go in tasks). A split task does not
 // stream chunk by chunk: its hooks hear only that it was assigned.
 func (a *App) runTask(c echo.Context, req tasks.Request, h tasks.Hooks) (tasks.Outcome, error) {
-	if a.shouldSplit(req.TaskType, req.Content) {
+	return a.runAdmitted(c, req, h, a.shouldSplit(req.TaskType, req.Content))
+}
+
+// runWhole runs req on one node, never split (an embedding: its inputs
+// are one answer).
+func (a *App) runWhole(c echo.Context, req tasks.Request, h tasks.Hooks) (tasks.Outcome, error) {
+	return a.runAdmitted(c, req, h, false)
+}
+
+// runAdmitted runs req once its key's token and budget limits admit it
+// (quota.go): a refusal is the error, an *apiError (taskError passes it
+// on). Its hold is settled by its end, or given back here.
+func (a *App) runAdmitted(c echo.Context, req tasks.Request, h tasks.Hooks, split bool) (tasks.Outcome, error) {
+	release, err := a.admitRequest(c, req, split)
+	if err != nil {
+		return tasks.Outcome{}, err
+	}
+	defer release()
+	if split {
 		return a.engine.RunSplit(c.Request().Context(), req, h)
 	}
 	return a.engine.RunTask(c.Request().Context(), req, h)
