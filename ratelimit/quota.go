@@ -254,7 +254,7 @@ func (m *MemoryQuota) Spent(_ context.Context, key string, now time.Time) (Amoun
 // tag so that all of them live in one slot of a Redis Cluster (Spend is
 // one MULTI, Spent one pipeline of two HMGETs; Raise, Reserve and Settle
 // one script each: a round trip each). The windows expire a while after
-// they end, the holds a minute after the last one lapses.
+// they end, the holds a minute or two after the last one lapses.
 //
 //	redis-cli hgetall 'sy:quota:{key_…}:d:20261204'
 //	redis-cli hgetall 'sy:quota:{key_…}:h'
@@ -385,8 +385,8 @@ local function drop(id)
     redis.call('HINCRBY', KEYS[3], 't', 0 - tonumber(t))
     redis.call('HINCRBY', KEYS[3], 'u', 0 - tonumber(u))
     redis.call('HDEL', KEYS[3], 'h:' .. id)
+    redis.call('ZREM', KEYS[4], id)
   end
-  redis.call('ZREM', KEYS[4], id)
 end
 `
 
@@ -394,13 +394,17 @@ end
 // index; ARGV the hold's id, tokens, units and Until (unix ms), now (unix
 // ms), then the limits (day tokens, day units, month tokens, month units).
 // It returns {admitted 0|1, day t, day u, month t, month u, held t, held u}.
-// The holds' keys live a minute past the latest Until.
+// The holds' keys live one to two minutes past the latest Until: extended
+// by two when less than one is left, not on every call.
 var reserveScript = redis.NewScript(dropHold + `
 local now = tonumber(ARGV[5])
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do drop(id) end
 if ARGV[1] ~= '' then drop(ARGV[1]) end
-local function n(k, f) return tonumber(redis.call('HGET', k, f) or '0') end
-local tot = {n(KEYS[1], 't'), n(KEYS[1], 'u'), n(KEYS[2], 't'), n(KEYS[2], 'u'), n(KEYS[3], 't'), n(KEYS[3], 'u')}
+local tot = {}
+for i = 1, 3 do
+  local v = redis.call('HMGET', KEYS[i], 't', 'u')
+  tot[2 * i - 1], tot[2 * i] = tonumber(v[1] or '0'), tonumber(v[2] or '0')
+end
 local used = {tot[1] + tot[5], tot[2] + tot[6], tot[3] + tot[5], tot[4] + tot[6]}
 local ok = 1
 for i = 1, 4 do
@@ -413,8 +417,8 @@ if ok == 1 and ARGV[1] ~= '' then
   redis.call('HINCRBY', KEYS[3], 'u', ARGV[3])
   redis.call('ZADD', KEYS[4], ARGV[4], ARGV[1])
   local ttl = math.max(tonumber(ARGV[4]) - now, 0) + 60000
-  for i = 3, 4 do
-    if redis.call('PTTL', KEYS[i]) < ttl then redis.call('PEXPIRE', KEYS[i], ttl) end
+  if redis.call('PTTL', KEYS[3]) < ttl then
+    for i = 3, 4 do redis.call('PEXPIRE', KEYS[i], ttl + 60000) end
   end
 end
 return {ok, tot[1], tot[2], tot[3], tot[4], tot[5], tot[6]}`)
