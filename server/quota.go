@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"math"
@@ -202,7 +203,10 @@ func (a *App) holdOf(req tasks.Request, split bool) ratelimit.Amount {
 // rounded up, a negative one 0, a huge one ratelimit.MaxHold. ok false:
 // params names none (or is not an object).
 func maxTokensOf(params json.RawMessage) (n int64, ok bool) {
-	if len(params) < len(`{"max_tokens":0}`) {
+	// Most params name no max_tokens: those cost no decoding. A key can be
+	// written with escapes ("max\u005ftokens"), so params with a
+	// backslash are decoded whatever they hold.
+	if len(params) < len(`{"max_tokens":0}`) || !bytes.Contains(params, []byte(`"max_tokens"`)) && !bytes.ContainsRune(params, '\\') {
 		return 0, false
 	}
 	var m map[string]segjson.RawMessage

@@ -489,6 +489,7 @@ func TestHoldOf(t *testing.T) {
 		{"echo", "hello", p(`{"max_tokens":null}`), false, 5 + 19 + 1024},
 		{"echo", "hello", p(`{"Max_Tokens":5}`), false, 5 + 16 + 1024},
 		{"echo", "hello", p(`{"max_tokens":1,"max_tokens":90}`), false, 5 + 32 + 90},
+		{"echo", "hello", p(`{"max_\u0074okens":9}`), false, 5 + 21 + 9},
 		{"echo", "x", p(`{"max_tokens":1e300}`), false, ratelimit.MaxHold},
 		{"translate", "abc", p(`{"max_tokens":10}`), true, 3 + 3*(17+10)},
 		{"chat", "hi", p(`{"max_tokens":8}`), false, 2 + 16 + 8},
