@@ -15,6 +15,7 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/pgtest"
 	"github.com/switchyard-dev/switchyard/internal/redistest"
 	"github.com/switchyard-dev/switchyard/sdk"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 // BenchmarkMeteringCPU is what metering costs the instance: its CPU per
@@ -129,4 +130,66 @@ func procCPU(b *testing.B, pid int) time.Duration {
 		b.Fatalf("/proc/%d/stat: %v %v", pid, err1, err2)
 	}
 	return time.Duration(ut+st) * time.Second / 100
+}
+
+// BenchmarkQuotaHoldPerRequest is what a key's token limits add to each of
+// its requests: the hold before dispatch and its settling at the end (two
+// Redis round trips, one script each), against a key without limits (none),
+// on an instance with Redis and PostgreSQL, one request at a time so that
+// the difference is latency. The two keys alternate in blocks of 200
+// (ABBA); b.N is the number of requests in all.
+//
+//	go test -run '^$' -bench BenchmarkQuotaHoldPerRequest -benchtime 4000x ./server
+func BenchmarkQuotaHoldPerRequest(b *testing.B) {
+	redistest.Client(b)
+	ta := startAppWith(b, func(c *Config) {
+		c.RedisURL, c.Namespace, c.DatabaseURL = redistest.URL(), redistest.Namespace(b), pgtest.SchemaURL(b, "holdbench")
+		c.Logger = testLogger(b)
+	}, nil)
+	ctx := context.Background()
+	acct, freeKey, err := ta.store.CreateAccount(ctx, "bench", "", "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	k, limitedKey, err := ta.store.CreateKey(ctx, acct.ID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := ta.store.SetKeyLimits(ctx, k.ID, store.KeyLimits{TokensPerDay: 1 << 40, BudgetPerMonth: 1 << 30}); err != nil {
+		b.Fatal(err)
+	}
+	startNodes(b, ta.wsURL, freeKey, 2, 16, sdk.HandlerFunc(func(_ context.Context, t *sdk.Task, _ func(string) error) (sdk.Result, error) {
+		return sdk.Result{Text: t.Content, Usage: &sdk.Usage{PromptTokens: len(t.Content), CompletionTokens: len(t.Content)}}, nil
+	}))
+	c := benchClient()
+	body := `{"task_type":"echo","content":"hello there","params":{"max_tokens":64}}`
+	block := func(n int, key string) time.Duration {
+		start := time.Now()
+		for range n {
+			if _, _, err := post(c, ta.url, key, body); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return time.Since(start) / time.Duration(n)
+	}
+	block(200, freeKey)
+	block(200, limitedKey)
+	const size = 200
+	rounds := max(1, b.N/(2*size))
+	kinds := []struct {
+		name, key string
+		took      time.Duration // summed over the rounds
+	}{{"free", freeKey, 0}, {"limited", limitedKey, 0}}
+	b.ResetTimer()
+	for r := range rounds {
+		for i := range kinds {
+			k := &kinds[(i+r)%2]
+			k.took += block(size, k.key)
+		}
+	}
+	b.StopTimer()
+	f, l := float64(kinds[0].took.Microseconds())/float64(rounds), float64(kinds[1].took.Microseconds())/float64(rounds)
+	b.ReportMetric(f, "free-µs/req")
+	b.ReportMetric(l, "limited-µs/req")
+	b.ReportMetric(l-f, "hold-µs/req")
 }
