@@ -95,7 +95,7 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	fs, sf, lf := adminFlags("keys "+sub, "Manages API keys. Keys are stored as SHA-256; a new key is printed once, alone on the last line.", stderr)
 	account := fs.String("account", "", "the account, by name or id")
-	perDay := fs.Int64("tokens-per-day", 0, "set-limits: the tokens (prompt + completion, as the nodes report them) the key may use per UTC day; 0 for no limit")
+	perDay := fs.Int64("tokens-per-day", 0, "set-limits: the tokens (prompt + completion, as the nodes report them) the key may use per UTC day, held across instances within one request (each request holds its content's and params' bytes and its max_tokens, or serve's --quota-completion-estimate, while it runs); 0 for no limit")
 	perMonth := fs.Int64("tokens-per-month", 0, "set-limits: the same per UTC calendar month; 0 for no limit")
 	budgetDay := fs.Int64("budget-per-day", 0, "set-limits: the spend units the key may use per UTC day, its tasks' tokens at serve's --token-prices (1 unit a token by default); over it: 402; 0 for no limit")
 	budgetMonth := fs.Int64("budget-per-month", 0, "set-limits: the same per UTC calendar month; 0 for no limit")
