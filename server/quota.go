@@ -1,9 +1,7 @@
 package server
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"math"
 	"net/http"
 	"strconv"
@@ -13,7 +11,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
-	segjson "github.com/segmentio/encoding/json"
 
 	"github.com/switchyard-dev/switchyard/ratelimit"
 	"github.com/switchyard-dev/switchyard/store"
@@ -183,7 +180,7 @@ func limitsOf(l store.KeyLimits) ratelimit.Limits {
 // of its parts the params, and each may write max_tokens. At its task
 // type's price, within ratelimit.MaxHold.
 func (a *App) holdOf(req tasks.Request, split bool) ratelimit.Amount {
-	completion, ok := maxTokensOf(req.Params)
+	completion, ok := tasks.MaxTokens(req.Params) // what the node may charge (tasks' clamp)
 	if !ok {
 		completion = a.cfg.QuotaCompletionEstimate
 	}
@@ -197,31 +194,6 @@ func (a *App) holdOf(req tasks.Request, split bool) ratelimit.Amount {
 		price = 1
 	}
 	return ratelimit.Amount{Tokens: n, Units: int64(math.Ceil(min(float64(n)*price*unitScale, ratelimit.MaxHold)))}
-}
-
-// maxTokensOf reads params.max_tokens when it is a number: a fraction
-// rounded up, a negative one 0, a huge one ratelimit.MaxHold. ok false:
-// params names none (or is not an object).
-func maxTokensOf(params json.RawMessage) (n int64, ok bool) {
-	// Most params name no max_tokens: those cost no decoding. A key can be
-	// written with escapes ("max\u005ftokens"), so params with a
-	// backslash are decoded whatever they hold.
-	if len(params) < len(`{"max_tokens":0}`) || !bytes.Contains(params, []byte(`"max_tokens"`)) && !bytes.ContainsRune(params, '\\') {
-		return 0, false
-	}
-	var m map[string]segjson.RawMessage
-	if segjson.Unmarshal(params, &m) != nil {
-		return 0, false
-	}
-	num, ok := number(json.RawMessage(m["max_tokens"]))
-	if !ok {
-		return 0, false
-	}
-	f, err := num.Float64()
-	if err != nil || math.IsNaN(f) {
-		return 0, false
-	}
-	return int64(math.Ceil(min(max(f, 0), ratelimit.MaxHold))), true
 }
 
 // holdFor is how long a task's hold may last: past every deadline of its

@@ -106,6 +106,14 @@ func clampUsage(u wire.Usage, h handled) clamped {
 // as long (BenchmarkMaxTokensOf).
 var maxTokensKey = []byte(`max_tokens"`)
 
+// MaxTokens is the max_tokens of a task's params as the clamp reads it
+// (maxTokensOf), and whether they name one: what a limited key's request
+// holds for its completion, so that the hold is what the node may charge.
+func MaxTokens(params []byte) (int64, bool) {
+	n := maxTokensOf(params)
+	return n, n != noMaxTokens
+}
+
 // maxTokensOf is the max_tokens of a task's params (a JSON object): the
 // value of its top-level key "max_tokens", spelled so, when that is a whole
 // number of at least 0, the last one when the key repeats (as the readers
