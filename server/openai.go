@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -37,6 +38,28 @@ const (
 
 // staticModels are listed by GET /v1/models whether or not a node serves them.
 var staticModels = []string{"chat", "translate", "summarize", "code"}
+
+// maxModelChars bounds a model's name: it is echoed in every answer and
+// chunk, and names a task type (checkModel).
+const maxModelChars = 256
+
+// checkModel applies the rules of a model's name on the OpenAI routes: at
+// most maxModelChars characters without control characters, and the task
+// type a "gemmanet/<type>" name routes to is a task type as
+// /api/v1/request takes it (checkTaskType). Other names route to the
+// route's default type, or through --model-aliases to the operator's.
+func checkModel(model string) error {
+	if utf8.RuneCountInString(model) > maxModelChars || strings.IndexFunc(model, unicode.IsControl) >= 0 {
+		return invalid("model must be at most %d characters, without control characters", maxModelChars)
+	}
+	m := strings.TrimSpace(model)
+	if len(m) >= len(modelPrefix) && strings.EqualFold(m[:len(modelPrefix)], modelPrefix) {
+		if c := m[len(modelPrefix):]; c != "" {
+			return checkTaskType("the task type a model "+modelPrefix+"<type> names", c)
+		}
+	}
+	return nil
+}
 
 // modelCapability is the capability a model name routes to: the rest of
 // "gemmanet/<capability>" (any case for the prefix), and chat for
@@ -106,6 +129,9 @@ func parseChatBody(b []byte) (chatBody, error) {
 	if raw.Model != nil {
 		body.Model = *raw.Model
 	}
+	if err := checkModel(body.Model); err != nil {
+		return body, err
+	}
 	if len(raw.Messages) == 0 || string(raw.Messages) == "null" {
 		return body, invalid("messages is required")
 	}
@@ -150,20 +176,36 @@ func parseChatBody(b []byte) (chatBody, error) {
 	if body.IncludeUsage, err = includeUsage(raw.StreamOptions); err != nil {
 		return body, err
 	}
-	body.Session = sessionField(raw.CacheKey, raw.User)
+	if body.Session, err = sessionField(sessionFields{"prompt_cache_key", raw.CacheKey}, sessionFields{"user", raw.User}); err != nil {
+		return body, err
+	}
 	return body, nil
 }
 
+// maxBodySessionChars bounds prompt_cache_key and user, which name a
+// session for affinity when X-Session-Id does not: they are hashed on
+// every request that names one.
+const maxBodySessionChars = 256
+
+type sessionFields struct {
+	name string
+	raw  json.RawMessage
+}
+
 // sessionField is the first of the fields that is a non-empty string (any
-// other value is ignored, as OpenAI's unknown fields are).
-func sessionField(fields ...json.RawMessage) string {
+// other value is ignored, as OpenAI's unknown fields are). One over
+// maxBodySessionChars, or holding a control character, is refused.
+func sessionField(fields ...sessionFields) (string, error) {
 	for _, f := range fields {
 		var s string
-		if len(f) > 0 && json.Unmarshal(f, &s) == nil && s != "" {
-			return s
+		if len(f.raw) > 0 && json.Unmarshal(f.raw, &s) == nil && s != "" {
+			if utf8.RuneCountInString(s) > maxBodySessionChars || strings.IndexFunc(s, unicode.IsControl) >= 0 {
+				return "", invalid("%s must be at most %d characters, without control characters", f.name, maxBodySessionChars)
+			}
+			return s, nil
 		}
 	}
-	return ""
+	return "", nil
 }
 
 // sampling reads max_tokens and temperature, each optional.
@@ -172,8 +214,8 @@ func sampling(maxTokens, temperature json.RawMessage) (*int64, *float64, error) 
 	var temp *float64
 	if n, ok := number(maxTokens); ok {
 		i, err := integer(n)
-		if err != nil {
-			return nil, nil, invalid("max_tokens must be an integer")
+		if err != nil || i < 1 {
+			return nil, nil, invalid("max_tokens must be an integer of at least 1")
 		}
 		mt = &i
 	} else if n != "" {
@@ -181,8 +223,8 @@ func sampling(maxTokens, temperature json.RawMessage) (*int64, *float64, error) 
 	}
 	if n, ok := number(temperature); ok {
 		f, err := n.Float64()
-		if err != nil || math.IsInf(f, 0) {
-			return nil, nil, invalid("temperature must be a number")
+		if err != nil || f < 0 || f > 2 {
+			return nil, nil, invalid("temperature must be a number from 0 to 2")
 		}
 		temp = &f
 	} else if n != "" {

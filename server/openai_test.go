@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -576,6 +577,17 @@ func TestOpenAIErrors(t *testing.T) {
 			{map[string]any{"messages": userMsg("x"), "max_tokens": 1.5}, 422, "invalid_request", "max_tokens must be an integer"},
 			{map[string]any{"messages": userMsg("x"), "temperature": "hot"}, 422, "invalid_request", "temperature must be a number"},
 			{map[string]any{"messages": userMsg("x"), "stream": "yes"}, 422, "invalid_request", "stream has the wrong type"},
+			// What reaches the store and the records is checked as on /api/v1/request.
+			{map[string]any{"messages": userMsg("x"), "model": "gemmanet/" + randomLetters(9000)}, 422, "invalid_request", "model must be at most 256 characters"},
+			{map[string]any{"messages": userMsg("x"), "model": "gemmanet/" + strings.Repeat("a", 65)}, 422, "invalid_request", "must be 1-64 characters"},
+			{map[string]any{"messages": userMsg("x"), "model": "gemmanet/a\x00b"}, 422, "invalid_request", "control characters"},
+			{map[string]any{"messages": userMsg("x"), "model": strings.Repeat("m", 257)}, 422, "invalid_request", "model must be at most 256 characters"},
+			{map[string]any{"messages": userMsg("x"), "max_tokens": -5}, 422, "invalid_request", "max_tokens must be an integer of at least 1"},
+			{map[string]any{"messages": userMsg("x"), "max_tokens": 0}, 422, "invalid_request", "max_tokens must be an integer of at least 1"},
+			{map[string]any{"messages": userMsg("x"), "temperature": 2.5}, 422, "invalid_request", "temperature must be a number from 0 to 2"},
+			{map[string]any{"messages": userMsg("x"), "temperature": -0.1}, 422, "invalid_request", "temperature must be a number from 0 to 2"},
+			{map[string]any{"messages": userMsg("x"), "user": strings.Repeat("u", 257)}, 422, "invalid_request", "user must be at most 256 characters"},
+			{map[string]any{"messages": userMsg("x"), "prompt_cache_key": "a\nb"}, 422, "invalid_request", "prompt_cache_key must be at most 256 characters, without control"},
 			{map[string]any{"messages": []map[string]any{{"role": "system", "content": half}, {"role": "user", "content": half + "!"}}}, 400, "context_length_exceeded", "200000"},
 		} {
 			code, b, _ := post(key, c.body)
@@ -795,4 +807,14 @@ func FuzzParseChatBody(f *testing.F) {
 			t.Fatalf("accepted a body whose params cannot be sent to a node: %v", err)
 		}
 	})
+}
+
+// randomLetters is n random lowercase letters: a name no index compresses
+// (a long run of one letter would fit where random ones do not).
+func randomLetters(n int) string {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = 'a' + byte(rand.IntN(26))
+	}
+	return string(b)
 }

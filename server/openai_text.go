@@ -76,6 +76,9 @@ func parseTextBody(b []byte) (textBody, error) {
 		return body, invalid("model is required")
 	}
 	body.Model = *raw.Model
+	if err := checkModel(body.Model); err != nil {
+		return body, err
+	}
 	prompts, err := stringList(raw.Prompt, "prompt", 1)
 	if err != nil && !errors.Is(err, errTooMany) {
 		return body, err
@@ -272,6 +275,9 @@ func parseEmbedBody(b []byte) (embedBody, error) {
 		return body, invalid("model is required")
 	}
 	body.Model = *raw.Model
+	if err := checkModel(body.Model); err != nil {
+		return body, err
+	}
 	in, err := stringList(raw.Input, "input", maxEmbedInput)
 	if err != nil && !errors.Is(err, errTooMany) {
 		return body, err

@@ -111,6 +111,9 @@ func TestOpenAICompletionsAndEmbeddings(t *testing.T) {
 		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":1}}`, "stream_options"},
 		{"/v1/embeddings", `{"model":"m","input":[]}`, "input must have"},
 		{"/v1/embeddings", `{"model":"m","input":"x","encoding_format":"int8"}`, "encoding_format"},
+		{"/v1/embeddings", `{"model":"gemmanet/` + strings.Repeat("e", 65) + `","input":"x"}`, "must be 1-64 characters"},
+		{"/v1/completions", `{"model":"gemmanet/c\u0000","prompt":"x"}`, "control characters"},
+		{"/v1/completions", `{"model":"m","prompt":"x","max_tokens":-5}`, "max_tokens must be an integer of at least 1"},
 	} {
 		code, raw, _, err := ta.do("POST", c.path, key, c.body)
 		var e openAIError

@@ -28,6 +28,8 @@ func TestRequestBodyErrors(t *testing.T) {
 		{map[string]any{"task_type": "echo"}, 422, "content is required"},
 		{map[string]any{"task_type": "", "content": "x"}, 422, "task_type must be 1-64"},
 		{map[string]any{"task_type": strings.Repeat("t", 65), "content": "x"}, 422, "task_type must be 1-64"},
+		{map[string]any{"task_type": "echo\x00", "content": "x"}, 422, "task_type must not contain control characters"},
+		{map[string]any{"task_type": "ec\nho", "content": "x"}, 422, "task_type must not contain control characters"},
 		{map[string]any{"task_type": "echo", "content": strings.Repeat("é", 200_001)}, 422, "content must be at most 200000"},
 		{map[string]any{"task_type": "echo", "content": "x", "params": []int{1}}, 422, "params must be an object"},
 		{map[string]any{"task_type": "echo", "content": "x", "params": map[string]any{"content": 1}}, 422, `params key "content"`},

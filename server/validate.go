@@ -74,8 +74,8 @@ func parseTaskBody(b []byte) (taskBody, error) {
 	case raw.Content == nil:
 		return t, invalid("content is required")
 	}
-	if n := utf8.RuneCountInString(*raw.TaskType); n < 1 || n > maxTaskTypeChars {
-		return t, invalid("task_type must be 1-%d characters", maxTaskTypeChars)
+	if err := checkTaskType("task_type", *raw.TaskType); err != nil {
+		return t, err
 	}
 	if utf8.RuneCountInString(*raw.Content) > maxContentChars {
 		return t, invalid("content must be at most %d characters", maxContentChars)
@@ -148,6 +148,23 @@ func jsonKind(raw []byte) string {
 		return "bool"
 	}
 	return "number"
+}
+
+// checkTaskType applies the rule of a task type, wherever a client names
+// one (task_type; a model "gemmanet/<type>" on the OpenAI routes): 1 to
+// maxTaskTypeChars characters, none of them a control character. The type
+// goes into every record of the task (the history, the usage ledger's key,
+// the metrics' labels), so every route applies the same rule before
+// anything is stored: PostgreSQL refused a 9,000-character one in the
+// usage ledger's key, and a NUL in any text column.
+func checkTaskType(field, tt string) error {
+	if n := utf8.RuneCountInString(tt); n < 1 || n > maxTaskTypeChars {
+		return invalid("%s must be 1-%d characters", field, maxTaskTypeChars)
+	}
+	if strings.IndexFunc(tt, unicode.IsControl) >= 0 {
+		return invalid("%s must not contain control characters", field)
+	}
+	return nil
 }
 
 // HeaderNodeLabels names labels a request's node must have, as
