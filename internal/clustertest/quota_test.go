@@ -62,11 +62,11 @@ func testQuotaHoldsAcrossInstances(t *testing.T, cfg Config) {
 				case <-ctx.Done():
 					return sdk.Result{}, ctx.Err()
 				}
-				return sdk.Result{Text: "won", Usage: &sdk.Usage{PromptTokens: 1, CompletionTokens: 5}}, nil
+				return sdk.Result{Text: "won!!", Usage: &sdk.Usage{PromptTokens: 1, CompletionTokens: 5}}, nil
 			}
-			// "fill": 990 tokens, within what it was sent (490 bytes) and
-			// its max_tokens (500).
-			return sdk.Result{Text: "filled", Usage: &sdk.Usage{PromptTokens: 490, CompletionTokens: 500}}, nil
+			// "fill": 990 tokens, within what it was sent (490 bytes), what
+			// it returned and its max_tokens (500): a node charges no more.
+			return sdk.Result{Text: strings.Repeat("f", 500), Usage: &sdk.Usage{PromptTokens: 490, CompletionTokens: 500}}, nil
 		})})
 	n.WaitRegistered(t, 5*time.Second)
 	b.WaitNodes(5*time.Second, "A's node", func(ns []NodeView) bool { return len(ns) == 1 })
@@ -173,7 +173,7 @@ func TestQuotaAsyncOnlyWhatFitsRuns(t *testing.T) {
 			return r, nil
 		}
 		ran.Add(1)
-		return sdk.Result{Text: "done", Usage: &sdk.Usage{PromptTokens: 4, CompletionTokens: 6}}, nil
+		return sdk.Result{Text: "done!!", Usage: &sdk.Usage{PromptTokens: 4, CompletionTokens: 6}}, nil // 6 bytes for 6 tokens
 	})
 	for _, inst := range []*Instance{a, b} {
 		RunNode(t, sdk.NodeConfig{URL: inst.WS(), APIKey: nodeKey, Name: "on-" + inst.Name, Capabilities: []string{"work"},
