@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 // EventKind says what an Event announces.
@@ -48,7 +50,7 @@ func DecodeEvent(b []byte) (Event, error) {
 	if len(b) > maxEventBytes {
 		return e, fmt.Errorf("%w: %d bytes (at most %d)", ErrBadEvent, len(b), maxEventBytes)
 	}
-	if err := json.Unmarshal(b, &e); err != nil {
+	if wire.CheckBounds(b) != nil || json.Unmarshal(b, &e) != nil {
 		return Event{}, fmt.Errorf("%w: not a JSON object of strings", ErrBadEvent)
 	}
 	switch {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 // The reading side of the ClusterDirectory: other instances' nodes, kept
@@ -105,7 +107,7 @@ func (d *ClusterDirectory) handle(ctx context.Context, payload string) {
 	}
 	seq, err := strconv.ParseUint(payload[:sp], 10, 64)
 	var ev event
-	if err != nil || json.Unmarshal([]byte(payload[sp+1:]), &ev) != nil || ev.Instance == "" {
+	if err != nil || wire.CheckBounds([]byte(payload[sp+1:])) != nil || json.Unmarshal([]byte(payload[sp+1:]), &ev) != nil || ev.Instance == "" {
 		d.log.Warn("dropping a malformed directory event")
 		return
 	}

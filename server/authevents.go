@@ -9,6 +9,8 @@ import (
 
 	"github.com/switchyard-dev/switchyard/bus"
 	"github.com/switchyard-dev/switchyard/store"
+
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 // Revocations reach every instance within a second (invariant
@@ -98,7 +100,11 @@ func (a *App) publishAuth(ev AuthEvent) {
 func (a *App) watchAuthEvents(ctx context.Context) {
 	err := a.control.Follow(ctx, TopicAuth, func(p []byte) {
 		var ev AuthEvent
-		if err := json.Unmarshal(p, &ev); err != nil {
+		err := wire.CheckBounds(p) // what the bus carries is bounded as a client's body is (invariant 16)
+		if err == nil {
+			err = json.Unmarshal(p, &ev)
+		}
+		if err != nil {
 			a.log.Warn("dropping a malformed auth event", "err", err)
 			return
 		}

@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard-dev/switchyard/nodes"
+
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 // Demand is what an autoscaler reads (GET /api/v1/capabilities): per task
@@ -138,7 +140,7 @@ func (c *cluster) remoteDemand(ctx context.Context) ([]map[string]demandStat, er
 	var out []map[string]demandStat
 	for _, b := range raw {
 		var d map[string]demandStat
-		if json.Unmarshal(b, &d) == nil {
+		if wire.CheckBounds(b) == nil && json.Unmarshal(b, &d) == nil {
 			out = append(out, d)
 		}
 	}

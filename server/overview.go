@@ -18,6 +18,8 @@ import (
 	"github.com/switchyard-dev/switchyard/nodes"
 	"github.com/switchyard-dev/switchyard/store"
 	"github.com/switchyard-dev/switchyard/tasks"
+
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 )
 
 // GET /admin/api/overview: everything the dashboard (dashboard.go) shows,
@@ -173,7 +175,7 @@ func (a *App) otherInstances(ctx context.Context, now time.Time, all map[string]
 	}
 	for id, b := range raw {
 		var s instanceStats
-		if json.Unmarshal(b, &s) == nil {
+		if wire.CheckBounds(b) == nil && json.Unmarshal(b, &s) == nil {
 			all[id] = s
 		}
 	}
