@@ -1,11 +1,18 @@
 package server
 
 import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/switchyard-dev/switchyard/internal/boundtest"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 // Every decoder of an HTTP body, fed the worst JSON of about 1 MB in each
@@ -80,6 +87,49 @@ func TestBodyDecodersAreBounded(t *testing.T) {
 					t.Logf("%-18s %-70.70s %-22s %5.2f B/B stack %d", d.name, field, s.Name, float64(c.Alloc)/float64(len(in)), c.Stack)
 				}
 			}
+		}
+	}
+}
+
+// Invariant 16: a request's key is checked before its body is read. Each
+// route that reads a JSON body is sent headers announcing 2 MB with a wrong
+// key, or a key of the wrong kind, and no body at all: the refusal comes
+// at once. (Before, /api/v1/request and /api/v1/tasks read the body first,
+// so the refusal waited for bytes that never came, until the body
+// deadline.)
+func TestKeyIsCheckedBeforeTheBody(t *testing.T) {
+	ta := startApp(t, func(c *Config) { c.OpenRegistration = false })
+	ctx := context.Background()
+	acct, _, err := ta.store.CreateAccount(ctx, "owner", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, nodeKey, err := ta.store.CreateKey(ctx, acct.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ta.store.SetKeyLimits(ctx, k.ID, store.KeyLimits{Use: store.KeyUseNode}); err != nil {
+		t.Fatal(err)
+	}
+	addr := strings.TrimPrefix(ta.url, "http://")
+	for _, path := range []string{"/api/v1/request", "/api/v1/tasks", "/api/v1/rate", "/v1/chat/completions", "/v1/completions", "/v1/embeddings"} {
+		for _, who := range []struct {
+			name, key string
+			status    int
+		}{{"a wrong key", "gn_0123456789abcdef0123456789abcdef", http.StatusUnauthorized}, {"a node key", nodeKey, http.StatusForbidden}} {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = conn.SetDeadline(time.Now().Add(5 * time.Second)) // the body deadline is 30 s
+			fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 1999999\r\n\r\n", path, who.key)
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Errorf("%s to %s, its body not sent: no answer (%v); the key must be refused before the body is read", who.name, path, err)
+			} else if resp.StatusCode != who.status {
+				t.Errorf("%s to %s, its body not sent: %d, want %d", who.name, path, resp.StatusCode, who.status)
+			}
+			_ = conn.Close()
 		}
 	}
 }
