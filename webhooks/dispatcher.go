@@ -184,18 +184,21 @@ func (d *Dispatcher) CheckURL(ctx context.Context, raw string) error {
 
 // Enqueue stores a delivery of body (JSON) to url for the account, due at
 // once, and wakes this instance's loop. It is durable when it returns nil,
-// and idempotent on eventID: a second Enqueue of one id changes nothing. A
-// URL refused by CheckURL is refused here too, except that a host that does
-// not resolve now is accepted (DNS may answer later; the dial is checked).
+// and idempotent on eventID: a second Enqueue of one id changes nothing.
+// It refuses only a URL that does not parse (CheckURL refused it when the
+// task was submitted). Where the host leads is judged at each dial
+// (dialControl), with the attempts' backoff and their end: a name that
+// resolved to a public address at submit time and to a private one at the
+// task's end used to be refused here, for ever, so its task stayed in the
+// async outbox, swept again every 30 s, and a hundred of one tenant's filled
+// the sweep's batch, holding every other tenant's webhooks behind them.
 func (d *Dispatcher) Enqueue(ctx context.Context, accountID, url, eventID string, body []byte) error {
-	if err := d.CheckURL(ctx, url); err != nil && !errors.Is(err, errResolve) {
+	if _, err := parseTarget(url); err != nil {
 		return err
 	}
 	return d.enqueue(ctx, accountID, url, eventID, body)
 }
 
-// enqueue is Enqueue without the check (tests use it to reach the dial-time
-// guard).
 func (d *Dispatcher) enqueue(ctx context.Context, accountID, url, eventID string, body []byte) error {
 	now := d.cfg.Now()
 	err := d.st.EnqueueDelivery(ctx, store.Delivery{EventID: eventID, AccountID: accountID, URL: url, Body: body, NextAt: now}, now)

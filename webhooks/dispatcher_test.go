@@ -348,9 +348,11 @@ func TestTwoDispatchersDeliverEachOnce(t *testing.T) {
 	}
 }
 
-// Without --webhook-allow-private, loopback is refused at Enqueue, and,
-// when that check is passed by (DNS changed after it), at the dial: the
-// receiver on 127.0.0.1 never sees a request.
+// Without --webhook-allow-private, loopback is refused by CheckURL (at
+// submit) and at the dial: the receiver on 127.0.0.1 never sees a request.
+// Enqueue (at the task's end) takes it, to be refused at each dial with
+// the attempts' backoff: refused there, the task's webhook stayed in the
+// async outbox for ever, and filled the sweep for every tenant.
 func TestLoopbackRefused(t *testing.T) {
 	ctx := testCtx(t)
 	ws := outbox(t, openSQLite(t, t.TempDir()))
@@ -364,16 +366,13 @@ func TestLoopbackRefused(t *testing.T) {
 		if err := d.CheckURL(ctx, u); !errors.Is(err, ErrTarget) {
 			t.Errorf("CheckURL(%s) = %v, want ErrTarget", u, err)
 		}
-		if err := d.Enqueue(ctx, "acc", u, "checked", []byte(`{}`)); !errors.Is(err, ErrTarget) {
-			t.Errorf("Enqueue(%s) = %v, want ErrTarget", u, err)
-		}
 	}
-	if _, err := ws.Delivery(ctx, "checked"); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("a refused Enqueue stored a delivery: %v", err)
+	if err := d.Enqueue(ctx, "acc", "ftp://x/", "unparsed", []byte(`{}`)); !errors.Is(err, ErrTarget) {
+		t.Errorf("Enqueue of an ftp:// URL = %v, want ErrTarget", err)
 	}
 
-	if err := d.enqueue(ctx, "acc", local, "rebound", []byte(`{}`)); err != nil {
-		t.Fatal(err)
+	if err := d.Enqueue(ctx, "acc", local, "rebound", []byte(`{}`)); err != nil {
+		t.Fatalf("Enqueue(%s) = %v: a task's end must leave the outbox", local, err)
 	}
 	eventually(t, "a failed attempt", func() bool { return status(t, ws, "rebound").LastError != "" })
 	if e := status(t, ws, "rebound").LastError; !strings.Contains(e, "loopback") || strings.Contains(e, "http://") {
