@@ -111,13 +111,6 @@ func (a *App) handleError(err error, c echo.Context) {
 	}
 	ae := a.asAPIError(err, c)
 	h := c.Response().Header()
-	if r := c.Request(); r.ContentLength != 0 && c.Get(ctxBodyRead) == nil {
-		// Refused before its body was read (a wrong key, a scope, a rate):
-		// net/http would read up to 256 KiB of it before answering, and
-		// wait for a body that does not come until the body deadline. The
-		// connection closes after the answer instead (invariant 16).
-		h.Set("Connection", "close")
-	}
 	if ae.RetryAfter != "" {
 		h.Set("Retry-After", ae.RetryAfter)
 	}

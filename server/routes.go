@@ -145,12 +145,8 @@ func (a *App) limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// ctxBodyRead marks a request whose body readBody has read.
-const ctxBodyRead = "switchyard.body_read"
-
 // readBody reads the whole (limited) body.
 func readBody(c echo.Context) ([]byte, error) {
-	c.Set(ctxBodyRead, true)
 	r := c.Request()
 	b, err := readBodySized(r.Body, r.ContentLength)
 	var mbe *http.MaxBytesError
