@@ -257,7 +257,7 @@ func contentText(c json.RawMessage) (string, error) {
 	switch c[0] {
 	case '"':
 		var s string
-		if err := json.Unmarshal(c, &s); err != nil {
+		if err := unmarshal(c, &s); err != nil {
 			return "", errors.New("is not a valid string")
 		}
 		return s, nil

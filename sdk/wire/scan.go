@@ -1,6 +1,9 @@
 package wire
 
-import "errors"
+import (
+	"bytes"
+	"errors"
+)
 
 // Reading a JSON list without decoding it, so that a list a client or a
 // node sends costs what its items cost and not a Go value per item first:
@@ -156,13 +159,18 @@ func skipValue(b []byte, i int) (int, error) {
 // SkipString returns the end of the JSON string whose opening quote is
 // b[i]: the index after its closing quote.
 func SkipString(b []byte, i int) (int, error) {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
+	for { // to the next quote not escaped: strings are most of the bytes
+		j := bytes.IndexByte(b[i+1:], '"')
+		if j < 0 {
+			return 0, ErrNotJSON
+		}
+		i += 1 + j
+		run := 0 // the backslashes before it: an odd run escapes it
+		for k := i - 1; b[k] == '\\'; k-- {
+			run++
+		}
+		if run%2 == 0 {
 			return i + 1, nil
 		}
 	}
-	return 0, ErrNotJSON
 }
