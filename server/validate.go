@@ -497,7 +497,7 @@ func hex4(b []byte) rune {
 // another number (and Python refuses past 4,300 digits). Tiny numbers that
 // round to 0 are accepted: every decoder reads them as 0 without failing.
 func checkNumber(n []byte) error {
-	if bytes.IndexAny(n, ".eE") < 0 {
+	if !bytes.ContainsAny(n, ".eE") {
 		digits := bytes.TrimPrefix(n, []byte("-"))
 		var i int64
 		ok := len(digits) <= 16 // 2^53 has 16 digits: no overflow below
