@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -87,7 +88,12 @@ func (p BenchmarkProfile) summary() *benchSummary {
 	return &benchSummary{avgMs: p.AvgResponseMs, passed: p.BenchmarkPassed, at: time.Unix(p.Timestamp, 0)}
 }
 
+// clipRunes is s's first n characters, without NUL: the profile is kept
+// in a PostgreSQL jsonb column, which refuses a NUL in a string, so one
+// answer with a NUL would leave the node without a stored benchmark and
+// log a warning at every registration.
 func clipRunes(s string, n int) string {
+	s = strings.ReplaceAll(s, "\x00", "")
 	if utf8.RuneCountInString(s) <= n {
 		return s
 	}

@@ -1,6 +1,7 @@
 package nodes
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ func FuzzBenchmarkProfile(f *testing.F) {
 	for _, s := range []string{
 		`{"node_id":"n","results":[{"prompt":"a","response":"b","time_ms":12,"success":true}]}`,
 		`{"results":[{"time_ms":"1e308"},{"time_ms":-5},{"time_ms":1e999},{},{},{}]}`,
-		`{"results":null}`, `{"results":[1,2]}`, `[]`, `{`, ``,
+		`{"results":null}`, `{"results":[1,2]}`, `{"results":[{"prompt":"a\u0000","response":"\u0000b"}]}`, `[]`, `{`, ``,
 	} {
 		f.Add([]byte(s), int64(1500))
 	}
@@ -31,8 +32,12 @@ func FuzzBenchmarkProfile(f *testing.F) {
 		if p.BenchmarkPassed && len(p.Results) == 0 {
 			t.Fatal("passed with no results")
 		}
-		if _, err := json.Marshal(p); err != nil {
+		b, err := json.Marshal(p)
+		if err != nil {
 			t.Fatalf("the profile cannot be written: %v", err)
+		}
+		if bytes.Contains(b, []byte(`\u0000`)) {
+			t.Fatalf("the profile holds a NUL, which PostgreSQL's jsonb refuses: %s", b)
 		}
 	})
 }
