@@ -10,7 +10,7 @@ import (
 )
 
 // BenchmarkMsgpackFrames is what a msgpack node subprotocol would cost the
-// coordinator per task, with the design card's msgpack v5: the frames of
+// coordinator per task, with msgpack v5 (a core dependency): the frames of
 // BenchmarkReadNodeResult and BenchmarkEncodeAssign (same fields, same
 // values), an envelope around a payload as in JSON. Measured to decide
 // whether to build one (docs/BENCHMARKS.md, "A msgpack node

@@ -147,16 +147,23 @@ func TestAuthCacheConcurrent(t *testing.T) {
 	c := newAuthCache(st)
 	var wg sync.WaitGroup
 	for i := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for j := range 500 {
-				_, _ = c.authenticate(context.Background(), fmt.Sprintf("gn_%d_%d", i, j%50))
-				_, _ = c.authenticate(context.Background(), st.valid)
+				if a, err := c.authenticate(context.Background(), fmt.Sprintf("gn_%d_%d", i, j%50)); !errors.Is(err, store.ErrNotFound) {
+					t.Errorf("an unknown key, from goroutine %d: %+v, %v; want store.ErrNotFound", i, a, err)
+					return
+				}
+				if a, err := c.authenticate(context.Background(), st.valid); err != nil || a.ID != "acct-valid" {
+					t.Errorf("the valid key, from goroutine %d: %+v, %v", i, a, err)
+					return
+				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
+	if n := c.len(); n != 1 {
+		t.Errorf("%d valid keys cached after the race, want the one", n)
+	}
 }
 
 // Open registration refuses a NUL byte in the email with 400 and a clear

@@ -11,7 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// BenchmarkRouterEchoVsServeMux is what the design card's echo v4 costs a
+// BenchmarkRouterEchoVsServeMux is what echo v4 (a core dependency) costs a
 // request against net/http's own ServeMux: one POST /api/v1/request among
 // routes of the App's shape (routes.go), through two router-wide and five
 // route middlewares (as the request route has), its body read and a small
