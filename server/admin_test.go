@@ -164,7 +164,7 @@ func TestAdminLockoutAnswersEveryTokenAlike(t *testing.T) {
 	clk := &manualClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
 	lim := ratelimit.NewMemory(ratelimit.MemoryConfig{Now: clk.Now})
 	defer lim.Close()
-	auth := newAuthCache(nil) // no store: a locked-out address never reaches it
+	auth := newAuthCache(nil, defaultAuthFailures) // no store: a locked-out address never reaches it
 	auth.now = clk.Now
 	a := &App{cfg: Config{AdminToken: testAdmin}, auth: auth, limiter: lim, log: testLogger(t)}
 	e := echo.New()
@@ -186,7 +186,7 @@ func TestAdminLockoutAnswersEveryTokenAlike(t *testing.T) {
 	}
 
 	var locked *httptest.ResponseRecorder
-	for i := 0; i <= authFailureLimit.Burst && locked == nil; i++ {
+	for i := 0; i <= defaultAuthFailures.Burst && locked == nil; i++ {
 		switch rec := call("GET", "/admin/api/status", wrong); rec.Code {
 		case http.StatusUnauthorized:
 		case http.StatusTooManyRequests:
@@ -196,7 +196,7 @@ func TestAdminLockoutAnswersEveryTokenAlike(t *testing.T) {
 		}
 	}
 	if locked == nil {
-		t.Fatalf("no 429 after %d wrong tokens", authFailureLimit.Burst+1)
+		t.Fatalf("no 429 after %d wrong tokens", defaultAuthFailures.Burst+1)
 	}
 	same := func(a, b []string) bool { return strings.Join(a, "\n") == strings.Join(b, "\n") }
 	for _, path := range []string{"GET /admin/api/status", "POST /api/v1/nodes/n1/pause"} {

@@ -195,7 +195,7 @@ func (a *App) openStore(ctx context.Context) error {
 		Registerer: a.registry, Logger: a.log})
 	a.rep = store.NewReputation(st, a.writer, store.ReputationConfig{Logger: a.log})
 	a.rlm = ratelimit.NewMetrics(a.registry)
-	a.auth = newAuthCache(st)
+	a.auth = newAuthCache(st, authFailureLimit(a.cfg.AuthFailureRate))
 	a.hooks = st.Webhooks()
 	a.webhooks, err = webhooks.New(webhooks.Config{
 		Instance: a.instanceID, AllowPrivate: a.cfg.WebhookAllowPrivate, Logger: a.log, Registerer: a.registry,

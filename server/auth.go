@@ -42,18 +42,26 @@ const (
 	authMaxBlocked = 10_000
 )
 
-// authFailureLimit is how many failed authentications one client IP may make
-// per minute, cluster-wide (the App's limiter), before its requests with
-// keys the cache does not know get 429 without a store lookup. It protects
-// the store from floods of made-up keys and slows key guessing.
-// TODO(config): a flag (--auth-failure-rate) once server/config.go has one.
-var authFailureLimit = ratelimit.PerMinute(20)
+// authFailureLimit is the limit --auth-failure-rate sets: per minute, with
+// a burst of as many; -1 (any negative) none.
+func authFailureLimit(perMinute int) ratelimit.Limit {
+	if perMinute < 0 {
+		return ratelimit.Limit{}
+	}
+	return ratelimit.PerMinute(perMinute)
+}
 
 // authCache keeps recent key → account answers so that a request does not
 // cost a database read. Keys are held by their SHA-256, never in clear.
 type authCache struct {
 	st  store.Store
 	now func() time.Time // the clock of the cache's expiries and the lockouts; tests set it
+	// failLimit is how many failed authentications one client IP may make
+	// per minute, cluster-wide (the App's limiter), before its requests
+	// with keys the cache does not know get 429 without a store lookup
+	// (--auth-failure-rate; a Rate of 0: no limit). It protects the store
+	// from floods of made-up keys and slows key guessing.
+	failLimit ratelimit.Limit
 
 	mu      sync.Mutex
 	pos     map[string]authEntry // valid keys
@@ -69,8 +77,8 @@ type authEntry struct {
 	expires time.Time
 }
 
-func newAuthCache(st store.Store) *authCache {
-	return &authCache{st: st, now: time.Now, pos: make(map[string]authEntry), neg: make(map[string]time.Time),
+func newAuthCache(st store.Store, failLimit ratelimit.Limit) *authCache {
+	return &authCache{st: st, now: time.Now, failLimit: failLimit, pos: make(map[string]authEntry), neg: make(map[string]time.Time),
 		blocked: make(map[string]time.Time)}
 }
 
@@ -159,13 +167,13 @@ func (c *authCache) authenticateFrom(ctx context.Context, key, ip string, lim ra
 }
 
 // failed counts a failed authentication from ip and returns
-// store.ErrNotFound, or *errAuthLimited once ip is over authFailureLimit
+// store.ErrNotFound, or *errAuthLimited once ip is over c.failLimit
 // (and remembers that, so that its next unknown keys cost no lookup).
 func (c *authCache) failed(ctx context.Context, ip string, lim ratelimit.Limiter, now time.Time) error {
-	if lim == nil || ip == "" {
+	if lim == nil || ip == "" || c.failLimit.Rate <= 0 {
 		return store.ErrNotFound
 	}
-	res, err := lim.Allow(ctx, "auth_failures:"+ip, authFailureLimit)
+	res, err := lim.Allow(ctx, "auth_failures:"+ip, c.failLimit)
 	if err != nil || res.Allowed {
 		// A limiter that cannot answer (Redis down) does not turn a 401
 		// into anything else; the store's breaker still bounds lookups.

@@ -43,12 +43,12 @@ func TestAuthFailuresLimitedPerIP(t *testing.T) {
 	}
 	lookups := ta.auth.lookups.Load() - before
 	t.Logf("first 429 at attempt %d; %d store lookups for 150 made-up keys", first429, lookups)
-	if first429 == 0 || first429 > authFailureLimit.Rate+1 {
-		t.Errorf("first 429 at attempt %d, want by attempt %d", first429, authFailureLimit.Rate+1)
+	if first429 == 0 || first429 > defaultAuthFailures.Rate+1 {
+		t.Errorf("first 429 at attempt %d, want by attempt %d", first429, defaultAuthFailures.Rate+1)
 	}
 	// The limit refills slowly (one per 3 s): a few more may pass while the
 	// loop runs, never one per key.
-	if max := int64(authFailureLimit.Rate + 10); lookups > max {
+	if max := int64(defaultAuthFailures.Rate + 10); lookups > max {
 		t.Errorf("150 made-up keys cost %d store lookups, want at most %d", lookups, max)
 	}
 	// A valid, cached key from the same address is not refused.
@@ -81,7 +81,7 @@ func (s *countingAuthStore) Authenticate(ctx context.Context, key string) (store
 // unknown keys have a bounded cache of their own.
 func TestAuthUnknownKeysCannotEvictValid(t *testing.T) {
 	st := &countingAuthStore{valid: "gn_valid"}
-	c := newAuthCache(st)
+	c := newAuthCache(st, defaultAuthFailures)
 	ctx := context.Background()
 	if a, err := c.authenticate(ctx, st.valid); err != nil || a.ID != "acct-valid" {
 		t.Fatalf("valid key: %v %v", a, err)
@@ -111,7 +111,7 @@ func TestAuthUnknownKeysCannotEvictValid(t *testing.T) {
 // error, and an unknown key is not cached as unknown on a failure.
 func TestAuthServesStaleWhileStoreDown(t *testing.T) {
 	st := &countingAuthStore{valid: "gn_valid"}
-	c := newAuthCache(st)
+	c := newAuthCache(st, defaultAuthFailures)
 	ctx := context.Background()
 	if _, err := c.authenticate(ctx, st.valid); err != nil {
 		t.Fatal(err)
@@ -144,7 +144,7 @@ func TestAuthServesStaleWhileStoreDown(t *testing.T) {
 // Concurrent authentications are safe (run with -race).
 func TestAuthCacheConcurrent(t *testing.T) {
 	st := &countingAuthStore{valid: "gn_valid"}
-	c := newAuthCache(st)
+	c := newAuthCache(st, defaultAuthFailures)
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
@@ -178,5 +178,37 @@ func TestRegisterRefusesNUL(t *testing.T) {
 	var ok map[string]string
 	if code, _ := ta.call(t, "POST", "/api/v1/register", "", `{"email":"fine@example.com"}`, &ok); code != 200 || ok["api_key"] == "" {
 		t.Errorf("register with a valid email: HTTP %d %v", code, ok)
+	}
+}
+
+// defaultAuthFailures is the failure limit of an App with the default
+// --auth-failure-rate.
+var defaultAuthFailures = authFailureLimit(DefaultConfig().AuthFailureRate)
+
+// --auth-failure-rate sets the failure limit: 3 a minute refuses the
+// fourth made-up key from an address (or the fifth: one may refill while
+// the loop runs); -1 refuses none for it.
+func TestAuthFailureRateFlag(t *testing.T) {
+	for _, c := range []struct {
+		rate      int
+		limitedBy int // the attempt by which a 429 must have come; 0: never
+	}{{3, 5}, {-1, 0}} {
+		ta := startApp(t, func(cfg *Config) { cfg.AuthFailureRate = c.rate })
+		first429 := 0
+		for i := 1; i <= 30 && first429 == 0; i++ {
+			switch code, _ := ta.call(t, "GET", "/api/v1/account", "gn_"+randomHex(16), nil, nil); code {
+			case http.StatusTooManyRequests:
+				first429 = i
+			case http.StatusUnauthorized:
+			default:
+				t.Fatalf("--auth-failure-rate %d, made-up key %d: HTTP %d", c.rate, i, code)
+			}
+		}
+		switch {
+		case c.limitedBy == 0 && first429 != 0:
+			t.Errorf("--auth-failure-rate -1: a 429 at attempt %d, want none", first429)
+		case c.limitedBy != 0 && (first429 == 0 || first429 > c.limitedBy):
+			t.Errorf("--auth-failure-rate %d: first 429 at attempt %d, want by attempt %d", c.rate, first429, c.limitedBy)
+		}
 	}
 }

@@ -77,6 +77,11 @@ type Config struct {
 	PublicRate    int // per minute per client IP, for the public GET endpoints
 	RegisterRate  int // per hour per client IP, for POST /api/v1/register
 	HandshakeRate int // per minute per client IP, for node connections
+	// AuthFailureRate is how many failed authentications (unknown keys,
+	// wrong admin tokens) one client IP may make per minute, cluster-wide,
+	// before its unknown keys get 429 without a store lookup and every
+	// admin token it sends gets 429 (docs/SECURITY.md).
+	AuthFailureRate int
 
 	PingInterval time.Duration // server pings to notice dead node sockets
 	// RegisterTimeout bounds the wait for a node's first message. Zero is
@@ -193,6 +198,8 @@ func DefaultConfig() Config {
 		RegisterRate:  5,
 		HandshakeRate: 30,
 
+		AuthFailureRate: 20,
+
 		PingInterval: n.PingInterval,
 
 		DrainWithdrawTimeout: 2 * time.Second,
@@ -243,6 +250,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.PublicRate, d.PublicRate)
 	setDefault(&c.RegisterRate, d.RegisterRate)
 	setDefault(&c.HandshakeRate, d.HandshakeRate)
+	setDefault(&c.AuthFailureRate, d.AuthFailureRate)
 	setDefault(&c.PingInterval, d.PingInterval)
 	setDefault(&c.DrainWithdrawTimeout, d.DrainWithdrawTimeout)
 	setDefault(&c.DrainTimeout, d.DrainTimeout)
@@ -360,7 +368,7 @@ func (c Config) Validate() error {
 		bad("--quarantine-cool-off must be at least 1s")
 	}
 	for name, v := range map[string]int{"--request-rate": c.RequestRate, "--public-rate": c.PublicRate,
-		"--register-rate": c.RegisterRate, "--handshake-rate": c.HandshakeRate} {
+		"--register-rate": c.RegisterRate, "--handshake-rate": c.HandshakeRate, "--auth-failure-rate": c.AuthFailureRate} {
 		if v < -1 {
 			bad("%s must be -1 (off) or a positive number", name)
 		}

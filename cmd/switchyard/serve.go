@@ -112,6 +112,7 @@ ws://HOST:PORT/ws/node; clients call http://HOST:PORT/api/v1/…`, cfg.Listen, c
 	fs.IntVar(&cfg.PublicRate, "public-rate", cfg.PublicRate, "requests per minute per client IP on the public endpoints (-1: no limit)")
 	fs.IntVar(&cfg.RegisterRate, "register-rate", cfg.RegisterRate, "sign-ups per hour per client IP with --open-registration (-1: no limit)")
 	fs.IntVar(&cfg.HandshakeRate, "handshake-rate", cfg.HandshakeRate, "node connections per minute per client IP (-1: no limit)")
+	fs.IntVar(&cfg.AuthFailureRate, "auth-failure-rate", cfg.AuthFailureRate, "failed authentications (unknown API keys, wrong admin tokens) per minute per client IP, cluster-wide; past it that address's unknown keys get 429 without a database lookup, and every admin token it sends gets 429 (-1: no limit)")
 	fs.DurationVar(&cfg.PingInterval, "ping-interval", cfg.PingInterval, "ping a node socket silent this long (no message, ping or pong from the node), to notice dead ones")
 	fs.DurationVar(&cfg.DrainWithdrawTimeout, "drain-withdraw-timeout", cfg.DrainWithdrawTimeout, "on SIGTERM, first, how long withdrawing this instance's nodes from the cluster's directory may take")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "on SIGTERM, how long to let tasks in flight finish")
