@@ -114,10 +114,6 @@ redis.call('PUBLISH', ARGV[1], '0 ' .. ARGV[2])
 return 1`)
 )
 
-// Touch asks for every local node to be compared with what was written,
-// soon; it never blocks.
-func (d *ClusterDirectory) Touch() { d.changes.MarkAll() }
-
 // Announce writes and publishes one node's arrival, synchronously and
 // within WriteTimeout: the hub calls it before it sends node_registered,
 // so the node is routable from every instance once it is told it is

@@ -306,15 +306,6 @@ func (r *Reputation) nodeLocked(id string) *nodeState {
 	return n
 }
 
-// Rated adds a rating to the nodes' in-memory counters after a successful
-// Store.Rate. Prefer Rate, which does both without a window in which a
-// concurrent Refresh could count the rating twice or not at all.
-func (r *Reputation) Rated(nodeIDs []string, rating int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.ratedLocked(nodeIDs, rating)
-}
-
 func (r *Reputation) ratedLocked(nodeIDs []string, rating int) {
 	for _, id := range nodeIDs {
 		s := &r.nodeLocked(id).stats

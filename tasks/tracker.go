@@ -123,10 +123,6 @@ func (t *Tracker) Len() int {
 	return len(t.tasks)
 }
 
-// Queued is what the stream queues of every task here are charged now, in
-// bytes (each chunk its delta plus ChunkOverhead).
-func (t *Tracker) Queued() int64 { return t.queued.Load() }
-
 // deliver hands an owner's envelope (chunk, result, node_gone) to the task
 // waiting for it. It reports false, and the envelope is dropped, when no
 // task here waits for it from that owner, node and connection (invariant

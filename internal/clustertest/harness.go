@@ -394,15 +394,6 @@ func (i *Instance) Signal(sig os.Signal) {
 // Terminate sends SIGTERM (a drain).
 func (i *Instance) Terminate() { i.Signal(syscall.SIGTERM) }
 
-// WaitReady polls /api/health until it answers 200, failing the test if
-// the process exits first or d passes.
-func (i *Instance) WaitReady(d time.Duration) {
-	i.t.Helper()
-	if err := i.waitReady(d); err != nil {
-		i.t.Fatal(err)
-	}
-}
-
 func (i *Instance) waitReady(d time.Duration) error {
 	deadline := time.Now().Add(d)
 	last := "no answer"
