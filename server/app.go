@@ -42,12 +42,12 @@ type App struct {
 	writer          *store.Writer
 	rep             *store.Reputation
 	limiter         ratelimit.Limiter
-	inflight        ratelimit.InFlight // --max-inflight-per-key (inflight.go)
-	quota           ratelimit.Quota    // token quotas per key (quota.go)
-	quotaKeys       quotaKeys          // which keys have token limits, and their counters' seeding (quota.go)
-	quotaHolds      quotaHolds         // the quota holds of the tasks admitted here, until they end (quota.go)
-	keyLimits       keyLimitsCache     // async tasks' keys' limits, as claims judge them (quota.go)
-	orphanSpends    chan struct{}      // the spends of orphaned tasks' tokens in flight (quota.go)
+	inflight        ratelimit.InFlight     // --max-inflight-per-key (inflight.go)
+	quota           ratelimit.Quota        // token quotas per key (quota.go)
+	quotaKeys       quotaKeys              // which keys have token limits, and their counters' seeding (quota.go)
+	quotaHolds      quotaHolds             // the quota holds of the tasks admitted here, until they end (quota.go)
+	keyLimits       keyLimitsCache         // async tasks' keys' limits, as claims judge them (quota.go)
+	orphanSpends    chan store.UsageReport // orphaned tasks' tokens waiting to be spent (quota.go: spendOrphans)
 	quotaRefused    prometheus.Counter
 	quotaErrors     prometheus.Counter
 	tokens          *prometheus.CounterVec // tokens reported, by task type and kind
@@ -339,6 +339,7 @@ func (a *App) Run(ctx context.Context) error {
 	g.start(st.webhooks, "webhooks", a.webhooks.Run)
 	g.start(st.bus, "bus", a.bus.Run)
 	g.start(st.streams, "task streams", a.streams.Run)
+	g.start(st.spends, "orphan spends", a.spendOrphans)
 	g.start(st.engine, "task engine", a.engine.Run)
 	// Nodes connect once the engine runs: its owner side can then pass
 	// their answers to other instances.
@@ -368,6 +369,7 @@ type stages struct {
 	pump     *stage // the async pump: first, so its running tasks stop unended before node sockets close
 	loops    *stage // the App's own loops, the cluster's, and the HTTP server: the root context
 	engine   *stage // the task engine, after the bus subscription is closed (nothing reaches it any more)
+	spends   *stage // the orphaned tasks' quota spends, after the engine (whose owner makes them), before the Redis client closes
 	streams  *stage // the task streams' log, before the Redis client closes
 	bus      *stage // the bus, after the engine, whose publishers use it
 	webhooks *stage // webhook sends: released for the next instance, before the store closes
@@ -375,7 +377,7 @@ type stages struct {
 }
 
 func newStages(base context.Context) stages {
-	return stages{pump: newStage(base), loops: newStage(base), engine: newStage(base), streams: newStage(base),
+	return stages{pump: newStage(base), loops: newStage(base), engine: newStage(base), spends: newStage(base), streams: newStage(base),
 		bus: newStage(base), webhooks: newStage(base), writer: newStage(base)}
 }
 
@@ -471,6 +473,7 @@ func (a *App) shutdown() {
 		_ = a.sub.Close()
 	}
 	a.stages.engine.stop()  // after the subscription: nothing reaches it any more
+	a.stages.spends.stop()  // after the engine, which makes them: what is queued is spent
 	a.stages.streams.stop() // before the Redis client closes
 	a.stages.bus.stop()     // after the engine, whose publishers use it
 	if a.limiter != nil {

@@ -64,7 +64,7 @@ func (a *App) newQuota() {
 	}, []string{"task_type", "kind"})
 	a.registry.MustRegister(a.quotaRefused, a.quotaErrors, a.tokens)
 	a.quota = ratelimit.NewMemoryQuota()
-	a.orphanSpends = make(chan struct{}, maxOrphanSpends)
+	a.orphanSpends = make(chan store.UsageReport, maxOrphanSpends)
 	if a.cluster != nil {
 		a.quota = ratelimit.NewRedisQuota(a.cluster.conn.Client(), ratelimit.QuotaPrefix(a.cfg.Namespace))
 	}
@@ -525,25 +525,46 @@ func (a *App) spend(key string, amt ratelimit.Amount, at time.Time) {
 // answer's usage no requester was told (its client left, say, while a node
 // that cannot be told to stop ran it to its end): the requester, which
 // counts a task's tokens, never saw them. It runs in the background (the
-// node's reader must not wait on Redis), a bounded number at a time;
-// past that, the tokens go uncounted, and counted as such
-// (maxOrphanSpends).
+// node's reader must not wait on Redis): queued for spendOrphans, a
+// bounded number at a time; past that, the tokens go uncounted, and
+// counted as such (maxOrphanSpends).
 func (a *App) spendOrphan(rep store.UsageReport) {
 	n := rep.PromptTokens + rep.CompletionTokens
 	if n <= 0 || rep.KeyID == "" || !a.quotaKeys.counted(rep.KeyID) {
 		return
 	}
 	select {
-	case a.orphanSpends <- struct{}{}:
+	case a.orphanSpends <- rep:
 	default:
 		a.quotaErrors.Inc()
-		return
 	}
-	go func() {
-		defer func() { <-a.orphanSpends }()
-		a.spend(rep.KeyID, a.priced(rep.TaskType, n), rep.At)
-	}()
 }
 
-// maxOrphanSpends bounds the orphans' spends in flight (App.spendOrphan).
+// spendOrphans spends the orphans' tokens spendOrphan queued, until ctx
+// ends, and then what is still queued: its stage stops after the engine,
+// whose owner side queues them, and before the Redis client closes. (Each
+// spend used to run in a goroutine of its own that nothing waited for, so
+// a drain could close Redis under it.)
+func (a *App) spendOrphans(ctx context.Context) error {
+	spend := func(rep store.UsageReport) {
+		a.spend(rep.KeyID, a.priced(rep.TaskType, rep.PromptTokens+rep.CompletionTokens), rep.At)
+	}
+	for {
+		select {
+		case rep := <-a.orphanSpends:
+			spend(rep)
+		case <-ctx.Done():
+			for {
+				select {
+				case rep := <-a.orphanSpends:
+					spend(rep)
+				default:
+					return nil
+				}
+			}
+		}
+	}
+}
+
+// maxOrphanSpends bounds the orphans' spends waiting (App.spendOrphan).
 const maxOrphanSpends = 64

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -505,5 +506,35 @@ func TestHoldOf(t *testing.T) {
 		if got.Tokens != c.want || got.Units != int64(math.Ceil(min(float64(c.want)*price*unitScale, ratelimit.MaxHold))) {
 			t.Errorf("%s %q %s split %v: holds %+v, want %d tokens at %v", c.taskType, c.content, c.params, c.split, got, c.want, price)
 		}
+	}
+}
+
+// slowSpends is a Quota whose Spend waits for its context to end (as a
+// stalled Redis's would), and says when it has returned.
+type slowSpends struct {
+	ratelimit.Quota
+	entered chan struct{}
+	done    atomic.Bool
+}
+
+func (q *slowSpends) Spend(ctx context.Context, key string, a ratelimit.Amount, now time.Time) error {
+	close(q.entered)
+	<-ctx.Done()
+	q.done.Store(true)
+	return ctx.Err()
+}
+
+// An orphaned task's spend is one of the App's runs: the drain waits for
+// it (after the engine, before the Redis client closes) instead of
+// returning while it is under way in a goroutine nothing waits for.
+func TestOrphanSpendEndsBeforeTheAppStops(t *testing.T) {
+	q := &slowSpends{entered: make(chan struct{})}
+	ta := startAppWith(t, nil, func(a *App) { q.Quota = a.quota; a.quota = q })
+	ta.quotaKeys.note("key-1", true, time.Now())
+	ta.spendOrphan(store.UsageReport{KeyID: "key-1", TaskType: "echo", PromptTokens: 3, At: time.Now()})
+	<-q.entered
+	ta.stop()
+	if !q.done.Load() {
+		t.Fatal("the App stopped while an orphan's spend was under way")
 	}
 }
