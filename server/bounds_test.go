@@ -104,13 +104,7 @@ func TestKeyIsCheckedBeforeTheBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, nodeKey, err := ta.store.CreateKey(ctx, acct.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ta.store.SetKeyLimits(ctx, k.ID, store.KeyLimits{Use: store.KeyUseNode}); err != nil {
-		t.Fatal(err)
-	}
+	_, nodeKey := ta.keyWith(t, acct.ID, store.KeyLimits{Use: store.KeyUseNode})
 	addr := strings.TrimPrefix(ta.url, "http://")
 	for _, path := range []string{"/api/v1/request", "/api/v1/tasks", "/api/v1/rate", "/v1/chat/completions", "/v1/completions", "/v1/embeddings"} {
 		for _, who := range []struct {

@@ -19,6 +19,7 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/nodetest"
 	"github.com/switchyard-dev/switchyard/internal/pgtest"
 	"github.com/switchyard-dev/switchyard/internal/redistest"
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 func TestMain(m *testing.M) {
@@ -123,6 +124,20 @@ func (ta *testApp) account(t testing.TB, name, trust string) string {
 		t.Fatal(err)
 	}
 	return key
+}
+
+// keyWith creates another key of the account with limits l (its use, task
+// types, spending limits) and returns its id and the key.
+func (ta *testApp) keyWith(t testing.TB, accountID string, l store.KeyLimits) (id, key string) {
+	t.Helper()
+	k, key, err := ta.store.CreateKey(context.Background(), accountID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ta.store.SetKeyLimits(context.Background(), k.ID, l); err != nil {
+		t.Fatal(err)
+	}
+	return k.ID, key
 }
 
 // do makes an HTTP request; safe to use from any goroutine.

@@ -151,13 +151,7 @@ func BenchmarkQuotaHoldPerRequest(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	k, limitedKey, err := ta.store.CreateKey(ctx, acct.ID)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := ta.store.SetKeyLimits(ctx, k.ID, store.KeyLimits{TokensPerDay: 1 << 40, BudgetPerMonth: 1 << 30}); err != nil {
-		b.Fatal(err)
-	}
+	_, limitedKey := ta.keyWith(b, acct.ID, store.KeyLimits{TokensPerDay: 1 << 40, BudgetPerMonth: 1 << 30})
 	startNodes(b, ta.wsURL, freeKey, 2, 16, sdk.HandlerFunc(func(_ context.Context, t *sdk.Task, _ func(string) error) (sdk.Result, error) {
 		return sdk.Result{Text: t.Content, Usage: &sdk.Usage{PromptTokens: len(t.Content), CompletionTokens: len(t.Content)}}, nil
 	}))

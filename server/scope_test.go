@@ -33,13 +33,7 @@ func TestScopedKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	newKey := func(l store.KeyLimits) string {
-		k, key, err := ta.store.CreateKey(ctx, acct.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := ta.store.SetKeyLimits(ctx, k.ID, l); err != nil {
-			t.Fatal(err)
-		}
+		_, key := ta.keyWith(t, acct.ID, l)
 		return key
 	}
 	owner, _ := ta.store.Authenticate(ctx, nodeKey)
@@ -295,13 +289,7 @@ func TestNodeKeyManagesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, nodeKey, err := ta.store.CreateKey(ctx, acct.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ta.store.SetKeyLimits(ctx, k.ID, store.KeyLimits{Use: store.KeyUseNode}); err != nil {
-		t.Fatal(err)
-	}
+	_, nodeKey := ta.keyWith(t, acct.ID, store.KeyLimits{Use: store.KeyUseNode})
 	n := connectNode(t, ta.wsURL, reg(nodeKey, "worker", "echo"))
 
 	var submitted struct {
@@ -368,14 +356,8 @@ func TestScopedKeyReadsOnlyItsOwn(t *testing.T) {
 	}
 	keyID := map[string]string{}
 	scoped := func(l store.KeyLimits) string {
-		k, key, err := ta.store.CreateKey(ctx, acct.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := ta.store.SetKeyLimits(ctx, k.ID, l); err != nil {
-			t.Fatal(err)
-		}
-		keyID[key] = k.ID
+		id, key := ta.keyWith(t, acct.ID, l)
+		keyID[key] = id
 		return key
 	}
 	mine := scoped(store.KeyLimits{Use: store.KeyUseClient})
