@@ -2,9 +2,11 @@ package nodes
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 
@@ -75,40 +77,37 @@ func DecodeRegister(p json.RawMessage) (Registration, error) {
 	// The lists are counted before they are decoded: node_register is
 	// read before its key is checked, and a list item a decoder spends 16
 	// bytes and more on takes 3 ("",) to send.
-	var lists struct {
-		Capabilities json.RawMessage `json:"capabilities"`
-		Languages    json.RawMessage `json:"languages"`
-		Features     json.RawMessage `json:"features"`
-		Labels       json.RawMessage `json:"labels"`
+	var raw struct {
+		APIKey         *string         `json:"api_key"`
+		Name           *string         `json:"name"`
+		Capabilities   json.RawMessage `json:"capabilities"`
+		Languages      json.RawMessage `json:"languages"`
+		ModelInfo      json.RawMessage `json:"model_info"`
+		MaxConcurrency json.RawMessage `json:"max_concurrency"`
+		Features       json.RawMessage `json:"features"`
+		Version        string          `json:"version"`
+		Labels         json.RawMessage `json:"labels"`
 	}
 	var r Registration
-	if err := json.Unmarshal(p, &lists); err != nil {
+	if err := json.Unmarshal(p, &raw); err != nil {
 		return r, fmt.Errorf("%w: %s", wire.ErrInvalidMessage, wire.DescribeJSONError(err))
 	}
+	var capabilities, languages, features []string
+	var labels map[string]string
 	for _, l := range []struct {
 		name  string
 		raw   json.RawMessage
 		limit int
 		what  string
-	}{{"capabilities", lists.Capabilities, maxCapabilities, "items"}, {"languages", lists.Languages, maxLanguages, "items"},
-		{"features", lists.Features, maxFeatures, "items"}, {"labels", lists.Labels, MaxLabels, "labels"}} {
+		into  any
+	}{{"capabilities", raw.Capabilities, maxCapabilities, "items", &capabilities}, {"languages", raw.Languages, maxLanguages, "items", &languages},
+		{"features", raw.Features, maxFeatures, "items", &features}, {"labels", raw.Labels, MaxLabels, "labels", &labels}} {
 		if wire.CountItems(l.raw, l.limit) > l.limit {
 			return r, fmt.Errorf("%w: %s has more than %d %s", wire.ErrInvalidMessage, l.name, l.limit, l.what)
 		}
-	}
-	var raw struct {
-		APIKey         *string           `json:"api_key"`
-		Name           *string           `json:"name"`
-		Capabilities   []string          `json:"capabilities"`
-		Languages      []string          `json:"languages"`
-		ModelInfo      json.RawMessage   `json:"model_info"`
-		MaxConcurrency json.RawMessage   `json:"max_concurrency"`
-		Features       []string          `json:"features"`
-		Version        string            `json:"version"`
-		Labels         map[string]string `json:"labels"`
-	}
-	if err := json.Unmarshal(p, &raw); err != nil {
-		return r, fmt.Errorf("%w: %s", wire.ErrInvalidMessage, wire.DescribeJSONError(err))
+		if err := decodeField(l.name, l.raw, l.into); err != nil {
+			return r, err
+		}
 	}
 	switch {
 	case raw.APIKey == nil || *raw.APIKey == "":
@@ -121,23 +120,23 @@ func DecodeRegister(p json.RawMessage) (Registration, error) {
 		return r, fmt.Errorf("%w: name is longer than %d characters", wire.ErrInvalidMessage, maxNameChars)
 	case !displayable(*raw.Name):
 		return r, fmt.Errorf("%w: name must not contain control, format or bidirectional-override characters", wire.ErrInvalidMessage)
-	case len(raw.Capabilities) == 0:
+	case len(capabilities) == 0:
 		return r, fmt.Errorf("%w: capabilities must list at least one capability", wire.ErrInvalidMessage)
-	case len(raw.Capabilities) > maxCapabilities:
+	case len(capabilities) > maxCapabilities:
 		return r, fmt.Errorf("%w: capabilities has more than %d items", wire.ErrInvalidMessage, maxCapabilities)
-	case len(raw.Languages) > maxLanguages:
+	case len(languages) > maxLanguages:
 		return r, fmt.Errorf("%w: languages has more than %d items", wire.ErrInvalidMessage, maxLanguages)
-	case len(raw.Features) > maxFeatures:
+	case len(features) > maxFeatures:
 		return r, fmt.Errorf("%w: features has more than %d items", wire.ErrInvalidMessage, maxFeatures)
 	case utf8.RuneCountInString(raw.Version) > maxVersionChars:
 		return r, fmt.Errorf("%w: version is longer than %d characters", wire.ErrInvalidMessage, maxVersionChars)
 	case !displayable(raw.Version):
 		return r, fmt.Errorf("%w: version must not contain control, format or bidirectional-override characters", wire.ErrInvalidMessage)
 	}
-	if err := CheckLabels("labels", raw.Labels); err != nil {
+	if err := CheckLabels("labels", labels); err != nil {
 		return r, fmt.Errorf("%w: %s", wire.ErrInvalidMessage, err)
 	}
-	for _, f := range raw.Features {
+	for _, f := range features {
 		if n := utf8.RuneCountInString(f); n == 0 || n > maxFeatureChars {
 			return r, fmt.Errorf("%w: each feature must be 1-%d characters", wire.ErrInvalidMessage, maxFeatureChars)
 		}
@@ -145,12 +144,12 @@ func DecodeRegister(p json.RawMessage) (Registration, error) {
 			r.TaskCancel = true
 		}
 	}
-	for _, c := range raw.Capabilities {
+	for _, c := range capabilities {
 		if !capabilityRE.MatchString(c) {
 			return r, fmt.Errorf("%w: capability %q must match %s", wire.ErrInvalidMessage, truncate(c, 80), capabilityRE)
 		}
 	}
-	for _, l := range raw.Languages {
+	for _, l := range languages {
 		if n := utf8.RuneCountInString(l); n == 0 || n > maxLanguageChars {
 			return r, fmt.Errorf("%w: each language must be 1-%d characters", wire.ErrInvalidMessage, maxLanguageChars)
 		}
@@ -190,17 +189,34 @@ func DecodeRegister(p json.RawMessage) (Registration, error) {
 		r.MaxConcurrency = int(n)
 	}
 	r.APIKey, r.Name = *raw.APIKey, *raw.Name
-	r.Capabilities = dedupe(raw.Capabilities)
-	r.Languages = raw.Languages
+	r.Capabilities = dedupe(capabilities)
+	r.Languages = languages
 	if r.Languages == nil {
 		r.Languages = []string{}
 	}
 	r.ModelInfo = compact
 	r.Version = raw.Version
-	if len(raw.Labels) > 0 {
-		r.Labels = raw.Labels
+	if len(labels) > 0 {
+		r.Labels = labels
 	}
 	return r, nil
+}
+
+// decodeField decodes a field of node_register, raw, into v (absent or
+// null: left alone), its type errors named for the field as they were
+// when it was decoded with the rest.
+func decodeField(name string, raw json.RawMessage, v any) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	err := json.Unmarshal(raw, v)
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		te.Field = strings.TrimSuffix(name+"."+te.Field, ".")
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %s", wire.ErrInvalidMessage, wire.DescribeJSONError(err))
+	}
+	return nil
 }
 
 // displayable reports whether s is free of the characters that make a
