@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 )
@@ -46,20 +45,11 @@ func checkBounds(b []byte, maxDepth, maxElems int) error {
 	for i := 0; i < len(b); i++ {
 		switch b[i] {
 		case '"':
-			for { // to the closing quote: strings are most of the bytes
-				j := bytes.IndexByte(b[i+1:], '"')
-				if j < 0 {
-					return nil
-				}
-				i += 1 + j
-				run := 0 // each quote's run is scanned once: linear overall
-				for k := i - 1; b[k] == '\\'; k-- {
-					run++
-				}
-				if run%2 == 0 {
-					break
-				}
+			end, err := SkipString(b, i)
+			if err != nil {
+				return nil // left open: the rest is a string
 			}
+			i = end - 1
 		case '[', '{':
 			if depth++; depth > maxDepth {
 				return fmt.Errorf("%w: nests deeper than %d levels", ErrOutOfBounds, maxDepth)
