@@ -147,7 +147,7 @@ func (a *App) reserve(ctx context.Context, accountID, key string, l store.KeyLim
 	case h.ID == "":
 		return noRelease, tot
 	}
-	a.quotaHolds.add(h.ID, key)
+	a.quotaHolds.add(h.ID)
 	return func() {
 		if a.quotaHolds.take(h.ID) {
 			a.settle(key, h.ID, ratelimit.Amount{}, time.Now())
@@ -278,21 +278,21 @@ func (k *keyLimitsCache) put(key string, l store.KeyLimits, expires time.Time) {
 	k.m[key] = keyLimitsEntry{l: l, expires: expires}
 }
 
-// quotaHolds are the holds of the tasks admitted here and not ended: task
-// id → key id. Whichever comes first takes a hold: the task's end, to
-// settle it with what it used, or its admitter's release, to give it back.
+// quotaHolds are the task ids of the holds admitted here and not ended.
+// Whichever comes first takes a hold: the task's end, to settle it with
+// what it used, or its admitter's release, to give it back.
 type quotaHolds struct {
 	mu sync.Mutex
-	m  map[string]string
+	m  map[string]struct{}
 }
 
-func (q *quotaHolds) add(id, key string) {
+func (q *quotaHolds) add(id string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.m == nil {
-		q.m = map[string]string{}
+		q.m = map[string]struct{}{}
 	}
-	q.m[id] = key
+	q.m[id] = struct{}{}
 }
 
 // take removes hold id, reporting whether it was there.
