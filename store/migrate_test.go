@@ -16,7 +16,7 @@ import (
 )
 
 var wantApplied = []string{"00001_init.sql", "00002_benchmarks.sql", "00003_async_tasks.sql", "00004_webhooks.sql", "00005_auth_changes.sql", "00006_usage.sql", "00007_usage_reports.sql",
-	"00008_dead_letters.sql"}
+	"00008_dead_letters.sql", "00009_task_retries.sql"}
 
 func checkMigrateTwice(t *testing.T, opts store.Options) {
 	t.Helper()

@@ -118,6 +118,7 @@ func (c *pgConn) writeTasks(ctx context.Context, recs []TaskRecord) error {
 	var (
 		ids, accounts, keys, types, statuses = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		codes, nodeIDs, requesters, owners   = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		retries                              = make([]string, n)
 		streams                              = make([]bool, n)
 		attempts                             = make([]int32, n)
 		created, finished                    = make([]time.Time, n), make([]time.Time, n)
@@ -136,7 +137,7 @@ func (c *pgConn) writeTasks(ctx context.Context, recs []TaskRecord) error {
 		ns := pgTextArray(r.NodeIDs)
 		ids[i], accounts[i], keys[i], types[i], statuses[i] = r.ID, r.AccountID, r.KeyID, r.TaskType, r.Status
 		codes[i], nodeIDs[i], requesters[i], owners[i] = r.ErrorCode, ns, r.Requester, r.Owner
-		streams[i], attempts[i] = r.Stream, int32(r.Attempts)
+		streams[i], attempts[i], retries[i] = r.Stream, int32(r.Attempts), encodeRetries(r.Retries)
 		created[i], finished[i], assigned[i] = dbTime(r.CreatedAt), dbTime(r.FinishedAt), optTime(dbTime(r.AssignedAt))
 		procMs[i], contentB[i], resultB[i] = r.ProcessingMs, r.ContentBytes, r.ResultBytes
 		promptT[i], completionT[i] = r.Usage.PromptTokens, r.Usage.CompletionTokens
@@ -148,17 +149,17 @@ func (c *pgConn) writeTasks(ctx context.Context, recs []TaskRecord) error {
 	_, err := c.pool.Exec(ctx, `WITH ins AS (
 		INSERT INTO tasks (id, account_id, key_id, task_type, stream, status, error_code,
 			node_ids, requester_instance, owner_instance, attempts, created_at, assigned_at, finished_at,
-			processing_ms, content_bytes, result_bytes, prompt_tokens, completion_tokens)
+			processing_ms, content_bytes, result_bytes, prompt_tokens, completion_tokens, retries)
 		SELECT u.id, u.account_id, u.key_id, u.task_type, u.stream, u.status, u.error_code,
 			u.node_ids::text[], u.requester, u.owner, u.attempts,
 			u.created_at, u.assigned_at, u.finished_at,
-			u.processing_ms, u.content_bytes, u.result_bytes, u.prompt_tokens, u.completion_tokens
+			u.processing_ms, u.content_bytes, u.result_bytes, u.prompt_tokens, u.completion_tokens, u.retries
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::boolean[], $6::text[], $7::text[],
 			$8::text[], $9::text[], $10::text[], $11::integer[], $12::timestamptz[], $13::timestamptz[], $14::timestamptz[],
-			$15::bigint[], $16::bigint[], $17::bigint[], $18::bigint[], $19::bigint[])
+			$15::bigint[], $16::bigint[], $17::bigint[], $18::bigint[], $19::bigint[], $20::text[])
 			AS u(id, account_id, key_id, task_type, stream, status, error_code,
 			node_ids, requester, owner, attempts, created_at, assigned_at, finished_at,
-			processing_ms, content_bytes, result_bytes, prompt_tokens, completion_tokens)
+			processing_ms, content_bytes, result_bytes, prompt_tokens, completion_tokens, retries)
 		ON CONFLICT (id) DO NOTHING
 		RETURNING account_id, key_id, task_type, status, finished_at, content_bytes)
 	INSERT INTO usage_daily AS d (account_id, day, key_id, task_type, requests, completed, content_bytes)
@@ -171,7 +172,7 @@ func (c *pgConn) writeTasks(ctx context.Context, recs []TaskRecord) error {
 		pgTextArray(ids), pgTextArray(accounts), pgTextArray(keys), pgTextArray(types), streams,
 		pgTextArray(statuses), pgTextArray(codes), pgTextArray(nodeIDs), pgTextArray(requesters), pgTextArray(owners),
 		attempts, pgTimeArray(created), pgOptTimeArray(assigned), pgTimeArray(finished),
-		procMs, contentB, resultB, promptT, completionT)
+		procMs, contentB, resultB, promptT, completionT, pgTextArray(retries))
 	return err
 }
 

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -171,7 +172,36 @@ func cleanRecord(r TaskRecord) TaskRecord {
 		}
 		r.NodeIDs = ids
 	}
+	if r.Retries != nil {
+		rs := make([]Retry, len(r.Retries))
+		for i, x := range r.Retries {
+			rs[i] = Retry{NodeID: cleanText(x.NodeID), Reason: cleanText(x.Reason)}
+		}
+		r.Retries = rs
+	}
 	return r
+}
+
+// encodeRetries is the tasks.retries column: ” for a task run once.
+func encodeRetries(rs []Retry) string {
+	if len(rs) == 0 {
+		return ""
+	}
+	b, err := json.Marshal(rs)
+	if err != nil { // two strings each: cannot fail
+		panic("store: retries: " + err.Error())
+	}
+	return string(b)
+}
+
+// decodeRetries reads the tasks.retries column; nil for ”.
+func decodeRetries(s string) ([]Retry, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var rs []Retry
+	err := json.Unmarshal([]byte(s), &rs)
+	return rs, err
 }
 
 // cleanReport applies cleanText to a report's strings (see cleanRecord).

@@ -154,8 +154,8 @@ func (c *sqliteConn) writeTasks(ctx context.Context, recs []TaskRecord) error {
 	return c.sqlTx(ctx, func(tx *sql.Tx) error {
 		stmt, err := tx.PrepareContext(ctx, `INSERT INTO tasks (id, account_id, key_id, task_type, stream, status, error_code,
 			node_ids, requester_instance, owner_instance, attempts, created_at, assigned_at, finished_at,
-			processing_ms, content_bytes, result_bytes, prompt_tokens, completion_tokens)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			processing_ms, content_bytes, result_bytes, prompt_tokens, completion_tokens, retries)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO NOTHING`)
 		if err != nil {
 			return err
@@ -170,7 +170,7 @@ func (c *sqliteConn) writeTasks(ctx context.Context, recs []TaskRecord) error {
 			}
 			res, err := stmt.ExecContext(ctx, r.ID, r.AccountID, r.KeyID, r.TaskType, r.Stream, r.Status, r.ErrorCode,
 				string(nodes), r.Requester, r.Owner, r.Attempts, dbTime(r.CreatedAt), optTime(dbTime(r.AssignedAt)), dbTime(r.FinishedAt),
-				r.ProcessingMs, r.ContentBytes, r.ResultBytes, r.Usage.PromptTokens, r.Usage.CompletionTokens)
+				r.ProcessingMs, r.ContentBytes, r.ResultBytes, r.Usage.PromptTokens, r.Usage.CompletionTokens, encodeRetries(r.Retries))
 			if err != nil {
 				return err
 			}

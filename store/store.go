@@ -123,17 +123,20 @@ type Usage struct {
 
 // TaskRecord is what is kept of a finished task.
 type TaskRecord struct {
-	ID           string    `json:"task_id"`
-	AccountID    string    `json:"account_id"`
-	KeyID        string    `json:"key_id,omitempty"` // the API key that asked for it ("" when unknown)
-	TaskType     string    `json:"task_type"`
-	Stream       bool      `json:"stream"`
-	Status       string    `json:"status"`               // one of the Status constants
-	ErrorCode    string    `json:"error_code,omitempty"` // set when Status is StatusError
-	NodeIDs      []string  `json:"node_ids"`             // every node that served it (rating applies to each)
-	Requester    string    `json:"requester_instance"`   // instance id where the request landed
-	Owner        string    `json:"owner_instance"`       // instance id that held the node's socket ("" if never assigned)
-	Attempts     int       `json:"attempts"`
+	ID        string   `json:"task_id"`
+	AccountID string   `json:"account_id"`
+	KeyID     string   `json:"key_id,omitempty"` // the API key that asked for it ("" when unknown)
+	TaskType  string   `json:"task_type"`
+	Stream    bool     `json:"stream"`
+	Status    string   `json:"status"`               // one of the Status constants
+	ErrorCode string   `json:"error_code,omitempty"` // set when Status is StatusError
+	NodeIDs   []string `json:"node_ids"`             // every node that served it (rating applies to each)
+	Requester string   `json:"requester_instance"`   // instance id where the request landed
+	Owner     string   `json:"owner_instance"`       // instance id that held the node's socket ("" if never assigned)
+	Attempts  int      `json:"attempts"`
+	// Retries are the attempts that failed for their node's sake and were
+	// run again elsewhere, in order; nil for a task run once.
+	Retries      []Retry   `json:"retries,omitempty"`
 	CreatedAt    time.Time `json:"created_at"`
 	AssignedAt   time.Time `json:"assigned_at"` // zero if never handed to a node
 	FinishedAt   time.Time `json:"finished_at"`
@@ -141,6 +144,16 @@ type TaskRecord struct {
 	ContentBytes int64     `json:"content_bytes"`
 	ResultBytes  int64     `json:"result_bytes"`
 	Usage        Usage     `json:"usage"`
+}
+
+// Retry is one attempt of a task that failed for its node's sake and was
+// run again on another node.
+type Retry struct {
+	NodeID string `json:"node_id"`
+	// Reason is why: node_disconnected (its socket closed or its heartbeat
+	// lapsed), instance_gone (the instance holding it died) or
+	// node_unavailable (it answered status "unavailable").
+	Reason string `json:"reason"`
 }
 
 // Outcome is one node's part in a finished task, fed into its reputation.

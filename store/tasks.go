@@ -21,18 +21,21 @@ func (s *sqlStore) WriteTasks(ctx context.Context, recs []TaskRecord) error {
 
 func (s *sqlStore) Task(ctx context.Context, id string) (TaskRecord, error) {
 	var r TaskRecord
-	var nodes string
+	var nodes, retries string
 	err := s.db.queryRow(ctx, `SELECT id, account_id, key_id, task_type, stream, status, error_code, `+s.d.nodeIDs+`,
 		requester_instance, owner_instance, attempts, created_at, assigned_at, finished_at,
-		processing_ms, content_bytes, result_bytes, prompt_tokens, completion_tokens
+		processing_ms, content_bytes, result_bytes, prompt_tokens, completion_tokens, retries
 		FROM tasks WHERE id = $1`, id).Scan(&r.ID, &r.AccountID, &r.KeyID, &r.TaskType, &r.Stream, &r.Status, &r.ErrorCode, &nodes,
 		&r.Requester, &r.Owner, &r.Attempts, (*timeCol)(&r.CreatedAt), (*timeCol)(&r.AssignedAt), (*timeCol)(&r.FinishedAt),
-		&r.ProcessingMs, &r.ContentBytes, &r.ResultBytes, &r.Usage.PromptTokens, &r.Usage.CompletionTokens)
+		&r.ProcessingMs, &r.ContentBytes, &r.ResultBytes, &r.Usage.PromptTokens, &r.Usage.CompletionTokens, &retries)
 	if err != nil {
 		return TaskRecord{}, notFound(err, "task %s", id)
 	}
 	if r.NodeIDs, err = decodeNodeIDs(nodes); err != nil {
 		return TaskRecord{}, fmt.Errorf("store: task %s: node_ids: %w", id, err)
+	}
+	if r.Retries, err = decodeRetries(retries); err != nil {
+		return TaskRecord{}, fmt.Errorf("store: task %s: retries: %w", id, err)
 	}
 	return r, nil
 }
