@@ -44,6 +44,7 @@ type records struct {
 	tasks []store.TaskRecord
 	usage []store.UsageReport
 	gone  []string // the tasks whose reports came unseen
+	outs  []store.Outcome
 }
 
 func (r *records) RecordTask(rec store.TaskRecord) {
@@ -51,7 +52,11 @@ func (r *records) RecordTask(rec store.TaskRecord) {
 	r.tasks = append(r.tasks, rec)
 	r.mu.Unlock()
 }
-func (r *records) RecordOutcome(store.Outcome) {}
+func (r *records) RecordOutcome(o store.Outcome) {
+	r.mu.Lock()
+	r.outs = append(r.outs, o)
+	r.mu.Unlock()
+}
 func (r *records) RecordUsage(rep store.UsageReport, unseen bool) {
 	r.mu.Lock()
 	r.usage = append(r.usage, rep)

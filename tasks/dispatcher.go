@@ -39,6 +39,10 @@ type Request struct {
 	// (nodes.Waiters); within one, the accounts waiting take turns. The
 	// HTTP side sets it: a zero Request waits at priority 0.
 	Priority int
+	// Retries is how many times the task may be run again on another node
+	// after its node failed it (retry.go): 0 takes Config.TaskRetries,
+	// negative allows none, and at most MaxTaskRetries are used.
+	Retries int
 	// LocalOnly restricts routing to this instance's own nodes (an async
 	// task: its lease holder and its node live and die together, so a
 	// killed instance loses both and nothing else runs the task twice).
@@ -58,6 +62,10 @@ type Outcome struct {
 	ProcessingMs int64
 	Usage        *store.Usage
 	Streamed     bool // at least one chunk reached the client
+	// Attempts is how many nodes were handed the task; Retries, why each
+	// before the last was not its answer (retry.go).
+	Attempts int
+	Retries  []store.Retry
 }
 
 // Hooks let the HTTP side follow a task as it runs. Both are optional.
@@ -97,6 +105,7 @@ func (d *dispatcher) run(ctx context.Context, req Request, h Hooks, onNode func(
 	defer d.tracker.remove(p)
 	r := run{d: d, p: p, req: &req, hooks: h, start: start, onNode: onNode}
 	out, err := r.dispatch(ctx)
+	out.Attempts, out.Retries = r.attempts, r.retries
 	d.finish(&r, out, err)
 	if inspect != nil {
 		inspect(&r)
@@ -122,6 +131,11 @@ type run struct {
 	looked   bool   // the directory was asked to look again (lookAgain)
 	had      string // the node the request's session had ("" for none): what its metric is judged by
 	prefer   string // the node to prefer: had, until that node refuses
+	// lost is why the attempt await just ended failed for its node's sake
+	// ("" when it did not: retry.go).
+	lost        string
+	lostAttempt *lostAttempt  // the attempt being run again, until another node has the task
+	retries     []store.Retry // the attempts run again elsewhere
 }
 
 // lookAgain asks the directory, once per request, to re-read the cluster
@@ -158,7 +172,9 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 	}()
 	r.had = r.lastNode(ctx)
 	r.prefer = r.had
-	for r.attempts < d.cfg.MaxAttempts {
+	// Attempts lost to their nodes (retry.go) do not count against
+	// MaxAttempts: those are the nodes tried before "no node".
+	for r.attempts < d.cfg.MaxAttempts+len(r.retries)+btoi(r.lostAttempt != nil) {
 		var c nodes.Candidate
 		var ok, busy bool
 		cands, c, ok, busy = r.pick(cands, tried)
@@ -179,10 +195,10 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 		}
 		if busy {
 			if queueDeadline.IsZero() {
-				queueDeadline = time.Now().Add(d.cfg.QueueTimeout)
+				queueDeadline = r.queueUntil()
 			}
 			if err := r.waitForSlot(ctx, w, queueDeadline); err != nil {
-				return Outcome{}, err
+				return r.failed(err)
 			}
 			continue
 		}
@@ -200,13 +216,14 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 			// A waiter keeps its place: another request took the slot
 			// between this one's pick and its claim.
 			if err := r.refused(c, err, &tried, &queueDeadline); err != nil {
-				return Outcome{}, err
+				return r.failed(err)
 			}
 			continue
 		}
 		if err != nil {
-			return Outcome{}, err
+			return r.failed(err)
 		}
+		r.retried()
 		if w != nil {
 			// The slot is this request's (or, on another instance, its
 			// assign is on the way there): the next waiter is first now.
@@ -228,11 +245,20 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 		if isRefused(err) {
 			r.owner, r.nodeID = "", ""
 			if err := r.refused(c, err, &tried, &queueDeadline); err != nil {
-				return Outcome{}, err
+				return r.failed(err)
 			}
 			continue
 		}
+		if r.lose(c.NodeID, out, err) {
+			// The next attempt queues afresh, within the task's deadline.
+			queueDeadline = time.Time{}
+			continue
+		}
 		return out, err
+	}
+	if l := r.lostAttempt; l != nil {
+		// No other node can take it: the request ends as the attempt did.
+		return l.out, l.err
 	}
 	if !d.health.Healthy() {
 		return Outcome{}, &Error{Code: CodeUnavailable,
@@ -284,7 +310,7 @@ func (r *run) refused(c nodes.Candidate, err error, tried *[]string, queueDeadli
 		*tried, r.attempts = (*tried)[:len(*tried)-1], r.attempts-1
 		d.dir.MarkFull(c.NodeID)
 		if queueDeadline.IsZero() {
-			*queueDeadline = time.Now().Add(d.cfg.QueueTimeout)
+			*queueDeadline = r.queueUntil()
 		}
 		if time.Now().After(*queueDeadline) {
 			return &Error{Code: CodeBusy, Message: "every node that can run this task type is busy; retry later"}
@@ -482,7 +508,12 @@ func (d *dispatcher) deadline(req *Request) time.Duration {
 // await waits for the current attempt's outcome.
 func (r *run) await(ctx context.Context) (Outcome, error) {
 	d := r.d
-	timer := time.NewTimer(d.cfg.TaskTimeout)
+	wait := d.cfg.TaskTimeout
+	if len(r.retries) > 0 {
+		// A retry has what is left of the task's time.
+		wait = max(min(wait, time.Until(r.deadline())), 0)
+	}
+	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	hardStop := r.p.created.Add(d.cfg.StreamMax)
 	var batch []queued
@@ -521,7 +552,12 @@ func (r *run) await(ctx context.Context) (Outcome, error) {
 			case bus.KindResult:
 				return r.result(e.Result)
 			case bus.KindNodeGone:
-				return Outcome{}, &Error{Code: CodeNodeDisconnected, Message: "the node disconnected before returning a result"}
+				r.lost = RetryNodeDisconnected
+				msg := "the node disconnected before returning a result"
+				if e.Reason == reasonOwnerGone {
+					r.lost, msg = RetryInstanceGone, "the instance holding the node stopped answering before it returned a result"
+				}
+				return Outcome{}, &Error{Code: CodeNodeDisconnected, Message: msg}
 			}
 		}
 	}
@@ -544,8 +580,11 @@ func (r *run) result(res *bus.Result) (Outcome, error) {
 		TaskID: r.req.TaskID, NodeID: r.nodeID, Status: StatusFailed, Result: res.Text,
 		ProcessingMs: res.ProcessingMs, Streamed: r.streamed,
 	}
-	if res.Status == string(StatusCompleted) {
+	switch res.Status {
+	case string(StatusCompleted):
 		out.Status = StatusCompleted
+	case statusUnavailable:
+		r.lost = RetryNodeUnavailable
 	}
 	if out.ProcessingMs < 0 {
 		out.ProcessingMs = time.Since(r.assigned).Milliseconds()
@@ -611,7 +650,7 @@ func (d *dispatcher) finish(r *run, out Outcome, err error) {
 	// one request: RunSplit records and counts it once.
 	if !r.req.subtask {
 		rec := d.newRecord(r.req, r.start)
-		rec.Owner, rec.Attempts = r.owner, r.attempts
+		rec.Owner, rec.Attempts, rec.Retries = r.owner, r.attempts, r.retries
 		if !r.assigned.IsZero() {
 			rec.AssignedAt = r.assigned.UTC()
 		}
@@ -636,4 +675,20 @@ func formatLabels(labels map[string]string) string {
 		b.WriteString(k + "=" + labels[k])
 	}
 	return b.String()
+}
+
+// queueUntil is how long from now a request may wait for a slot: the queue
+// timeout, never past the task's deadline (a retry's is near).
+func (r *run) queueUntil() time.Time {
+	if t, end := time.Now().Add(r.d.cfg.QueueTimeout), r.deadline(); t.Before(end) {
+		return t
+	}
+	return r.deadline()
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

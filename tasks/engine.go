@@ -22,7 +22,11 @@ type Config struct {
 	StreamMax   time.Duration // default 600s: a stream's total limit
 	// QueueTimeout (default 10s) is how long a request waits for a free
 	// slot when every capable node is full, before it fails with nodes_busy.
-	QueueTimeout   time.Duration
+	QueueTimeout time.Duration
+	// TaskRetries (default 1; negative: none) is how many times a task
+	// whose node failed it is run again on another node, unless the
+	// request asks for another number (Request.Retries; retry.go).
+	TaskRetries    int
 	ResultMaxBytes int64         // default 1 MiB: over all chunks together, and for the final result
 	WatchInterval  time.Duration // default 250ms between the watcher's checks
 	// NoWatcher turns the owner-liveness watcher off (--unsafe-no-watcher):
@@ -58,6 +62,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StreamMax == 0 {
 		c.StreamMax = 600 * time.Second
+	}
+	if c.TaskRetries == 0 {
+		c.TaskRetries = 1
 	}
 	if c.QueueTimeout == 0 {
 		c.QueueTimeout = 10 * time.Second

@@ -24,6 +24,8 @@ type Metrics struct {
 	// usageClamped counts the nodes' usage reports cut down to what they
 	// handled (usage.go).
 	usageClamped *prometheus.CounterVec
+	// retries counts the attempts run again on another node (retry.go).
+	retries *prometheus.CounterVec
 
 	// The children every request touches, looked up once (record): a
 	// WithLabelValues hashes its labels and takes the vector's lock on
@@ -99,11 +101,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "switchyard", Subsystem: "tasks", Name: "usage_clamped_total",
 			Help: "Usage reports of nodes connected here that claimed more tokens than they handled and were cut down, by kind (prompt, completion) and bound: bytes (what the node was sent, or returned) or max_tokens (the request's).",
 		}, []string{"kind", "bound"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "tasks", Name: "retries_total",
+			Help: "Attempts that failed for their node's sake and were run again on another node, by reason: node_disconnected (its socket closed or its heartbeat lapsed), instance_gone (the instance holding it died) or node_unavailable (it answered status \"unavailable\").",
+		}, []string{"reason"}),
 	}
 	m.completed = m.outcomes.WithLabelValues(string(StatusCompleted))
 	m.plainTime, m.streamTime = m.latency.WithLabelValues("plain"), m.latency.WithLabelValues("stream")
 	if reg != nil {
-		reg.MustRegister(m.outcomes, m.latency, m.overhead, m.refusals, m.dropped, m.cancels, m.holdEnds, m.hops, m.ownerDied, m.outDropped, m.affinity, m.usageClamped)
+		reg.MustRegister(m.outcomes, m.latency, m.overhead, m.refusals, m.dropped, m.cancels, m.holdEnds, m.hops, m.ownerDied, m.outDropped, m.affinity, m.usageClamped, m.retries)
 	}
 	return m
 }

@@ -187,7 +187,13 @@ func (o *owner) result(s *nodes.Session, r wire.TaskResultPayload) {
 		o.metrics.holdEnds.WithLabelValues("answered").Inc()
 		return
 	}
-	s.TaskEnded(ent.account, r.Status == wire.StatusFailed, "the node answered failed")
+	// A node that answered "unavailable" failed the task as surely as one
+	// that answered "failed" (retry.go).
+	why := "the node answered failed"
+	if r.Status == statusUnavailable {
+		why = "the node answered unavailable"
+	}
+	s.TaskEnded(ent.account, r.Status == wire.StatusFailed || r.Status == statusUnavailable, why)
 	res := &bus.Result{Status: string(r.Status), Text: r.Result, ProcessingMs: r.ProcessingTimeMs, Chunks: ent.seq}
 	if hasUsage {
 		res.HasUsage, res.PromptTokens, res.OutputTokens = true, usage.PromptTokens, usage.CompletionTokens

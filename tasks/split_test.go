@@ -100,8 +100,9 @@ func TestRunSplitOneNodeAndFailure(t *testing.T) {
 	}
 }
 
-// When one part fails outright (its node went away), the task fails at once
-// and its sibling parts are cancelled on their nodes instead of running on.
+// When one part fails outright (its node went away, and the request allows
+// no retry), the task fails at once and its sibling parts are cancelled on
+// their nodes instead of running on.
 func TestRunSplitFailedPartCancelsSiblings(t *testing.T) {
 	r, o, _ := pair(t, tasks.Config{})
 	var ns []*nodetest.Node
@@ -111,7 +112,7 @@ func TestRunSplitFailedPartCancelsSiblings(t *testing.T) {
 	ch := make(chan outcome, 1)
 	go func() {
 		out, err := r.eng.RunSplit(context.Background(), tasks.Request{TaskID: "big", AccountID: "acct", TaskType: "translate",
-			Content: "first paragraph\n\nsecond paragraph\n\nthird paragraph"}, tasks.Hooks{})
+			Content: "first paragraph\n\nsecond paragraph\n\nthird paragraph", Retries: -1}, tasks.Hooks{})
 		ch <- outcome{out, err}
 	}()
 	holder := map[string]*nodetest.Node{}

@@ -60,12 +60,13 @@ func newTrackerWith(l trackerLimits) *Tracker {
 }
 
 // queued is one envelope waiting for its task's reader. A chunk keeps only
-// its sequence number and delta (32 bytes and the delta, less than
+// its sequence number and delta (48 bytes and the delta, less than
 // ChunkOverhead beyond the delta), so what a queue is charged bounds what
 // it holds.
 type queued struct {
 	Result *bus.Result // KindResult
 	Delta  string      // KindChunk
+	Reason string      // KindNodeGone: reasonOwnerGone, or the owner's
 	Seq    uint32      // KindChunk
 	Kind   bus.Kind
 }
@@ -148,7 +149,7 @@ func (t *Tracker) deliver(e *bus.Envelope) bool {
 		p.mu.Unlock()
 		return false
 	}
-	q := queued{Kind: e.Kind, Result: e.Result}
+	q := queued{Kind: e.Kind, Result: e.Result, Reason: e.Reason}
 	if e.Kind == bus.KindChunk {
 		q.Seq, q.Delta = e.Seq, e.Delta
 		cost := int64(len(e.Delta)) + ChunkOverhead

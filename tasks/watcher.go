@@ -140,7 +140,7 @@ func (w *watcher) check(ctx context.Context, now time.Time) {
 			if owner != id {
 				continue
 			}
-			if w.tracker.deliver(&bus.Envelope{Kind: bus.KindNodeGone, From: owner, TaskID: p.id, NodeID: nodeID, Gen: gen, Reason: "owner instance gone"}) {
+			if w.tracker.deliver(&bus.Envelope{Kind: bus.KindNodeGone, From: owner, TaskID: p.id, NodeID: nodeID, Gen: gen, Reason: reasonOwnerGone}) {
 				w.metrics.ownerDied.Inc()
 			}
 		}
