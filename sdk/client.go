@@ -57,6 +57,10 @@ type TaskResult struct {
 	NodeID           string `json:"node_id"`
 	ProcessingTimeMs int64  `json:"processing_time_ms"`
 	Usage            *Usage `json:"usage"`
+	// Attempts is how many nodes switchyard handed the task when its first
+	// node failed it and it ran again on another; 0 when the first node
+	// answered (the server sends it only then).
+	Attempts int `json:"attempts,omitempty"`
 }
 
 // UnmarshalJSON accepts processing_time_ms as a fraction too, as a server

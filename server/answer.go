@@ -70,6 +70,27 @@ func appendTaskResult(b []byte, r taskResult) []byte {
 		b = strconv.AppendInt(b, u.TotalTokens, 10)
 		b = append(b, '}')
 	}
+	if r.Attempts != 0 {
+		b = append(b, `,"attempts":`...)
+		b = strconv.AppendInt(b, int64(r.Attempts), 10)
+	}
+	for i, x := range r.Retries {
+		if i == 0 {
+			b = append(b, `,"retries":[`...)
+		} else {
+			b = append(b, ',')
+		}
+		b = append(b, `{"node_id":`...)
+		b = segjson.AppendEscape(b, x.NodeID, segjson.EscapeHTML)
+		b = append(b, `,"reason":`...)
+		b = segjson.AppendEscape(b, x.Reason, segjson.EscapeHTML)
+		b = append(b, `,"lost_ms":`...)
+		b = strconv.AppendInt(b, x.LostMs, 10)
+		b = append(b, '}')
+		if i == len(r.Retries)-1 {
+			b = append(b, ']')
+		}
+	}
 	return append(b, "}\n"...)
 }
 

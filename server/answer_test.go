@@ -9,21 +9,30 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/switchyard-dev/switchyard/store"
 )
 
 // appendTaskResult writes what encoding/json's Encoder (c.JSON's) writes
 // for the same answer, byte for byte, whatever its strings hold.
 func FuzzTaskAnswerAsStandard(f *testing.F) {
-	f.Add("0b7d8f7e-2c57", "completed", "hello", "node-1", true, int64(12), true, int64(3), int64(4))
-	f.Add("", "failed", "<a href=\"x\">&</a>\u2028\u2029", "", false, int64(-1), false, int64(0), int64(0))
-	f.Add("t", "completed", "\x00\x1f\b\f\n\r\t\\\"\x7f\xff\xfe é😀", "n\xc3", true, int64(1)<<62, true, int64(-5), int64(1)<<40)
-	f.Fuzz(func(t *testing.T, id, status, result, node string, hasNode bool, ms int64, hasUsage bool, p, c int64) {
+	f.Add("0b7d8f7e-2c57", "completed", "hello", "node-1", true, int64(12), true, int64(3), int64(4), uint8(0))
+	f.Add("", "failed", "<a href=\"x\">&</a>\u2028\u2029", "", false, int64(-1), false, int64(0), int64(0), uint8(1))
+	f.Add("t", "completed", "\x00\x1f\b\f\n\r\t\\\"\x7f\xff\xfe é😀", "n\xc3", true, int64(1)<<62, true, int64(-5), int64(1)<<40, uint8(3))
+	f.Fuzz(func(t *testing.T, id, status, result, node string, hasNode bool, ms int64, hasUsage bool, p, c int64, retried uint8) {
 		r := taskResult{TaskID: id, Status: status, Result: result, ProcessingTimeMs: ms}
 		if hasNode {
 			r.NodeID = &node
 		}
 		if hasUsage {
 			r.Usage = &usageJSON{p, c, p + c}
+		}
+		// A retried task's fields, the strings and numbers reused.
+		for i := range int(retried % 4) {
+			r.Retries = append(r.Retries, store.Retry{NodeID: node, Reason: status, LostMs: ms + int64(i)})
+		}
+		if len(r.Retries) > 0 {
+			r.Attempts = len(r.Retries) + 1
 		}
 		var want bytes.Buffer
 		if err := json.NewEncoder(&want).Encode(r); err != nil {

@@ -262,7 +262,7 @@ func (a *App) buildEngine(claims nodes.Claims) {
 		deps.Liveness, deps.Health = a.cluster.registry, clusterHealth{a.cluster}
 	}
 	a.engine = tasks.New(tasks.Config{
-		Instance: a.instanceID, TaskTimeout: cfg.TaskTimeout, StreamMax: cfg.StreamMax, QueueTimeout: cfg.QueueTimeout,
+		Instance: a.instanceID, TaskTimeout: cfg.TaskTimeout, StreamMax: cfg.StreamMax, QueueTimeout: cfg.QueueTimeout, TaskRetries: cfg.TaskRetries,
 		ResultMaxBytes: cfg.ResultMaxBytes, WatchInterval: cfg.WatchInterval, NoWatcher: cfg.UnsafeNoWatcher,
 		Logger: a.log, Registerer: a.registry,
 	}, deps)

@@ -53,9 +53,13 @@ type Config struct {
 	TaskTimeout        time.Duration // a plain task's deadline; a stream's longest wait between chunks
 	StreamMax          time.Duration // a stream's total limit
 	QueueTimeout       time.Duration // how long a request waits for a free node slot
-	ResultMaxBytes     int64         // bytes: the largest result (all chunks together)
-	MaxMessageBytes    int64         // bytes: the largest node message
-	MaxBodyBytes       int64         // bytes: the largest request body
+	// TaskRetries is how many times a task whose node failed it before
+	// answering runs again on another node, unless the request asks for
+	// another number (0–3): 0 takes the default (1), -1 is none.
+	TaskRetries     int
+	ResultMaxBytes  int64 // bytes: the largest result (all chunks together)
+	MaxMessageBytes int64 // bytes: the largest node message
+	MaxBodyBytes    int64 // bytes: the largest request body
 	// QuarantineAfter is how many tasks in a row, for at least two
 	// accounts, must fail on a node, or how many of its usage reports in a
 	// row must be implausible, before it is quarantined (-1: never);
@@ -182,6 +186,7 @@ func DefaultConfig() Config {
 		TaskTimeout:        t.TaskTimeout,
 		StreamMax:          t.StreamMax,
 		QueueTimeout:       t.QueueTimeout,
+		TaskRetries:        t.TaskRetries,
 		ResultMaxBytes:     t.ResultMaxBytes,
 		MaxMessageBytes:    n.MaxMessageBytes,
 		MaxBodyBytes:       2_000_000,
@@ -237,6 +242,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.TaskTimeout, d.TaskTimeout)
 	setDefault(&c.StreamMax, d.StreamMax)
 	setDefault(&c.QueueTimeout, d.QueueTimeout)
+	setDefault(&c.TaskRetries, d.TaskRetries)
 	setDefault(&c.ResultMaxBytes, d.ResultMaxBytes)
 	setDefault(&c.MaxMessageBytes, d.MaxMessageBytes)
 	setDefault(&c.MaxBodyBytes, d.MaxBodyBytes)
@@ -335,6 +341,9 @@ func (c Config) Validate() error {
 	}
 	if c.QueueTimeout < 0 {
 		bad("--queue-timeout must not be negative")
+	}
+	if c.TaskRetries < -1 || c.TaskRetries > tasks.MaxTaskRetries {
+		bad("--task-retries must be from 0 to %d", tasks.MaxTaskRetries)
 	}
 	if c.ResultMaxBytes < 1 {
 		bad("--result-max-bytes must be positive")

@@ -7,6 +7,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-dev/switchyard/tasks"
 )
 
 // httpMetrics count API requests by route and status.
@@ -63,17 +65,22 @@ const ctxStart = "switchyard.start"
 // setServerTiming puts a Server-Timing header on a plain task's answer: the
 // coordinator's own time (since the request arrived, less the node's) and
 // the node's processing time as it reported it, so a user can tell which
-// side a slow answer spent its time on. A browser shows it in its network
-// panel.
-func setServerTiming(c echo.Context, processingMs int64) {
+// side a slow answer spent its time on, and a "retry" entry per attempt
+// lost to its node (its reason, and how long it held the task). A browser
+// shows it in its network panel.
+func setServerTiming(c echo.Context, out tasks.Outcome) {
 	start, ok := c.Get(ctxStart).(time.Time)
 	if !ok {
 		return
 	}
-	node := max(processingMs, 0)
+	node := max(out.ProcessingMs, 0)
 	own := max(time.Since(start)-time.Duration(node)*time.Millisecond, 0)
-	c.Response().Header().Set("Server-Timing", "coordinator;dur="+strconv.FormatFloat(float64(own.Microseconds())/1000, 'f', 2, 64)+
-		`;desc="switchyard", node;dur=`+strconv.FormatInt(node, 10)+`;desc="node processing"`)
+	v := "coordinator;dur=" + strconv.FormatFloat(float64(own.Microseconds())/1000, 'f', 2, 64) +
+		`;desc="switchyard", node;dur=` + strconv.FormatInt(node, 10) + `;desc="node processing"`
+	for _, r := range out.Retries {
+		v += ", retry;dur=" + strconv.FormatInt(r.LostMs, 10) + `;desc="` + r.Reason + `"`
+	}
+	c.Response().Header().Set("Server-Timing", v)
 }
 
 func (m *httpMetrics) middleware(next echo.HandlerFunc) echo.HandlerFunc {

@@ -361,6 +361,9 @@ func readOpenAIBody[T any](a *App, c echo.Context, parse func([]byte) (T, error)
 	if err != nil {
 		return zero, err
 	}
+	if _, err := retriesOf(c, -1); err != nil {
+		return zero, err
+	}
 	if _, err := nodeLabels(c, nil); err != nil {
 		return zero, err
 	}
@@ -380,9 +383,11 @@ func readOpenAIBody[T any](a *App, c echo.Context, parse func([]byte) (T, error)
 func openAIRequest(c echo.Context, taskType, content string, params json.RawMessage, stream bool, session string) tasks.Request {
 	acct := accountOf(c)
 	labels, _ := nodeLabels(c, nil)
+	retries, _ := retriesOf(c, -1)
 	return tasks.Request{
 		TaskID: uuid.NewString(), AccountID: acct.ID, KeyID: acct.KeyID, Session: sessionOf(c, session), TaskType: taskType,
 		Content: content, Params: params, Stream: stream, Trust: trustOf(c), Labels: labels, Priority: nodes.DefaultPriority,
+		Retries: retries,
 	}
 }
 
@@ -406,7 +411,7 @@ func (a *App) chatTask(c echo.Context, req tasks.Request, body chatBody) error {
 		return nodeFailure(out)
 	}
 	if !body.Stream {
-		setServerTiming(c, out.ProcessingMs)
+		setServerTiming(c, out)
 		return c.JSON(http.StatusOK, newCompletion(req.TaskID, body.Model, out))
 	}
 	sse := newSSE(c.Response())

@@ -178,7 +178,7 @@ func (a *App) textTask(c echo.Context, req tasks.Request, body textBody) error {
 		}
 		return nil
 	}
-	setServerTiming(c, out.ProcessingMs)
+	setServerTiming(c, out)
 	stop := "stop"
 	return c.JSON(http.StatusOK, textCompletionJSON{ID: s.id, Object: "text_completion", Created: s.created, Model: body.Model,
 		Choices: []textChoice{{Text: out.Result, FinishReason: &stop}}, Usage: mustUsage(out.Usage)})
@@ -353,7 +353,7 @@ func (a *App) embeddings(c echo.Context) error {
 	if out.Usage != nil {
 		prompt = out.Usage.PromptTokens
 	}
-	setServerTiming(c, out.ProcessingMs)
+	setServerTiming(c, out)
 	return c.JSON(http.StatusOK, map[string]any{"object": "list", "data": data, "model": body.Model,
 		"usage": map[string]int64{"prompt_tokens": prompt, "total_tokens": prompt}})
 }

@@ -13,6 +13,7 @@ import (
 	segjson "github.com/segmentio/encoding/json"
 
 	"github.com/switchyard-dev/switchyard/sdk/wire"
+	"github.com/switchyard-dev/switchyard/store"
 	"github.com/switchyard-dev/switchyard/tasks"
 )
 
@@ -92,6 +93,11 @@ type taskResult struct {
 	NodeID           *string    `json:"node_id"` // null for a split task (several nodes)
 	ProcessingTimeMs int64      `json:"processing_time_ms"`
 	Usage            *usageJSON `json:"usage"`
+	// Ours, for a task run again after its node failed it: how many nodes
+	// were handed it, and why each before the last was not its answer.
+	// Absent when its first node answered.
+	Attempts int           `json:"attempts,omitempty"`
+	Retries  []store.Retry `json:"retries,omitempty"`
 }
 
 type usageJSON struct {
@@ -107,6 +113,9 @@ func resultJSON(out tasks.Outcome) taskResult {
 	}
 	if out.Usage != nil {
 		r.Usage = &usageJSON{out.Usage.PromptTokens, out.Usage.CompletionTokens, out.Usage.PromptTokens + out.Usage.CompletionTokens}
+	}
+	if len(out.Retries) > 0 {
+		r.Attempts, r.Retries = out.Attempts, out.Retries
 	}
 	return r
 }
@@ -128,9 +137,14 @@ func (a *App) request(c echo.Context) error {
 	if err := checkSessionID(c); err != nil {
 		return err
 	}
+	retries, err := retriesOf(c, body.Retries)
+	if err != nil {
+		return err
+	}
 	req := tasks.Request{
 		TaskID: uuid.NewString(), AccountID: accountOf(c).ID, KeyID: accountOf(c).KeyID, Session: sessionOf(c, ""), TaskType: body.TaskType,
 		Content: body.Content, Params: body.Params, Stream: body.Stream, Trust: trust, Labels: labels, Priority: body.Priority,
+		Retries: retries,
 	}
 	if body.Stream {
 		sse := newSSE(c.Response())
@@ -140,7 +154,7 @@ func (a *App) request(c echo.Context) error {
 	if err != nil {
 		return taskError(err)
 	}
-	setServerTiming(c, out.ProcessingMs)
+	setServerTiming(c, out)
 	return writeTaskResult(c, resultJSON(out))
 }
 

@@ -85,8 +85,12 @@ func testChargeClamped(t *testing.T, owner, requester *testApp) {
 	// The history: the task's record, and the usage API (the owner's
 	// reports of the node's answers).
 	waitUntil(t, func() bool { return ledgerTokens(t, owner, b.KeyID) == 8 })
-	if err := owner.writer.Flush(ctx); err != nil {
-		t.Fatal(err)
+	// The reports are the owner's to write, the task records (the
+	// requests counted) the requester's.
+	for _, w := range []*testApp{owner, requester} {
+		if err := w.writer.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var v usageView
 	if code, _ := requester.call(t, "GET", "/api/v1/usage", keyB, nil, &v); code != http.StatusOK ||

@@ -20,6 +20,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/nodes"
 	"github.com/switchyard-dev/switchyard/sdk/wire"
+	"github.com/switchyard-dev/switchyard/tasks"
 )
 
 // Limits of POST /api/v1/request (docs/PROTOCOL.md).
@@ -49,6 +50,10 @@ type taskBody struct {
 	Priority int    // 0–9 (ours), nodes.DefaultPriority when absent
 	// NodeLabels are labels the node must have declared (ours); nil for any.
 	NodeLabels map[string]string
+	// Retries is how many times the task may run again on another node
+	// after its node failed it (ours, 0–3): -1 when absent (the instance's
+	// --task-retries).
+	Retries int
 }
 
 // parseTaskBody decodes and checks a request body. Every error wraps
@@ -63,6 +68,7 @@ func parseTaskBody(b []byte) (taskBody, error) {
 		APIKey   *string         `json:"api_key"` // deprecated; keyFromBody reads it, this checks its type
 		Priority *int            `json:"priority"`
 		Labels   json.RawMessage `json:"node_labels"`
+		Retries  *int            `json:"retries"`
 	}
 	var t taskBody
 	if err := decodeObject(b, &raw); err != nil {
@@ -93,6 +99,13 @@ func parseTaskBody(b []byte) (taskBody, error) {
 	}
 	if raw.Stream != nil {
 		t.Stream = *raw.Stream
+	}
+	t.Retries = -1
+	if raw.Retries != nil {
+		if *raw.Retries < 0 || *raw.Retries > tasks.MaxTaskRetries {
+			return t, invalid("retries must be an integer from 0 to %d (how many times the task may run again on another node if its node fails it)", tasks.MaxTaskRetries)
+		}
+		t.Retries = *raw.Retries
 	}
 	if raw.Trust != nil {
 		switch *raw.Trust {
@@ -535,4 +548,33 @@ func clip(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// headerRetries is the request header that asks how many times a task may
+// run again on another node if its node fails it (ours, 0–3): for the
+// OpenAI-style routes, whose bodies are OpenAI's; a native route's body
+// field "retries" wins over it.
+const headerRetries = "X-Task-Retries"
+
+// retriesOf is tasks.Request.Retries for a request whose body asked for
+// body retries (-1: it did not ask): the body's, else the header's, else 0
+// (the instance's --task-retries).
+func retriesOf(c echo.Context, body int) (int, error) {
+	n := body
+	if n < 0 {
+		h := c.Request().Header.Get(headerRetries)
+		if h == "" {
+			return 0, nil
+		}
+		v, err := strconv.Atoi(h)
+		if err != nil || v < 0 || v > tasks.MaxTaskRetries {
+			return 0, newError(http.StatusBadRequest, CodeInvalidRequest,
+				fmt.Sprintf("%s must be an integer from 0 to %d (how many times the task may run again on another node if its node fails it)", headerRetries, tasks.MaxTaskRetries))
+		}
+		n = v
+	}
+	if n == 0 {
+		return -1, nil // none
+	}
+	return n, nil
 }

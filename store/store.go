@@ -154,6 +154,9 @@ type Retry struct {
 	// lapsed), instance_gone (the instance holding it died) or
 	// node_unavailable (it answered status "unavailable").
 	Reason string `json:"reason"`
+	// LostMs is how long the failed attempt held the task, from its
+	// hand-over to its failure.
+	LostMs int64 `json:"lost_ms"`
 }
 
 // Outcome is one node's part in a finished task, fed into its reputation.

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/switchyard-dev/switchyard/server"
+	"github.com/switchyard-dev/switchyard/tasks"
 )
 
 // logFlags are the logging flags every long-running command shares.
@@ -102,6 +103,7 @@ ws://HOST:PORT/ws/node; clients call http://HOST:PORT/api/v1/…`, cfg.Listen, c
 	fs.DurationVar(&cfg.TaskTimeout, "task-timeout", cfg.TaskTimeout, "deadline of a plain task; for a stream, the longest wait between chunks")
 	fs.DurationVar(&cfg.StreamMax, "stream-max", cfg.StreamMax, "longest a streaming task may run in total")
 	fs.DurationVar(&cfg.QueueTimeout, "queue-timeout", cfg.QueueTimeout, "how long a request waits for a free slot when every capable node is busy (then 503 nodes_busy)")
+	fs.IntVar(&cfg.TaskRetries, "task-retries", cfg.TaskRetries, "how many times a task whose node fails it before answering (its socket closes, its heartbeat lapses, its instance dies, or it answers \"unavailable\") runs again on another node, within the task's time; a request may ask for 0-3 (body \"retries\", header X-Task-Retries); 0: never")
 	fs.Int64Var(&cfg.ResultMaxBytes, "result-max-bytes", cfg.ResultMaxBytes, "largest result a node may return (over all chunks, and for the final result)")
 	fs.Int64Var(&cfg.MaxMessageBytes, "max-message-bytes", cfg.MaxMessageBytes, "largest message a node may send; a larger one closes its socket with 1009")
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", cfg.MaxBodyBytes, "largest request body; a larger one is refused with 413")
@@ -147,6 +149,12 @@ ws://HOST:PORT/ws/node; clients call http://HOST:PORT/api/v1/…`, cfg.Listen, c
 	cfg.DataDir, cfg.DatabaseURL, cfg.Logger, cfg.Version = sf.dataDir, sf.databaseURL, log, version
 	// Validate (in server.New) refuses --multi-instance=false without Redis.
 	cfg.SingleInstance = !*multi
+	switch {
+	case cfg.TaskRetries == 0:
+		cfg.TaskRetries = -1 // the flag's 0 is none; server.Config's is the default
+	case cfg.TaskRetries < 0:
+		return server.Config{}, fmt.Errorf("--task-retries must be from 0 to %d", tasks.MaxTaskRetries)
+	}
 	cfg.NoNodeBenchmarks = !*benchmarks
 	if cfg.ModelAliases, err = server.ParseModelAliases(*aliases); err != nil {
 		return server.Config{}, err

@@ -139,6 +139,7 @@ type NodeView struct {
 	MaxConcurrency int      `json:"max_concurrency"`
 	Instance       string   `json:"instance"`
 	Trust          string   `json:"trust"`
+	ActiveTasks    int      `json:"active_tasks"` // for a node on another instance, as its owner last wrote
 }
 
 // Nodes fetches /admin/api/nodes.

@@ -23,7 +23,7 @@ func fullRecord(id, account string, finished time.Time) store.TaskRecord {
 		Requester:    "inst-req",
 		Owner:        "inst-own",
 		Attempts:     2,
-		Retries:      []store.Retry{{NodeID: "node-c", Reason: "node_disconnected"}},
+		Retries:      []store.Retry{{NodeID: "node-c", Reason: "node_disconnected", LostMs: 512}},
 		CreatedAt:    finished.Add(-3*time.Second - 123456789),
 		AssignedAt:   finished.Add(-2*time.Second - 987654321),
 		FinishedAt:   finished,

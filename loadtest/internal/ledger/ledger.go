@@ -56,9 +56,16 @@ type Record struct {
 	NodeInst int     `json:"node_inst"`
 	StartMs  float64 `json:"handler_start_ms,omitempty"`
 	EndMs    float64 `json:"handler_end_ms,omitempty"` // 0 while the handler runs (or never ran)
-	Runs     int     `json:"runs,omitempty"`           // handler starts; more than 1 is a duplicate execution
-	Chunks   int     `json:"chunks,omitempty"`         // stream chunks received
-	Class    string  `json:"class,omitempty"`          // relation to the fault (report.Classify)
+	Runs     int     `json:"runs,omitempty"`           // handler starts; more than the attempts is a duplicate execution
+	// Earlier are the instances of the nodes that started the task before
+	// the last one (Node, NodeInst): a task run again after its node failed.
+	Earlier []int `json:"earlier_node_insts,omitempty"`
+	// Attempts is how many nodes the coordinator says it handed the task
+	// (its answer's "attempts"; 1 when it says nothing): more than 1 when
+	// a node failed it and it ran again on another.
+	Attempts int    `json:"attempts,omitempty"`
+	Chunks   int    `json:"chunks,omitempty"` // stream chunks received
+	Class    string `json:"class,omitempty"`  // relation to the fault (report.Classify)
 
 	done bool
 }
@@ -103,6 +110,8 @@ type Answer struct {
 	ProcMs  int64
 	NodeID  string
 	Chunks  int
+	// Attempts is the answer's "attempts" (0 when it has none: one).
+	Attempts int
 }
 
 // Close gives r its outcome at time at. A second Close of the same record
@@ -118,6 +127,7 @@ func (l *Ledger) Close(r *Record, at time.Time, a Answer) {
 	r.DoneMs = l.Ms(at)
 	r.LatencyMs = stats.Round3(r.DoneMs - r.SentMs)
 	r.Outcome, r.Status, r.Code, r.ProcMs, r.NodeID, r.Chunks = a.Outcome, a.Status, a.Code, a.ProcMs, a.NodeID, a.Chunks
+	r.Attempts = max(a.Attempts, 1)
 	if len(a.Message) > 200 {
 		a.Message = a.Message[:200] + "…"
 	}
@@ -142,6 +152,9 @@ func (l *Ledger) HandlerStart(id int64, node, inst int, at time.Time) bool {
 		return false
 	}
 	r := l.recs[id]
+	if r.Runs > 0 {
+		r.Earlier = append(r.Earlier, r.NodeInst)
+	}
 	r.Runs++
 	r.Node, r.NodeInst, r.StartMs, r.EndMs = node, inst, l.Ms(at), 0
 	l.running[id] = r
@@ -199,9 +212,14 @@ type Accounting struct {
 	Outcomes  map[string]int `json:"outcomes"`
 	NoOutcome []int64        `json:"no_outcome,omitempty"` // ids still without an outcome: must be empty
 	Doubles   []string       `json:"doubles,omitempty"`    // second outcomes: must be empty
-	// Duplicates are requests whose task more than one node started (or
-	// one node twice): at-most-once execution was broken.
+	// Duplicates are requests whose task more nodes started (or one node
+	// more times) than the coordinator says it handed it: at-most-once
+	// execution per attempt was broken. A task run again after its node
+	// failed it (Record.Attempts) is not one.
 	Duplicates []int64 `json:"duplicates,omitempty"`
+	// Retried counts the requests whose task ran again on another node
+	// after its node failed it (Record.Attempts > 1), whatever their end.
+	Retried int `json:"retried"`
 }
 
 // OK reports whether every request has exactly one outcome.
@@ -222,8 +240,11 @@ func Account(recs []*Record, doubles []string) Accounting {
 		} else {
 			a.Outcomes[r.Outcome]++
 		}
-		if r.Runs > 1 {
+		if r.Runs > max(r.Attempts, 1) {
 			a.Duplicates = append(a.Duplicates, r.ID)
+		}
+		if r.Attempts > 1 {
+			a.Retried++
 		}
 	}
 	return a

@@ -78,6 +78,21 @@ func TestLedgerDuplicateExecution(t *testing.T) {
 	}
 }
 
+// A task the coordinator says it ran again (its answer's attempts) may be
+// started once per attempt: that is a retry, not a duplicate execution.
+func TestLedgerRetryIsNoDuplicate(t *testing.T) {
+	t0 := time.Now()
+	l := New(t0)
+	r := l.Open(KindPlain, PhaseSteady, 0, t0)
+	l.HandlerStart(r.ID, 1, 2, t0)
+	l.HandlerStart(r.ID, 3, 0, t0)
+	l.Close(r, t0, Answer{Outcome: OutcomeOK, Attempts: 2})
+	acc := l.Accounting()
+	if len(acc.Duplicates) != 0 || acc.Retried != 1 || r.NodeInst != 0 || len(r.Earlier) != 1 || r.Earlier[0] != 2 {
+		t.Errorf("accounting %+v, record %+v: want a retry from instance 2, no duplicate", acc, r)
+	}
+}
+
 func TestLedgerRunningOn(t *testing.T) {
 	t0 := time.Now()
 	l := New(t0)

@@ -136,9 +136,9 @@ func classifyAnswer(res *sdk.TaskResult, err error, chunks int, aborted, expired
 	var apiErr *sdk.APIError
 	switch {
 	case err == nil && res.Status == "completed":
-		return ledger.Answer{Outcome: ledger.OutcomeOK, Status: 200, ProcMs: res.ProcessingTimeMs, NodeID: res.NodeID, Chunks: chunks}
+		return ledger.Answer{Outcome: ledger.OutcomeOK, Status: 200, ProcMs: res.ProcessingTimeMs, NodeID: res.NodeID, Chunks: chunks, Attempts: res.Attempts}
 	case err == nil:
-		return ledger.Answer{Outcome: ledger.OutcomeFailed, Status: 200, Code: res.Status, Message: res.Result, ProcMs: res.ProcessingTimeMs, NodeID: res.NodeID, Chunks: chunks}
+		return ledger.Answer{Outcome: ledger.OutcomeFailed, Status: 200, Code: res.Status, Message: res.Result, ProcMs: res.ProcessingTimeMs, NodeID: res.NodeID, Chunks: chunks, Attempts: res.Attempts}
 	case errors.As(err, &apiErr):
 		return ledger.Answer{Outcome: ledger.OutcomeError, Status: apiErr.Status, Code: apiErr.Code, Message: apiErr.Message, Chunks: chunks}
 	case aborted:

@@ -190,6 +190,25 @@ func TestEvaluateKill(t *testing.T) {
 		t.Errorf("a 504 after 4 s must fail the kill criterion with its figure: %+v", c)
 	}
 
+	// With another node to take them: the tasks run again and succeed,
+	// however long that takes; an answer that does not say it ran again
+	// (its victim node cannot have given it) fails.
+	again := []*ledger.Record{
+		mk(0, 0, 29900, 32400, ledger.OutcomeOK, "", 0, 31000, 32390), // started again on instance 0
+		mk(0, 0, 29950, 31000, ledger.OutcomeOK, "", 1, 29955, 30990), // its answer says no retry
+	}
+	again[0].Attempts, again[0].Earlier = 2, []int{1}
+	run = steadyRun(2, flat(100, 1), f, again...)
+	c = find(t, Evaluate([]*RunReport{run}, config.DefaultBars), 2, CritFault)
+	if c.Status != Fail || !strings.Contains(c.Figure, "1 of 2 in-flight tasks as the bar says (1 ran again") {
+		t.Errorf("one retried, one ok without a retry: %+v", c)
+	}
+	again[1].Attempts = 2
+	run = steadyRun(2, flat(100, 1), f, again...)
+	if c := find(t, Evaluate([]*RunReport{run}, config.DefaultBars), 2, CritFault); c.Status != Pass || !strings.Contains(c.Figure, "2 of 2") {
+		t.Errorf("both retried: %+v", c)
+	}
+
 	// Nothing in flight on the victim: nothing proven.
 	run = steadyRun(2, flat(100, 1), f)
 	if c := find(t, Evaluate([]*RunReport{run}, config.DefaultBars), 2, CritFault); c.Status != Fail {

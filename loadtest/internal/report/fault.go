@@ -3,6 +3,7 @@ package report
 import (
 	"github.com/switchyard-dev/switchyard/loadtest/internal/config"
 	"github.com/switchyard-dev/switchyard/loadtest/internal/ledger"
+	"slices"
 )
 
 // Classes of requests in a run with a fault: what the fault may do to them.
@@ -77,7 +78,9 @@ func Classify(recs []*ledger.Record, f FaultReport) {
 		if !pending {
 			continue
 		}
-		onVictim := r.NodeInst == f.Instance
+		// A task run again elsewhere after its node was lost was on the
+		// victim as much as one that failed there.
+		onVictim := r.NodeInst == f.Instance || slices.Contains(r.Earlier, f.Instance)
 		switch f.Kind {
 		case config.FaultKill:
 			switch {

@@ -69,7 +69,7 @@ func TestReportText(t *testing.T) {
 	for _, want := range []string{
 		"instances", "hop +p95", // the table
 		"SKIP  1 inst  killed instance's tasks", "fail over to",
-		"PASS  2 inst  killed instance's tasks", "1 of 1 in-flight tasks got 502",
+		"PASS  2 inst  killed instance's tasks", "1 of 1 in-flight tasks as the bar says (0 ran again on another node and succeeded, 1 got 502",
 		"PASS  2 inst  hop adds at p95", "+0.50 ms",
 		`i1 counters: tasks_refusals_total{reason="no_free_slot"} 3`,
 		"result: PASS",

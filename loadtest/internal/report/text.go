@@ -129,7 +129,7 @@ func (r *Report) WriteText(w io.Writer) {
 
 // writeTable is the seed and smoke profiles' table of the runs.
 func (r *Report) writeTable(w io.Writer) {
-	tw := newTable("instances", "sent", "ok", "errors", "lost", "steady/s", "lat p50", "lat p95", "lat p99",
+	tw := newTable("instances", "sent", "ok", "retried", "errors", "lost", "steady/s", "lat p50", "lat p95", "lat p99",
 		"ovh p50", "ovh p95", "ovh p99", "hop +p95", "hop +p99", "cpu@100/s", "mem growth", "fault→502 max")
 	base := baseline(r.Runs)
 	for _, run := range r.Runs {
@@ -163,12 +163,13 @@ func (r *Report) writeTable(w io.Writer) {
 			f2e = fmt.Sprintf("%.0f ms", run.FaultToError.Max)
 		}
 		tw.row(fmt.Sprint(run.Instances), fmt.Sprint(run.Accounting.Sent), fmt.Sprint(run.Accounting.Outcomes[ledger.OutcomeOK]),
-			fmt.Sprint(errs), fmt.Sprint(run.Accounting.Outcomes[ledger.OutcomeLost]), fmt.Sprintf("%.1f", run.SentRate),
+			fmt.Sprint(run.Accounting.Retried), fmt.Sprint(errs), fmt.Sprint(run.Accounting.Outcomes[ledger.OutcomeLost]), fmt.Sprintf("%.1f", run.SentRate),
 			f3(run.Latency.P50), f3(run.Latency.P95), f3(run.Latency.P99),
 			f3(run.Overhead.P50), f3(run.Overhead.P95), f3(run.Overhead.P99), hop95, hop99, cpu, mem, f2e)
 	}
 	tw.write(w)
-	fmt.Fprintln(w, "(latency and overhead in ms: plain requests of the steady phase that succeeded, outside the fault window;")
+	fmt.Fprintln(w, "(retried = requests whose task ran again on another node after its node failed it, whatever their end;")
+	fmt.Fprintln(w, " latency and overhead in ms: plain requests of the steady phase that succeeded, outside the fault window;")
 	fmt.Fprintln(w, " overhead = latency − processing_time_ms the node reported; hop = overhead percentile minus the 1-instance run's;")
 	fmt.Fprintln(w, " cpu@100/s = the busiest instance's mean CPU over the steady phase, % of one core, scaled to 100 requests/s;")
 	fmt.Fprintln(w, " mem growth = the largest RSS growth, mean of the last fifth vs the first fifth of a steady stretch)")
