@@ -19,6 +19,7 @@ import (
 
 	asyncq "github.com/switchyard-dev/switchyard/async"
 	"github.com/switchyard-dev/switchyard/bus"
+	"github.com/switchyard-dev/switchyard/idempotency"
 	"github.com/switchyard-dev/switchyard/internal/gcfloor"
 	"github.com/switchyard-dev/switchyard/nodes"
 	"github.com/switchyard-dev/switchyard/ratelimit"
@@ -53,6 +54,9 @@ type App struct {
 	tokens          *prometheus.CounterVec // tokens reported, by task type and kind
 	inflightRefused prometheus.Counter
 	inflightErrors  prometheus.Counter
+	idem            idempotency.Store      // Idempotency-Key claims and answers (idempotency.go)
+	idemTotal       *prometheus.CounterVec // requests with an Idempotency-Key, by outcome
+	idemWaiting     prometheus.Gauge       // requests waiting for an earlier one's answer
 	rlm             *ratelimit.Metrics
 	bus             bus.Bus
 	sub             bus.Subscription
@@ -162,6 +166,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.sub = sub
 
 	a.newInflight()
+	a.newIdempotency()
 	a.newQuota()
 	a.echo = a.routes()
 	if a.http, a.listener, err = a.listen(httpLimitsFor(cfg)); err != nil {

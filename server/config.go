@@ -70,6 +70,17 @@ type Config struct {
 	// a slot at once, cluster-wide (0: no cap); one more is answered 429.
 	MaxInflightPerKey int
 
+	// Idempotency-Key (idempotency.go): an answer is kept for replays for
+	// IdempotencyTTL (default 24h); a key's claim lapses when its holder
+	// has not renewed it for IdempotencyLease (default 5s; renewed every
+	// third of it while its task runs), and then its waiters are answered
+	// 503 and the key is free; one account holds at most
+	// IdempotencyMaxKeys keys at once (default 10,000), each answer at most
+	// ResultMaxBytes + 64 KiB.
+	IdempotencyTTL     time.Duration
+	IdempotencyLease   time.Duration
+	IdempotencyMaxKeys int
+
 	// HTTP connections (server/listen.go, docs/SECURITY.md).
 	ReadHeaderTimeout time.Duration // the request line and headers must arrive within it
 	BodyReadTimeout   time.Duration // a request body must arrive within it, from the end of the headers
@@ -217,6 +228,10 @@ func DefaultConfig() Config {
 		SplitTaskTypes:     []string{"translate"},
 
 		QuotaCompletionEstimate: 1024,
+
+		IdempotencyTTL:     24 * time.Hour,
+		IdempotencyLease:   5 * time.Second,
+		IdempotencyMaxKeys: 10_000,
 	}
 }
 
@@ -265,6 +280,9 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.StoreFlushInterval, d.StoreFlushInterval)
 	setDefault(&c.GCHeapFloorBytes, d.GCHeapFloorBytes)
 	setDefault(&c.QuotaCompletionEstimate, d.QuotaCompletionEstimate)
+	setDefault(&c.IdempotencyTTL, d.IdempotencyTTL)
+	setDefault(&c.IdempotencyLease, d.IdempotencyLease)
+	setDefault(&c.IdempotencyMaxKeys, d.IdempotencyMaxKeys)
 	if c.SplitTaskTypes == nil {
 		c.SplitTaskTypes = d.SplitTaskTypes
 	} else {
@@ -369,6 +387,12 @@ func (c Config) Validate() error {
 	}
 	if c.QuotaCompletionEstimate < 1 {
 		bad("--quota-completion-estimate must be at least 1 token")
+	}
+	if c.IdempotencyLease < 100*time.Millisecond || c.IdempotencyTTL < time.Minute || c.IdempotencyLease >= c.IdempotencyTTL {
+		bad("--idempotency-lease (%s) must be at least 100ms and --idempotency-ttl (%s) at least 1m and longer than the lease", c.IdempotencyLease, c.IdempotencyTTL)
+	}
+	if c.IdempotencyMaxKeys < 1 {
+		bad("--idempotency-max-keys must be at least 1")
 	}
 	if c.QuarantineAfter < -1 {
 		bad("--quarantine-after must be -1 (never) or a positive number of failed tasks")

@@ -17,37 +17,42 @@ type Code string
 
 // The codes of the API's own errors.
 const (
-	CodeAlreadyRated          Code = "already_rated"           // 409: the task was rated by this account
-	CodeBadRequest            Code = "bad_request"             // 400: a body that is not what the route reads
-	CodeBudgetExhausted       Code = "budget_exhausted"        // 402: the key's spend budget of the day or month is spent (X-Quota-*)
-	CodeConflict              Code = "conflict"                // 409, raised without a code of its own
-	CodeContextLengthExceeded Code = "context_length_exceeded" // 400 on /v1/: the prompt is over the model's limit
-	CodeError                 Code = "error"                   // a status with no code of its own (never expected)
-	CodeForbidden             Code = "forbidden"               // 403, raised without a code of its own
-	CodeInternal              Code = "internal"                // 500: a failure the code did not foresee (logged)
-	CodeInvalidAPIKey         Code = "invalid_api_key"         // 401: no key, an unknown key, or a revoked one
-	CodeInvalidLastEventID    Code = "invalid_last_event_id"   // 422: a task stream's Last-Event-ID does not parse
-	CodeInvalidRating         Code = "invalid_rating"          // 400: a rating that is not 1-5
-	CodeInvalidRequest        Code = "invalid_request"         // 422 (or 400): a field out of its bounds
-	CodeInvalidWebhookURL     Code = "invalid_webhook_url"     // 422: webhook_url refused (too long, not http(s), private)
-	CodeKeyScope              Code = "key_scope"               // 403: the key may not do this (node-only, or not this task type)
-	CodeMethodNotAllowed      Code = "method_not_allowed"      // 405
-	CodeNodeError             Code = "node_error"              // 502 on /v1/: the node's handler failed
-	CodeNodeNotFound          Code = "node_not_found"          // 404: no node with this id for this account
-	CodeNotFound              Code = "not_found"               // 404, raised without a code of its own
-	CodeNotReady              Code = "not_ready"               // 503: the instance is draining or not ready
-	CodeNotTaskOwner          Code = "not_task_owner"          // 403: only the account that asked may rate
-	CodePayloadTooLarge       Code = "payload_too_large"       // 413: the body is over its limit
-	CodeQuotaExceeded         Code = "quota_exceeded"          // 429: the key's tokens of the day or month are spent (X-Quota-*)
-	CodeRateLimited           Code = "rate_limited"            // 429 (403 for node handshakes): over a rate limit
-	CodeRegistrationClosed    Code = "registration_closed"     // 403: self-service accounts are off
-	CodeStoreUnavailable      Code = "store_unavailable"       // 503: the database cannot answer now
-	CodeStreamNotFound        Code = "stream_not_found"        // 404: the task kept no stream
-	CodeStreamUnavailable     Code = "stream_unavailable"      // a task stream's error event: its log cannot be read now
-	CodeTaskNotFound          Code = "task_not_found"          // 404: no task with this id for this account
-	CodeTooManyInFlight       Code = "too_many_in_flight"      // 429: the key's concurrent-request limit
-	CodeUnauthorized          Code = "unauthorized"            // 401: an admin route without the admin token
-	CodeUnavailable           Code = "unavailable"             // 503: a dependency cannot answer now; retry
+	CodeAlreadyRated             Code = "already_rated"               // 409: the task was rated by this account
+	CodeBadRequest               Code = "bad_request"                 // 400: a body that is not what the route reads
+	CodeBudgetExhausted          Code = "budget_exhausted"            // 402: the key's spend budget of the day or month is spent (X-Quota-*)
+	CodeConflict                 Code = "conflict"                    // 409, raised without a code of its own
+	CodeContextLengthExceeded    Code = "context_length_exceeded"     // 400 on /v1/: the prompt is over the model's limit
+	CodeError                    Code = "error"                       // a status with no code of its own (never expected)
+	CodeForbidden                Code = "forbidden"                   // 403, raised without a code of its own
+	CodeIdempotencyKeyReleased   Code = "idempotency_key_released"    // 503: the request first sent with this Idempotency-Key ended without an answer; send again
+	CodeIdempotencyKeyReused     Code = "idempotency_key_reused"      // 422: the Idempotency-Key was used with another request
+	CodeIdempotencyKeysExhausted Code = "idempotency_keys_exhausted"  // 429: the account holds --idempotency-max-keys keys
+	CodeIdempotentAnswerTooLarge Code = "idempotent_answer_too_large" // 502: a replay of an answer too large to keep
+	CodeInternal                 Code = "internal"                    // 500: a failure the code did not foresee (logged)
+	CodeInvalidAPIKey            Code = "invalid_api_key"             // 401: no key, an unknown key, or a revoked one
+	CodeInvalidIdempotencyKey    Code = "invalid_idempotency_key"     // 400: an Idempotency-Key that is not 1-255 printable ASCII characters, or given twice
+	CodeInvalidLastEventID       Code = "invalid_last_event_id"       // 422: a task stream's Last-Event-ID does not parse
+	CodeInvalidRating            Code = "invalid_rating"              // 400: a rating that is not 1-5
+	CodeInvalidRequest           Code = "invalid_request"             // 422 (or 400): a field out of its bounds
+	CodeInvalidWebhookURL        Code = "invalid_webhook_url"         // 422: webhook_url refused (too long, not http(s), private)
+	CodeKeyScope                 Code = "key_scope"                   // 403: the key may not do this (node-only, or not this task type)
+	CodeMethodNotAllowed         Code = "method_not_allowed"          // 405
+	CodeNodeError                Code = "node_error"                  // 502 on /v1/: the node's handler failed
+	CodeNodeNotFound             Code = "node_not_found"              // 404: no node with this id for this account
+	CodeNotFound                 Code = "not_found"                   // 404, raised without a code of its own
+	CodeNotReady                 Code = "not_ready"                   // 503: the instance is draining or not ready
+	CodeNotTaskOwner             Code = "not_task_owner"              // 403: only the account that asked may rate
+	CodePayloadTooLarge          Code = "payload_too_large"           // 413: the body is over its limit
+	CodeQuotaExceeded            Code = "quota_exceeded"              // 429: the key's tokens of the day or month are spent (X-Quota-*)
+	CodeRateLimited              Code = "rate_limited"                // 429 (403 for node handshakes): over a rate limit
+	CodeRegistrationClosed       Code = "registration_closed"         // 403: self-service accounts are off
+	CodeStoreUnavailable         Code = "store_unavailable"           // 503: the database cannot answer now
+	CodeStreamNotFound           Code = "stream_not_found"            // 404: the task kept no stream
+	CodeStreamUnavailable        Code = "stream_unavailable"          // a task stream's error event: its log cannot be read now
+	CodeTaskNotFound             Code = "task_not_found"              // 404: no task with this id for this account
+	CodeTooManyInFlight          Code = "too_many_in_flight"          // 429: the key's concurrent-request limit
+	CodeUnauthorized             Code = "unauthorized"                // 401: an admin route without the admin token
+	CodeUnavailable              Code = "unavailable"                 // 503: a dependency cannot answer now; retry
 )
 
 // apiError is an error answer. Its body serves both of GemmaNet's readers:

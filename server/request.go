@@ -72,12 +72,17 @@ func (a *App) readTaskBody(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// taskBodyBytes is the request's body: as keyFromBody read it, or read now.
+// taskBodyBytes is the request's body: as keyFromBody (or an earlier
+// call) read it, or read now and kept for the next reader (idempotent).
 func taskBodyBytes(c echo.Context) ([]byte, error) {
 	if b, ok := c.Get(ctxBodyBytes).([]byte); ok {
 		return b, nil
 	}
-	return readBody(c)
+	b, err := readBody(c)
+	if err == nil {
+		c.Set(ctxBodyBytes, b)
+	}
+	return b, err
 }
 
 // trimKind drops the "invalid request body: " prefix a client does not need.

@@ -45,9 +45,11 @@ func (a *App) routes() *echo.Echo {
 
 	v1 := routes{e.Group("/api/v1")}
 	// The key first, then the body (invariant 16: a stranger costs no more than its headers).
-	v1.POST("/request", a.request, a.keyFromBody, a.requireAccount, request, a.readTaskBody, a.checkKey, a.capInflight)
+	// Idempotency-Key after them: a request refused for its key, its body or
+	// its rate never touches the key store.
+	v1.POST("/request", a.request, a.keyFromBody, a.requireAccount, request, a.readTaskBody, a.checkKey, a.idempotent, a.capInflight)
 	v1.POST("/rate", a.rate, a.requireAccount, request)
-	v1.POST("/tasks", a.submitTask, a.keyFromBody, a.requireAccount, request, a.readAsyncBody, a.checkKey)
+	v1.POST("/tasks", a.submitTask, a.keyFromBody, a.requireAccount, request, a.readAsyncBody, a.checkKey, a.idempotent)
 	get(v1, "/tasks/:id", a.task, a.requireAccount, public)
 	v1.DELETE("/tasks/:id", a.cancelTask, a.requireAccount, request)
 	a.routeTaskStream(v1, a.requireAccount, public) // only with a log and an authoriser (taskstream.go)
@@ -65,9 +67,9 @@ func (a *App) routes() *echo.Echo {
 	get(v1, "/leaderboard", a.leaderboard, public)
 	get(v1, "/benchmark/:node_id", a.benchmark, public)
 	v1.POST("/register", a.register, byIP("register", ratelimit.PerHour(a.cfg.RegisterRate)))
-	root.POST("/v1/chat/completions", a.chatCompletions, a.requireAccount, request, a.checkKey, a.capInflight)
-	root.POST("/v1/completions", a.textCompletions, a.requireAccount, request, a.checkKey, a.capInflight)
-	root.POST("/v1/embeddings", a.embeddings, a.requireAccount, request, a.checkKey, a.capInflight)
+	root.POST("/v1/chat/completions", a.chatCompletions, a.requireAccount, request, a.checkKey, a.idempotent, a.capInflight)
+	root.POST("/v1/completions", a.textCompletions, a.requireAccount, request, a.checkKey, a.idempotent, a.capInflight)
+	root.POST("/v1/embeddings", a.embeddings, a.requireAccount, request, a.checkKey, a.idempotent, a.capInflight)
 	get(root, "/v1/models", a.models, public)
 
 	if a.cfg.AdminToken != "" { // the operator-only view (admin.go)
