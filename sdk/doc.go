@@ -21,7 +21,14 @@
 //     features: ["task_cancel"] there, which asks for task_cancel; status
 //     "rejected" for a task_assign it cannot decode), as docs/PROTOCOL.md
 //     documents them. Of its names, the SDK's API shows Usage, ErrorPayload
-//     and MaxMessageBytes (protocol.go).
+//     and MaxMessageBytes (protocol.go);
+//   - resumed streams, for a node whose user sets NodeConfig.Resume: it
+//     then also declares features: ["resume"], and the coordinator may hand
+//     it a stream whose node went away after the client had part of it.
+//     The handler finds that part in Task.Resume and must emit, and return,
+//     only what follows it. A node that did not set Resume refuses such an
+//     assignment with status "rejected" (the coordinator never sends one):
+//     running it from the start would repeat to the client what it has.
 //
 // It must not import any other switchyard package but sdk/wire, which
 // imports only the standard library: the SDK is what third parties link

@@ -84,18 +84,25 @@ func FuzzReadAssign(f *testing.F) {
 	f.Add([]byte(`{"msg_type":"task_assign","payload":{"task_id":"t","params":{"n":1e999999}}}`))
 	f.Add([]byte(`{"msg_type":"task_assign","payload":{"task_id":"t","params":null,"content":7}}`))
 	f.Add([]byte(`{"msg_type":"task_assign","payload":"str"}`))
+	f.Add([]byte(`{"msg_type":"task_assign","payload":{"task_id":"t","stream":true,"resume_text":"so far"}}`))
+	f.Add([]byte(`{"msg_type":"task_assign","payload":{"task_id":"t","resume_text":"not streamed"}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		env, err := wire.ParseEnvelope(data)
 		if err != nil {
 			return // wire.FuzzParseEnvelope's business
 		}
-		task, err := readAssign(env)
-		if err != nil {
-			_ = assignTaskID(env)
-			return
-		}
-		if task.ID == "" || task.Params == nil {
-			t.Fatalf("read %q as %+v", data, task)
+		for _, resume := range []bool{false, true} {
+			task, err := readAssign(env, resume)
+			if err != nil {
+				_ = assignTaskID(env)
+				continue
+			}
+			if task.ID == "" || task.Params == nil {
+				t.Fatalf("read %q as %+v", data, task)
+			}
+			if task.Resume != "" && (!resume || !task.Stream) {
+				t.Fatalf("read %q as a resumed task (%+v) for a node that declared resume %v", data, task, resume)
+			}
 		}
 	})
 }

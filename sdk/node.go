@@ -54,6 +54,12 @@ type Task struct {
 	Content string
 	Params  map[string]any // never nil
 	Stream  bool           // whether emit reaches the client
+	// Resume is set only on a resumed stream, and only for a node whose
+	// NodeConfig.Resume is true: the text the client already has, from a
+	// node that went away mid-stream. Emit only what follows it, and
+	// return only that continuation as Result.Text (the coordinator joins
+	// the two); Result.Usage counts this handler's own work.
+	Resume string
 }
 
 // Result is what a handler returns.
@@ -107,6 +113,13 @@ type NodeConfig struct {
 	Version string
 	Labels  map[string]string
 	Handler Handler // required
+	// Resume declares that Handler can continue a stream that another
+	// node began (Task.Resume): the coordinator may then hand this node a
+	// stream whose node went away after its client had some of it. Set it
+	// only when the handler honours Task.Resume. A node without it is
+	// never sent a resumed stream, and refuses one (status "rejected")
+	// rather than repeat what the client has. Default false.
+	Resume bool
 	// HeartbeatInterval between heartbeats. Default 30 s.
 	HeartbeatInterval time.Duration
 	// PingInterval between WebSocket pings; a ping unanswered for as long
@@ -222,6 +235,17 @@ func (c NodeConfig) withDefaults() (NodeConfig, error) {
 		c.Logger = slog.Default()
 	}
 	return c, nil
+}
+
+// features are the protocol extensions node_register declares.
+func (c NodeConfig) features() []string {
+	// The node stops a cancelled task's handler (task.go), so the server
+	// may tell it to and free the slot at once.
+	f := []string{wire.FeatureTaskCancel}
+	if c.Resume {
+		f = append(f, wire.FeatureResume)
+	}
+	return f
 }
 
 // Node is the node agent: it holds one WebSocket to the coordinator at a

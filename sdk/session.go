@@ -19,9 +19,10 @@ const (
 	// writeTimeout bounds one socket write; a write that takes longer closes
 	// the connection (coder/websocket does so when the context expires).
 	writeTimeout = 10 * time.Second
-	// readLimit leaves room over the server's 4 MiB for the envelope around
-	// the biggest payload it may send.
-	readLimit = wire.MaxMessageBytes + 64<<10
+	// readLimit is the biggest message the coordinator sends: a task_assign
+	// that resumes a stream of 1 MiB, written by JSON at up to 6 bytes a
+	// character, takes more than the 4 MiB a node may send.
+	readLimit = wire.MaxAssignBytes
 )
 
 // session is one connection's lifetime: from dial to close. Sessions of a
@@ -81,9 +82,7 @@ func (s *session) register(ctx context.Context) (string, error) {
 		MaxConcurrency: c.MaxConcurrency,
 		Version:        c.Version,
 		Labels:         c.Labels,
-		// The node stops a cancelled task's handler (task.go), so the
-		// server may tell it to and free the slot at once.
-		Features: []string{wire.FeatureTaskCancel},
+		Features:       c.features(),
 	})
 	if err != nil {
 		return "", fmt.Errorf("sdk: send node_register: %w", err)
@@ -161,16 +160,17 @@ func (s *session) readLoop(sctx context.Context) error {
 		}
 		switch env.MsgType {
 		case wire.MsgTaskAssign:
-			t, err := readAssign(env)
+			t, err := readAssign(env, s.n.cfg.Resume)
 			if err == nil {
 				s.startTask(sctx, t)
 				continue
 			}
-			// A task this node cannot read is refused at once, by name when
-			// it has one: left unanswered, its client would wait for the
-			// task timeout and the node would be charged with a timeout.
+			// A task this node cannot read (or resume) is refused at once,
+			// by name when it has one: left unanswered, its client would
+			// wait for the task timeout and the node would be charged with
+			// a timeout.
 			if id := assignTaskID(env); id != "" {
-				s.log.Warn("refusing a task_assign that cannot be decoded", "task_id", id, "err", err)
+				s.log.Warn("refusing a task_assign it cannot run", "task_id", id, "err", err)
 				s.wg.Go(func() { s.reject(id, err) })
 				continue
 			}

@@ -14,8 +14,12 @@ import (
 
 // readAssign reads a task_assign into the task its handler is given. An
 // error means the node cannot run it (a params value beyond what
-// encoding/json holds, say); assignTaskID may still name it.
-func readAssign(env wire.Envelope) (*Task, error) {
+// encoding/json holds, say); assignTaskID may still name it. resume says
+// whether the node declared wire.FeatureResume: an assignment that resumes
+// a stream is refused without it, and also when it does not stream (the
+// coordinator sends neither), rather than run from the start, which would
+// repeat to the client what it already has.
+func readAssign(env wire.Envelope, resume bool) (*Task, error) {
 	var p struct {
 		wire.TaskAssignPayload
 		// Params shadows the payload's raw params (kept raw for the
@@ -29,10 +33,18 @@ func readAssign(env wire.Envelope) (*Task, error) {
 	if p.TaskID == "" {
 		return nil, errors.New("task_assign without a task_id")
 	}
+	if p.ResumeText != "" {
+		switch {
+		case !resume:
+			return nil, errors.New("resume_text sent to a node that did not declare the resume feature")
+		case !p.Stream:
+			return nil, errors.New("resume_text on an assignment that does not stream")
+		}
+	}
 	if p.Params == nil {
 		p.Params = map[string]any{}
 	}
-	return &Task{ID: p.TaskID, Type: p.TaskType, Content: p.Content, Params: p.Params, Stream: p.Stream}, nil
+	return &Task{ID: p.TaskID, Type: p.TaskType, Content: p.Content, Params: p.Params, Stream: p.Stream, Resume: p.ResumeText}, nil
 }
 
 // startTask registers the task for task_cancel and runs it in its own
@@ -159,9 +171,10 @@ func assignTaskID(env wire.Envelope) string {
 
 // reject answers a task_assign the node cannot run with a task_result of
 // status "rejected": the task fails at once, and the coordinator can tell
-// the request's fault from a handler's failure (docs/PROTOCOL.md).
+// the request's (or its own) fault from a handler's failure
+// (docs/PROTOCOL.md).
 func (s *session) reject(taskID string, cause error) {
-	msg := "the node cannot decode this task_assign"
+	msg := "the node cannot run this task_assign"
 	if cause != nil {
 		msg += ": " + cause.Error()
 	}

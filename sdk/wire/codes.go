@@ -26,6 +26,10 @@ const (
 	// not declare it is never sent one; its slot stays taken by a cancelled
 	// task until it answers the task or the task's timeout passes.
 	FeatureTaskCancel = "task_cancel"
+	// FeatureResume: the node can continue a stream that another node
+	// began (task_assign's ResumeText). Only such a node is ever sent a
+	// resume_text, and only on a streaming assignment.
+	FeatureResume = "resume"
 )
 
 // ErrorCode is the code of an `error` message (ErrorPayload.Code).
@@ -78,3 +82,14 @@ const (
 // node by default (--max-message-bytes); a bigger one closes the connection
 // with CloseTooBig.
 const MaxMessageBytes = 4 << 20
+
+// MaxAssignBytes is the largest message the coordinator sends a node, and
+// what the Go SDK reads. A task_assign holds at most 200,000 characters of
+// content, 32 KiB of params and a resume_text of the result cap (1 MiB by
+// default); JSON writes a character in at most 6 bytes (\u003c for '<',
+// \u0001 for a control byte), so the worst of them is 7.3 MiB with its
+// envelope. A resume_text past the default cap (--result-max-bytes raised)
+// can make a task_assign larger: the coordinator must not send one (it does
+// not resume that stream), since the node would drop the connection (1009)
+// and with it every other task it holds.
+const MaxAssignBytes = 8 << 20

@@ -140,3 +140,33 @@ func TestEncodeRefusesWhatCannotMarshal(t *testing.T) {
 	}()
 	MustEncode(MsgTaskAssign, TaskAssignPayload{Params: json.RawMessage(`{`)})
 }
+
+// The largest task_assign the coordinator may send fits MaxAssignBytes:
+// content of 200,000 characters, params of 32 KiB and a resume_text of the
+// default result cap, every character one that JSON writes in 6 bytes.
+func TestWorstTaskAssignFitsMaxAssignBytes(t *testing.T) {
+	params := `{"p":"` + strings.Repeat("<", 32<<10-8) + `"}`
+	p := TaskAssignPayload{
+		TaskID:     "0b8f3a52-3d4e-4bb1-8f2a-0c6f1f1d9e77",
+		TaskType:   strings.Repeat("t", 64),
+		Content:    strings.Repeat("\x01", 200_000),
+		Params:     json.RawMessage(params),
+		Stream:     true,
+		ResumeText: strings.Repeat("&", 1<<20),
+	}
+	b := MustEncode(MsgTaskAssign, p)
+	if least := 6*(200_000+1<<20) + 6*(32<<10-8); len(b) < least {
+		t.Fatalf("the worst task_assign encoded in %d bytes, want at least %d: not the worst case", len(b), least)
+	}
+	if len(b) > MaxAssignBytes {
+		t.Errorf("the worst task_assign is %d bytes, over MaxAssignBytes (%d)", len(b), MaxAssignBytes)
+	}
+	env, err := ParseEnvelope(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back TaskAssignPayload
+	if err := env.DecodePayload(&back); err != nil || back.ResumeText != p.ResumeText || back.Content != p.Content {
+		t.Errorf("read back: %v", err)
+	}
+}

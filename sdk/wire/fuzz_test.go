@@ -70,6 +70,8 @@ func FuzzDecodeNodeMessage(f *testing.F) {
 // payload type the node receives decodes or fails with ErrInvalidMessage.
 func FuzzParseEnvelope(f *testing.F) {
 	f.Add([]byte(`{"msg_id":"1","msg_type":"task_assign","payload":{"task_id":"t","params":{"a":[1,{"b":null}]}}}`))
+	f.Add([]byte(`{"msg_type":"task_assign","payload":{"task_id":"t","stream":true,"resume_text":"chunk 1\n\u003c"}}`))
+	f.Add([]byte(`{"msg_type":"task_assign","payload":{"task_id":"t","resume_text":7}}`))
 	f.Add([]byte(`{"msg_type":"x","payload":"str"}`))
 	f.Add([]byte(`{"msg_type":"error","payload":{"code":"auth_failed","message":"Invalid API key"}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -49,6 +49,13 @@ type TaskAssignPayload struct {
 	Content  string          `json:"content"`
 	Params   json.RawMessage `json:"params"`
 	Stream   bool            `json:"stream"`
+	// ResumeText (ours) is set only on a streaming assignment that
+	// continues a stream another node began, and only for a node that
+	// declared FeatureResume: the text the client already has (the deltas
+	// delivered so far, joined). The node streams only what follows it,
+	// and its result is only that continuation (docs/PROTOCOL.md,
+	// Resumed streams).
+	ResumeText string `json:"resume_text,omitempty"`
 }
 
 // TaskChunkPayload is task_chunk: one piece of a streaming task's result.
