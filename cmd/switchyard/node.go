@@ -29,6 +29,14 @@ under --name with the account's --api-key, and serve the task types given by
            switchyard node --api-key KEY --name w1 --capability chat \
              --handler exec -- python3 worker.py
 
+With --resume the node declares that it can continue a stream another node
+began and lost: the coordinator may then hand it such a stream, with the text
+its client already has, and the node sends only what follows. echo and sleep
+continue their own output; exec's command finds that text in the file named
+by $SWITCHYARD_RESUME_FILE (unset when the task is not resumed; the text may
+be a megabyte or more) and must write only what follows it, so give --resume
+with exec only for a command that does.
+
 The node prints its id once registered, reconnects by itself (backoff 1 s to
 60 s) and stops on Ctrl-C, when another node registers with the same key and
 name, or when the server refuses the key.`
@@ -48,6 +56,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var labels stringList
 	fs.Var(&labels, "label", "a label KEY=VALUE, such as region=eu-west, that requests may require (node_labels); repeat it, or separate with commas")
 	handler := fs.String("handler", "echo", "echo, sleep or exec (see above)")
+	resume := fs.Bool("resume", false, "declare that the handler can continue a stream another node began (see above)")
 	sleepMin := fs.Duration("sleep-min", 50*time.Millisecond, "sleep handler: the shortest sleep")
 	sleepMax := fs.Duration("sleep-max", 500*time.Millisecond, "sleep handler: the longest sleep")
 	sleepChunks := fs.Int("sleep-chunks", 5, "sleep handler: chunks sent over the sleep when the task streams")
@@ -63,6 +72,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		Languages:      langs,
 		MaxConcurrency: *maxConc,
 		Version:        cmp.Or(*nodeVersion, version),
+		Resume:         *resume,
 	}
 	for _, l := range labels {
 		k, v, ok := strings.Cut(l, "=")

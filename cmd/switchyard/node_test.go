@@ -53,7 +53,7 @@ func TestRunNodeHelp(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("--help: err = %v, want flag.ErrHelp", err)
 	}
-	for _, want := range []string{"--handler exec -- python3 worker.py", "--sleep-chunks", "SWITCHYARD_API_KEY"} {
+	for _, want := range []string{"--handler exec -- python3 worker.py", "--sleep-chunks", "SWITCHYARD_API_KEY", "--resume", "$SWITCHYARD_RESUME_FILE"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("--help lacks %q:\n%s", want, stderr.String())
 		}
@@ -174,5 +174,100 @@ func TestRunNodeServesTasks(t *testing.T) {
 	}
 	if strings.Contains(stderr.String(), "gn_from_env") {
 		t.Error("the API key appears in the log")
+	}
+}
+
+// TestRunNodeResumes: with --resume, `switchyard node` declares the feature
+// and its handler continues a resumed stream, sending only what follows the
+// text the client has; without it, the feature is not declared.
+func TestRunNodeResumes(t *testing.T) {
+	for _, resume := range []bool{false, true} {
+		t.Run(map[bool]string{false: "without", true: "with"}[resume], func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			type outcome struct {
+				features []string
+				deltas   []string
+				res      wire.TaskResultPayload
+				err      error
+			}
+			got := make(chan outcome, 1)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				c, err := websocket.Accept(w, r, nil)
+				if err != nil {
+					got <- outcome{err: err}
+					return
+				}
+				defer c.CloseNow()
+				var o outcome
+				next := func() (wire.Envelope, error) {
+					for {
+						_, data, err := c.Read(ctx)
+						if err != nil {
+							return wire.Envelope{}, err
+						}
+						if env, err := wire.ParseEnvelope(data); err == nil && env.MsgType != wire.MsgHeartbeat {
+							return env, nil
+						}
+					}
+				}
+				send := func(typ wire.MsgType, p any) error {
+					return c.Write(ctx, websocket.MessageText, wire.MustEncode(typ, p))
+				}
+				env, err := next()
+				var reg wire.RegisterPayload
+				if o.err = errors.Join(err, env.DecodePayload(&reg)); o.err == nil {
+					o.features = reg.Features
+					o.err = errors.Join(
+						send(wire.MsgNodeRegistered, wire.RegisteredPayload{NodeID: "node-42"}),
+						send(wire.MsgTaskAssign, wire.TaskAssignPayload{TaskID: "t1", TaskType: "chat", Content: "hello world", Stream: true, ResumeText: "hello "}))
+				}
+				for o.err == nil {
+					env, o.err = next()
+					if env.MsgType == wire.MsgTaskResult {
+						o.err = env.DecodePayload(&o.res)
+						break
+					}
+					var ch wire.TaskChunkPayload
+					if o.err == nil {
+						o.err = env.DecodePayload(&ch)
+						o.deltas = append(o.deltas, ch.Delta)
+					}
+				}
+				got <- o
+				c.Read(ctx) // until the node goes
+			}))
+			defer srv.Close()
+
+			args := []string{"--url", srv.URL, "--api-key", "k", "--name", "w1", "--capability", "chat"}
+			if resume {
+				args = append(args, "--resume")
+			}
+			var stderr syncBuffer
+			runCtx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- runNode(runCtx, args, &bytes.Buffer{}, &stderr) }()
+			o := <-got
+			stop()
+			if err := <-done; err != nil {
+				t.Errorf("runNode = %v after cancel, want nil", err)
+			}
+			if o.err != nil {
+				t.Fatalf("server side: %v\nnode log:\n%s", o.err, stderr.String())
+			}
+			declared := strings.Contains(strings.Join(o.features, ","), wire.FeatureResume)
+			if declared != resume {
+				t.Errorf("--resume %v: features %q", resume, o.features)
+			}
+			if !resume {
+				if o.res.Status != wire.StatusRejected {
+					t.Errorf("without --resume, a resumed task: %+v, want it rejected", o.res)
+				}
+				return
+			}
+			if o.res.Status != wire.StatusCompleted || o.res.Result != "world" || strings.Join(o.deltas, "|") != "world" {
+				t.Errorf("resumed task: chunks %q, result %+v; want only %q", o.deltas, o.res, "world")
+			}
+		})
 	}
 }

@@ -26,12 +26,24 @@ const (
 // errOutputTooLarge: the output would not fit in a task_result message.
 var errOutputTooLarge = fmt.Errorf("command output exceeds %d bytes", sdk.MaxMessageBytes)
 
+// ResumeFileEnv names the environment variable through which Exec gives a
+// resumed task's command the text the client already has: the path of a
+// file holding it. The text may be a megabyte or more, past what one
+// environment variable holds on Linux (128 KiB), hence a file.
+const ResumeFileEnv = "SWITCHYARD_RESUME_FILE"
+
 // Exec runs the command name with args once per task. The task's content is
 // its stdin; SWITCHYARD_TASK_ID, SWITCHYARD_TASK_TYPE and
 // SWITCHYARD_TASK_PARAMS (JSON) are added to its environment. Its whole
 // stdout is the result; when the task streams, each line of stdout (with its
 // newline) is sent as a chunk as soon as it is written. A non-zero exit fails
 // the task with the last lines of stderr. Cancelling ctx kills the command.
+//
+// A resumed task's command finds the text the client already has in the
+// file that SWITCHYARD_RESUME_FILE (ResumeFileEnv) names, and must write
+// only what follows it: its stdout is the continuation, sent and returned
+// as it is. The variable is unset for any other task, and the file (mode
+// 0600, in the temporary directory) is removed when the command has ended.
 func Exec(name string, args []string) sdk.Handler {
 	args = slices.Clone(args)
 	return sdk.HandlerFunc(func(ctx context.Context, t *sdk.Task, emit func(string) error) (sdk.Result, error) {
@@ -39,15 +51,28 @@ func Exec(name string, args []string) sdk.Handler {
 		if err != nil {
 			return sdk.Result{}, fmt.Errorf("encode params: %w", err)
 		}
+		// The node's own environment, less a resume file it may have
+		// inherited: that one would tell a command the client has a text
+		// it does not.
+		env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, ResumeFileEnv+"=") })
+		env = append(env,
+			"SWITCHYARD_TASK_ID="+t.ID,
+			"SWITCHYARD_TASK_TYPE="+t.Type,
+			"SWITCHYARD_TASK_PARAMS="+string(params))
+		if t.Resume != "" {
+			path, err := writeResumeFile(t.Resume)
+			if err != nil {
+				return sdk.Result{}, err
+			}
+			defer os.Remove(path)
+			env = append(env, ResumeFileEnv+"="+path)
+		}
 		// Its own context, so that giving up on the output also kills the command.
 		cctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		cmd := exec.CommandContext(cctx, name, args...)
 		cmd.Stdin = strings.NewReader(t.Content)
-		cmd.Env = append(os.Environ(),
-			"SWITCHYARD_TASK_ID="+t.ID,
-			"SWITCHYARD_TASK_TYPE="+t.Type,
-			"SWITCHYARD_TASK_PARAMS="+string(params))
+		cmd.Env = env
 		// Not pipes we read ourselves: os/exec copies into these writers and,
 		// WaitDelay after a kill, closes its pipes even if something the
 		// command started still holds them open.
@@ -73,6 +98,24 @@ func Exec(name string, args []string) sdk.Handler {
 		}
 		return sdk.Result{Text: out.text.String()}, nil
 	})
+}
+
+// writeResumeFile writes a resumed task's text to a new file only this
+// user can read, and returns its path.
+func writeResumeFile(text string) (string, error) {
+	f, err := os.CreateTemp("", "switchyard-resume-*")
+	if err != nil {
+		return "", fmt.Errorf("write the resumed text for the command: %w", err)
+	}
+	_, err = f.WriteString(text)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", fmt.Errorf("write the resumed text for the command: %w", err)
+	}
+	return f.Name(), nil
 }
 
 // lineWriter collects stdout and emits it line by line. os/exec writes to it

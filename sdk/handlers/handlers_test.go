@@ -201,3 +201,99 @@ func TestExecStopsWhenEmitFails(t *testing.T) {
 		t.Errorf("err = %v, want the emit error", err)
 	}
 }
+
+func TestEchoResumed(t *testing.T) {
+	for _, tc := range []struct{ resume, want string }{
+		{"hel", "lo"},
+		{"hello", ""},
+	} {
+		res, e, err := run(t, context.Background(), handlers.Echo(), sdk.Task{ID: "t", Content: "hello", Stream: true, Resume: tc.resume})
+		if err != nil || res.Text != tc.want || strings.Join(e.chunks, "") != tc.want {
+			t.Errorf("Echo resumed after %q = %+v, chunks %q, %v; want %q", tc.resume, res, e.chunks, err, tc.want)
+		}
+	}
+	if _, e, err := run(t, context.Background(), handlers.Echo(), sdk.Task{ID: "t", Content: "hello", Stream: true, Resume: "help"}); err == nil || len(e.chunks) != 0 {
+		t.Errorf("Echo resumed after a text that is not its own: chunks %q, %v; want an error and no chunk", e.chunks, err)
+	}
+}
+
+// Resumed, Sleep sends what follows the text the client has, from the
+// middle of a chunk if it ends there, over the share of its time that
+// the chunks left take.
+func TestSleepResumed(t *testing.T) {
+	all := []string{"chunk 1/4\n", "chunk 2/4\n", "chunk 3/4\n", "chunk 4/4\n"}
+	for _, tc := range []struct {
+		resume string
+		want   []string
+	}{
+		{all[0] + all[1], all[2:]},
+		{all[0] + "chu", []string{"nk 2/4\n", all[2], all[3]}},
+		{strings.Join(all, ""), nil},
+	} {
+		start := time.Now()
+		res, e, err := run(t, context.Background(), handlers.Sleep(40*time.Millisecond, 40*time.Millisecond, 4), sdk.Task{ID: "t", Stream: true, Resume: tc.resume})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(e.chunks, "|") != strings.Join(tc.want, "|") {
+			t.Errorf("resumed after %q: chunks %q, want %q", tc.resume, e.chunks, tc.want)
+		}
+		for j, at := range e.at {
+			if due := time.Duration(j+1) * 10 * time.Millisecond; at.Sub(start) < due {
+				t.Errorf("resumed after %q: chunk %d after %v, not before %v", tc.resume, j+1, at.Sub(start), due)
+			}
+		}
+		if !strings.HasPrefix(res.Text, strings.Join(tc.want, "")+"slept ") {
+			t.Errorf("resumed after %q: result %q", tc.resume, res.Text)
+		}
+	}
+	if _, _, err := run(t, context.Background(), handlers.Sleep(0, 0, 4), sdk.Task{ID: "t", Stream: true, Resume: "chunk 1/5\n"}); err == nil {
+		t.Error("Sleep resumed after another handler's text: no error")
+	}
+}
+
+// A resumed command finds the text the client has in the file
+// SWITCHYARD_RESUME_FILE names; its output, streamed and returned, is what
+// follows it (testdata/resumable.sh writes only that).
+func TestExecResumed(t *testing.T) {
+	h := handlers.Exec("bash", []string{"testdata/resumable.sh"})
+	for _, tc := range []struct {
+		resume string
+		want   []string
+	}{
+		{"", []string{"line 1\n", "line 2\n", "line 3\n", "line 4\n", "line 5\n"}},
+		{"line 1\nline 2\n", []string{"line 3\n", "line 4\n", "line 5\n"}},
+		{"line 1\nli", []string{"ne 2\n", "line 3\n", "line 4\n", "line 5\n"}},
+	} {
+		res, e, err := run(t, context.Background(), h, sdk.Task{ID: "t", Stream: true, Resume: tc.resume})
+		if err != nil || res.Text != strings.Join(tc.want, "") || strings.Join(e.chunks, "|") != strings.Join(tc.want, "|") {
+			t.Errorf("resumed after %q: %q, chunks %q, %v; want %q", tc.resume, res.Text, e.chunks, err, tc.want)
+		}
+	}
+	_, e, err := run(t, context.Background(), h, sdk.Task{ID: "t", Stream: true, Resume: "line 2\n"})
+	if err == nil || !strings.Contains(err.Error(), "not the start") || len(e.chunks) != 0 {
+		t.Errorf("resumed after a text the command did not write: chunks %q, %v", e.chunks, err)
+	}
+}
+
+// The resumed text reaches the command whole however long it is (a
+// megabyte does not fit in one environment variable), in a file that is
+// gone once the command has ended; a task that is not resumed has no such
+// variable, even when the node's own environment has one.
+func TestExecResumeFile(t *testing.T) {
+	t.Setenv(handlers.ResumeFileEnv, "/stale/from/the/node")
+	h := handlers.Exec("sh", []string{"-c", `if [ -n "${SWITCHYARD_RESUME_FILE+set}" ]; then echo "$SWITCHYARD_RESUME_FILE"; wc -c <"$SWITCHYARD_RESUME_FILE"; else echo unset; fi`})
+	res, _, err := run(t, context.Background(), h, sdk.Task{ID: "t", Stream: true})
+	if err != nil || res.Text != "unset\n" {
+		t.Errorf("a task that is not resumed: %q, %v; want the variable unset", res.Text, err)
+	}
+	big := strings.Repeat("x", 1<<20)
+	res, _, err = run(t, context.Background(), h, sdk.Task{ID: "t", Stream: true, Resume: big})
+	path, size, _ := strings.Cut(strings.TrimSpace(res.Text), "\n")
+	if err != nil || strings.TrimSpace(size) != "1048576" {
+		t.Fatalf("resumed after 1 MiB: %q, %v; want the file's size", res.Text, err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the resume file %s is still there after the command: %v", path, err)
+	}
+}
