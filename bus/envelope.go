@@ -54,6 +54,9 @@ type Envelope struct {
 	ReplyTo  string `msgpack:"r,omitempty"`  // requester instance id
 	Account  string `msgpack:"a,omitempty"`  // the requesting account's id (the owner's quarantine counts accounts)
 	KeyID    string `msgpack:"ky,omitempty"` // the requesting key's id (the owner's usage reports)
+	// ResumeText, on the assign of a stream continued after its node went
+	// away, is the text its client already has (task_assign's resume_text).
+	ResumeText string `msgpack:"rt,omitempty"`
 
 	// chunk
 	Seq   uint32 `msgpack:"q,omitempty"` // 1, 2, 3, … per task
@@ -127,7 +130,7 @@ func (e *Envelope) encodeFields(enc *msgpack.Encoder) error {
 	n := 1 // k: never omitted
 	for _, set := range [...]bool{
 		e.From != "", e.TaskID != "", e.NodeID != "", e.Gen != 0, e.TaskType != "", e.Content != "",
-		len(e.Params) != 0, e.Stream, e.Deadline != 0, e.ReplyTo != "", e.Account != "", e.KeyID != "",
+		len(e.Params) != 0, e.Stream, e.Deadline != 0, e.ReplyTo != "", e.Account != "", e.KeyID != "", e.ResumeText != "",
 		e.Seq != 0, e.Delta != "", e.Result != nil, e.Reason != "",
 	} {
 		if set {
@@ -156,6 +159,7 @@ func (e *Envelope) encodeFields(enc *msgpack.Encoder) error {
 	w.str("r", e.ReplyTo)
 	w.str("a", e.Account)
 	w.str("ky", e.KeyID)
+	w.str("rt", e.ResumeText)
 	if e.Seq != 0 {
 		w.key("q")
 		w.err(enc.EncodeUint32(e.Seq))
@@ -338,6 +342,8 @@ func (d *decoder) envelope(e *Envelope) error {
 			e.Account, err = d.str()
 		case "ky":
 			e.KeyID, err = d.str()
+		case "rt":
+			e.ResumeText, err = d.str()
 		case "q":
 			e.Seq, err = d.uint32()
 		case "dl":

@@ -71,7 +71,7 @@ func randomEnvelope(r *rand.Rand) *bus.Envelope {
 	e := &bus.Envelope{
 		Kind: bus.Kind(r.IntN(256)), From: str(), TaskID: str(), NodeID: str(), Gen: u64(),
 		TaskType: str(), Content: str(), Stream: r.IntN(2) == 0, Deadline: i64(), ReplyTo: str(),
-		Account: str(), KeyID: str(), Seq: uint32(u64()), Delta: str(), Reason: str(),
+		Account: str(), KeyID: str(), ResumeText: str(), Seq: uint32(u64()), Delta: str(), Reason: str(),
 	}
 	if p := str(); p != "" {
 		e.Params = []byte(p)

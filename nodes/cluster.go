@@ -181,6 +181,9 @@ type dirEntry struct {
 	HasBench    bool    `json:"has_benchmark,omitempty"`
 	BenchMs     float64 `json:"benchmark_ms,omitempty"`
 	BenchFailed bool    `json:"benchmark_failed,omitempty"`
+	// Resume: the node declared wire.FeatureResume (absent when an older
+	// version wrote the entry: such an owner cannot pass resume_text on).
+	Resume bool `json:"resume,omitempty"`
 }
 
 // freed is the entry as the waiters for its slots see it: a node of
@@ -251,7 +254,7 @@ func (d *ClusterDirectory) Candidates(dst []Candidate, capability string) []Cand
 		}
 		dst = append(dst, Candidate{
 			NodeID: n.entry.NodeID, Owner: n.entry.Instance, Gen: n.entry.Gen, Trust: n.entry.Trust, Labels: n.entry.Labels,
-			FreeSlots: n.entry.FreeSlots - int(n.taken.Load()), CPU: n.entry.CPUPercent,
+			FreeSlots: n.entry.FreeSlots - int(n.taken.Load()), CPU: n.entry.CPUPercent, Resume: n.entry.Resume,
 			HasBench: n.entry.HasBench, BenchMs: n.entry.BenchMs, BenchFailed: n.entry.BenchFailed,
 		})
 	}

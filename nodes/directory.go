@@ -15,6 +15,7 @@ type Candidate struct {
 	FreeSlots int
 	CPU       float64
 	Session   *Session // the session when the node is connected here, else nil
+	Resume    bool     // the node declared wire.FeatureResume
 
 	HasBench    bool    // the node has a benchmark profile
 	BenchMs     float64 // its average response time
@@ -79,7 +80,7 @@ func (h *Hub) Candidates(dst []Candidate, capability string) []Candidate {
 		has, ms, failed := s.benchFields()
 		dst = append(dst, Candidate{
 			NodeID: s.NodeID, Owner: h.cfg.Instance, Gen: s.Gen, Trust: s.Info.Trust, Labels: s.Info.Labels,
-			FreeSlots: s.FreeSlots(), CPU: s.CPU(), Session: s,
+			FreeSlots: s.FreeSlots(), CPU: s.CPU(), Session: s, Resume: s.Info.Resume,
 			HasBench: has, BenchMs: ms, BenchFailed: failed,
 		})
 	}

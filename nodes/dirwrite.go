@@ -68,7 +68,8 @@ func (d *ClusterDirectory) entryOf(s *Session, st pubState) ([]byte, error) {
 	v.CPUPercent = st.cpu
 	v.ActiveTasks, v.State, v.StateReason = st.active, st.state, st.reason
 	v.Load = load(v.ActiveTasks, s.Info.MaxConcurrency)
-	return json.Marshal(dirEntry{NodeView: v, Gen: st.gen, FreeSlots: st.free, HasBench: st.has, BenchMs: st.ms, BenchFailed: st.failed})
+	return json.Marshal(dirEntry{NodeView: v, Gen: st.gen, FreeSlots: st.free, HasBench: st.has, BenchMs: st.ms, BenchFailed: st.failed,
+		Resume: s.Info.Resume})
 }
 
 var (

@@ -93,13 +93,13 @@ func BenchmarkReadNodeResult(b *testing.B) {
 // RawMessage again (it writes "000" as it is), so other params are not
 // asked of it.
 func FuzzWireEncodesAssignAsStandard(f *testing.F) {
-	f.Add("t-1", "echo", "hello <b>&</b> \u2028 \xff", []byte(`{"max_tokens": 16, "s":"<\u00e9>"}`), true)
-	f.Add("t", "x", "\x00\x1f\"\\", []byte(` [1, {"a" : null}] `), false)
-	f.Fuzz(func(t *testing.T, id, typ, content string, params []byte, stream bool) {
+	f.Add("t-1", "echo", "hello <b>&</b> \u2028 \xff", []byte(`{"max_tokens": 16, "s":"<\u00e9>"}`), true, "")
+	f.Add("t", "x", "\x00\x1f\"\\", []byte(` [1, {"a" : null}] `), false, "so far <\u2029> \xfe")
+	f.Fuzz(func(t *testing.T, id, typ, content string, params []byte, stream bool, resume string) {
 		if !json.Valid(params) {
 			return
 		}
-		p := wire.TaskAssignPayload{TaskID: id, TaskType: typ, Content: content, Params: params, Stream: stream}
+		p := wire.TaskAssignPayload{TaskID: id, TaskType: typ, Content: content, Params: params, Stream: stream, ResumeText: resume}
 		got, gotErr := Wire.Encode(wire.MsgTaskAssign, p)
 		want, wantErr := wire.Standard.Encode(wire.MsgTaskAssign, p)
 		if (gotErr == nil) != (wantErr == nil) {

@@ -349,7 +349,7 @@ func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, remote string, he
 		Info: Info{
 			Name: reg.Name, AccountID: acct.ID, Trust: acct.Trust, KeyPrefix: acct.KeyPrefix,
 			Capabilities: reg.Capabilities, Languages: reg.Languages,
-			ModelInfo: reg.ModelInfo, MaxConcurrency: maxc, TaskCancel: reg.TaskCancel,
+			ModelInfo: reg.ModelInfo, MaxConcurrency: maxc, TaskCancel: reg.TaskCancel, Resume: reg.Resume,
 			Version: reg.Version, Labels: reg.Labels,
 		},
 		conn:       conn,

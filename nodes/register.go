@@ -67,6 +67,7 @@ type Registration struct {
 	ModelInfo      json.RawMessage // a JSON object
 	MaxConcurrency int             // 0 when the node did not say
 	TaskCancel     bool            // it declared wire.FeatureTaskCancel
+	Resume         bool            // it declared wire.FeatureResume
 	Version        string          // "" when the node did not say
 	Labels         map[string]string
 }
@@ -140,8 +141,11 @@ func DecodeRegister(p json.RawMessage) (Registration, error) {
 		if n := utf8.RuneCountInString(f); n == 0 || n > maxFeatureChars {
 			return r, fmt.Errorf("%w: each feature must be 1-%d characters", wire.ErrInvalidMessage, maxFeatureChars)
 		}
-		if f == wire.FeatureTaskCancel {
+		switch f {
+		case wire.FeatureTaskCancel:
 			r.TaskCancel = true
+		case wire.FeatureResume:
+			r.Resume = true
 		}
 	}
 	for _, c := range capabilities {

@@ -29,8 +29,11 @@ type Info struct {
 	// TaskCancel: the node declared FeatureTaskCancel. Only such a node is
 	// sent task_cancel; GemmaNet's SDK cannot parse it.
 	TaskCancel bool
-	Version    string            // "" when the node did not say
-	Labels     map[string]string // nil when it declared none; never changed
+	// Resume: the node declared FeatureResume: it may be given a stream to
+	// continue (task_assign's resume_text).
+	Resume  bool
+	Version string            // "" when the node did not say
+	Labels  map[string]string // nil when it declared none; never changed
 }
 
 // Events receives what a session's node sends about tasks. The tasks

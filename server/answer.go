@@ -86,6 +86,10 @@ func appendTaskResult(b []byte, r taskResult) []byte {
 		b = segjson.AppendEscape(b, x.Reason, segjson.EscapeHTML)
 		b = append(b, `,"lost_ms":`...)
 		b = strconv.AppendInt(b, x.LostMs, 10)
+		if x.ResumedBytes != 0 {
+			b = append(b, `,"resumed_bytes":`...)
+			b = strconv.AppendInt(b, x.ResumedBytes, 10)
+		}
 		b = append(b, '}')
 		if i == len(r.Retries)-1 {
 			b = append(b, ']')

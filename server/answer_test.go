@@ -29,7 +29,7 @@ func FuzzTaskAnswerAsStandard(f *testing.F) {
 		}
 		// A retried task's fields, the strings and numbers reused.
 		for i := range int(retried % 4) {
-			r.Retries = append(r.Retries, store.Retry{NodeID: node, Reason: status, LostMs: ms + int64(i)})
+			r.Retries = append(r.Retries, store.Retry{NodeID: node, Reason: status, LostMs: ms + int64(i), ResumedBytes: p * int64(i)})
 		}
 		if len(r.Retries) > 0 {
 			r.Attempts = len(r.Retries) + 1

@@ -175,7 +175,7 @@ func cleanRecord(r TaskRecord) TaskRecord {
 	if r.Retries != nil {
 		rs := make([]Retry, len(r.Retries))
 		for i, x := range r.Retries {
-			rs[i] = Retry{NodeID: cleanText(x.NodeID), Reason: cleanText(x.Reason), LostMs: x.LostMs}
+			rs[i] = Retry{NodeID: cleanText(x.NodeID), Reason: cleanText(x.Reason), LostMs: x.LostMs, ResumedBytes: x.ResumedBytes}
 		}
 		r.Retries = rs
 	}

@@ -157,6 +157,9 @@ type Retry struct {
 	// LostMs is how long the failed attempt held the task, from its
 	// hand-over to its failure.
 	LostMs int64 `json:"lost_ms"`
+	// ResumedBytes, for a stream that had delivered text, is how much: the
+	// next node continued after it (0: the task started over).
+	ResumedBytes int64 `json:"resumed_bytes,omitempty"`
 }
 
 // Outcome is one node's part in a finished task, fed into its reputation.

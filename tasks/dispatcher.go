@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/switchyard-dev/switchyard/bus"
@@ -95,6 +96,9 @@ type dispatcher struct {
 	affinity  nodes.Affinity
 	served    *served // tasks finished per task type over the last minute
 	stats     *stats  // the operator's figures over the last five minutes
+	// keptText is the bytes of streams' text kept for a node that would
+	// continue them (run.keep), bounded by StreamBufferBytes.
+	keptText atomic.Int64
 }
 
 // run is Run with two more hooks for RunSplit: onNode hears which node got
@@ -105,6 +109,7 @@ func (d *dispatcher) run(ctx context.Context, req Request, h Hooks, onNode func(
 	defer d.tracker.remove(p)
 	r := run{d: d, p: p, req: &req, hooks: h, start: start, onNode: onNode}
 	out, err := r.dispatch(ctx)
+	d.keptText.Add(-int64(r.text.Len()))
 	out.Attempts, out.Retries = r.attempts, r.retries
 	d.finish(&r, out, err)
 	if inspect != nil {
@@ -136,6 +141,14 @@ type run struct {
 	lost        string
 	lostAttempt *lostAttempt  // the attempt being run again, until another node has the task
 	retries     []store.Retry // the attempts run again elsewhere
+	// A stream's text as its client got it, for a node that continues it
+	// (retry.go): kept while it fits the result cap and the instance's
+	// budget (keptText); textCapped once it did not.
+	text       strings.Builder
+	textCapped bool
+	resuming   bool     // the next attempt continues the stream: only a resume node may take it
+	resumed    string   // what the current attempt continues ("" for none)
+	served     []string // nodes whose text the client has, before the current attempt's
 }
 
 // lookAgain asks the directory, once per request, to re-read the cluster
@@ -211,7 +224,11 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 		tried = append(tried, c.NodeID)
 		r.attempts++
 		r.p.retarget(c.Owner, c.NodeID, c.Gen, r.attempts)
-		release, err := d.send(ctx, c, r.req, r.p, c.NodeID == r.prefer)
+		resume := ""
+		if r.resuming {
+			resume = r.text.String()
+		}
+		release, err := d.send(ctx, c, r.req, r.p, c.NodeID == r.prefer, resume)
 		if isRefused(err) {
 			// A waiter keeps its place: another request took the slot
 			// between this one's pick and its claim.
@@ -224,6 +241,7 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 			return r.failed(err)
 		}
 		r.retried()
+		r.lastSeq, r.resumed, r.resuming = 0, resume, false
 		if w != nil {
 			// The slot is this request's (or, on another instance, its
 			// assign is on the way there): the next waiter is first now.
@@ -385,6 +403,9 @@ func (r *run) pick(cands []nodes.Candidate, tried []string) (_ []nodes.Candidate
 	if r.req.LocalOnly {
 		cands = localOnly(cands, d.cfg.Instance)
 	}
+	if r.resuming {
+		cands = resumable(cands)
+	}
 	pick := nodes.Pick{Capability: r.req.TaskType, Trust: r.req.Trust, Labels: r.req.Labels, Exclude: tried, Prefer: r.prefer, Local: d.cfg.Instance}
 	// Every candidate's standing is judged at one reading of the clock
 	// (Select does not keep the closure: it stays on the stack).
@@ -399,6 +420,19 @@ func (r *run) pick(cands []nodes.Candidate, tried []string) (_ []nodes.Candidate
 	}
 	c, ok, busy = nodes.Select(cands, pick, standing)
 	return cands, c, ok, busy
+}
+
+// resumable keeps the candidates that declared "resume", in place, as
+// localOnly does.
+func resumable(cands []nodes.Candidate) []nodes.Candidate {
+	kept := cands[:0]
+	for _, c := range cands {
+		if c.Resume {
+			kept = append(kept, c)
+		}
+	}
+	clear(cands[len(kept):])
+	return kept
 }
 
 // localOnly keeps the candidates this instance holds, in place. What it
@@ -457,12 +491,13 @@ func (r *run) waitForSlot(ctx context.Context, w *nodes.Waiter, deadline time.Ti
 // slot is taken in the directory's view before the assign goes
 // (nodes.ClusterDirectory.Reserve), and release gives it back when the
 // attempt ends.
-func (d *dispatcher) send(ctx context.Context, c nodes.Candidate, req *Request, p *pending, preferred bool) (release func(), err error) {
+func (d *dispatcher) send(ctx context.Context, c nodes.Candidate, req *Request, p *pending, preferred bool, resume string) (release func(), err error) {
 	e := &bus.Envelope{
 		Kind: bus.KindAssign, From: d.cfg.Instance, ReplyTo: d.cfg.Instance,
 		TaskID: req.TaskID, NodeID: c.NodeID, Gen: c.Gen,
 		TaskType: req.TaskType, Content: req.Content, Params: req.Params, Stream: req.Stream,
 		Deadline: p.created.Add(d.deadline(req)).UnixMilli(), Account: req.AccountID, KeyID: req.KeyID,
+		ResumeText: resume,
 	}
 	if c.Owner == d.cfg.Instance {
 		return noRelease, d.owner.assignDirect(ctx, e)
@@ -547,6 +582,7 @@ func (r *run) await(ctx context.Context) (Outcome, error) {
 					}
 				}
 				r.streamed = true
+				r.keep(e.Delta)
 				// A stream may outlive TaskTimeout while it keeps producing.
 				timer.Reset(min(d.cfg.TaskTimeout, time.Until(hardStop)))
 			case bus.KindResult:
@@ -577,7 +613,7 @@ func (r *run) result(res *bus.Result) (Outcome, error) {
 		return Outcome{}, &Error{Code: CodeNodeDisconnected, Message: fmt.Sprintf("the stream lost chunks (%d sent, %d arrived)", res.Chunks, r.lastSeq)}
 	}
 	out := Outcome{
-		TaskID: r.req.TaskID, NodeID: r.nodeID, Status: StatusFailed, Result: res.Text,
+		TaskID: r.req.TaskID, NodeID: r.nodeID, Status: StatusFailed, Result: r.resumed + res.Text,
 		ProcessingMs: res.ProcessingMs, Streamed: r.streamed,
 	}
 	switch res.Status {
@@ -655,7 +691,8 @@ func (d *dispatcher) finish(r *run, out Outcome, err error) {
 			rec.AssignedAt = r.assigned.UTC()
 		}
 		if r.nodeID != "" {
-			rec.NodeIDs = []string{r.nodeID}
+			// Every node whose text the client got: a rating applies to each.
+			rec.NodeIDs = append(r.served, r.nodeID)
 		}
 		d.record(&rec, r.start, now, out, err)
 	}

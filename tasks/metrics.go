@@ -26,6 +26,7 @@ type Metrics struct {
 	usageClamped *prometheus.CounterVec
 	// retries counts the attempts run again on another node (retry.go).
 	retries *prometheus.CounterVec
+	resumed prometheus.Counter
 
 	// The children every request touches, looked up once (record): a
 	// WithLabelValues hashes its labels and takes the vector's lock on
@@ -105,11 +106,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "switchyard", Subsystem: "tasks", Name: "retries_total",
 			Help: "Attempts that failed for their node's sake and were run again on another node, by reason: node_disconnected (its socket closed or its heartbeat lapsed), instance_gone (the instance holding it died) or node_unavailable (it answered status \"unavailable\").",
 		}, []string{"reason"}),
+		resumed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "tasks", Name: "resumed_total",
+			Help: "Streams that had delivered text when their node failed and were continued on a node that declared resume (counted in retries_total too).",
+		}),
 	}
 	m.completed = m.outcomes.WithLabelValues(string(StatusCompleted))
 	m.plainTime, m.streamTime = m.latency.WithLabelValues("plain"), m.latency.WithLabelValues("stream")
 	if reg != nil {
-		reg.MustRegister(m.outcomes, m.latency, m.overhead, m.refusals, m.dropped, m.cancels, m.holdEnds, m.hops, m.ownerDied, m.outDropped, m.affinity, m.usageClamped, m.retries)
+		reg.MustRegister(m.outcomes, m.latency, m.overhead, m.refusals, m.dropped, m.cancels, m.holdEnds, m.hops, m.ownerDied, m.outDropped, m.affinity, m.usageClamped, m.retries, m.resumed)
 	}
 	return m
 }

@@ -78,6 +78,12 @@ func (o *owner) admit(e *bus.Envelope, send func(*nodes.Session, []byte) bool) e
 		o.metrics.refusals.WithLabelValues("not_connected").Inc()
 		return &refusal{refusedNotHere, "the node is not connected to this instance"}
 	}
+	if e.ResumeText != "" && (!s.Info.Resume || !e.Stream) {
+		// Only a node that declared "resume" can continue a stream; any
+		// other would start it over, and its client would read it twice.
+		o.metrics.refusals.WithLabelValues("no_resume").Inc()
+		return &refusal{refusedNotHere, "the node cannot continue a stream"}
+	}
 	if !s.TryAcquire() {
 		o.metrics.refusals.WithLabelValues("no_free_slot").Inc()
 		return &refusal{refusedFull, "the node has no free slot"}
@@ -89,7 +95,7 @@ func (o *owner) admit(e *bus.Envelope, send func(*nodes.Session, []byte) bool) e
 	ent := &fwdEntry{
 		taskID: e.TaskID, nodeID: e.NodeID, replyTo: e.ReplyTo, account: e.Account, keyID: e.KeyID, taskType: e.TaskType,
 		sess: s, gen: s.Gen, stream: e.Stream, deadline: time.UnixMilli(e.Deadline), sentAt: time.Now(),
-		sent: int64(len(e.Content) + len(params)), maxTokens: maxTokensOf(params),
+		sent: int64(len(e.Content) + len(params) + len(e.ResumeText)), maxTokens: maxTokensOf(params),
 	}
 	if !o.fwd.add(ent) {
 		s.Release()
@@ -98,7 +104,16 @@ func (o *owner) admit(e *bus.Envelope, send func(*nodes.Session, []byte) bool) e
 	}
 	msg := nodes.Wire.MustEncode(wire.MsgTaskAssign, wire.TaskAssignPayload{
 		TaskID: e.TaskID, TaskType: e.TaskType, Content: e.Content, Params: params, Stream: e.Stream,
+		ResumeText: e.ResumeText,
 	})
+	if len(msg) > wire.MaxAssignBytes {
+		// Only a resumed stream's can be (the text so far, escaped): no
+		// node may be sent more than the SDKs read (docs/PROTOCOL.md).
+		o.fwd.sent(ent, false) // as a send that failed
+		s.Release()
+		o.metrics.refusals.WithLabelValues("too_large").Inc()
+		return &refusal{refusedNotHere, "the task_assign would be larger than a node reads"}
+	}
 	refuse, gone := o.fwd.sent(ent, send(s, msg))
 	switch {
 	case refuse:

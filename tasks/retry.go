@@ -1,7 +1,11 @@
 package tasks
 
 import (
+	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/switchyard-dev/switchyard/sdk/wire"
 
 	"github.com/switchyard-dev/switchyard/store"
 )
@@ -45,6 +49,7 @@ type lostAttempt struct {
 	reason   string
 	assigned time.Time
 	at       time.Time
+	resume   bool // the next node continues the stream
 }
 
 // retryBudget is how many retries the request may use.
@@ -66,11 +71,85 @@ func (r *run) deadline() time.Time {
 func (r *run) lose(nodeID string, out Outcome, err error) bool {
 	why := r.lost
 	r.lost = ""
-	if why == "" || r.streamed || len(r.retries) >= r.retryBudget() || !time.Now().Before(r.deadline()) {
+	if why == "" || len(r.retries) >= r.retryBudget() || !time.Now().Before(r.deadline()) {
 		return false
 	}
-	r.lostAttempt = &lostAttempt{out: out, err: err, nodeID: nodeID, reason: why, assigned: r.assigned, at: time.Now()}
+	if r.streamed {
+		// Its client has text: only a node that continues it may go on
+		// (and then only if its task_assign fits what a node reads).
+		if r.textCapped || r.text.Len() == 0 || !r.fitsResume() {
+			return false
+		}
+		r.resuming = true
+	}
+	r.lostAttempt = &lostAttempt{out: out, err: err, nodeID: nodeID, reason: why, assigned: r.assigned, at: time.Now(), resume: r.resuming}
 	return true
+}
+
+// keep adds delta, which the client now has, to the stream's text, while
+// a node could be told it: within the result cap, and the instance's
+// budget for kept text (StreamBufferBytes over every stream; the task
+// gives its share back when it ends: run.release). A stream whose text
+// outgrew either cannot be continued.
+func (r *run) keep(delta string) {
+	if !r.req.Stream || r.textCapped || r.retryBudget() == 0 {
+		return
+	}
+	n := int64(len(delta))
+	if int64(r.text.Len())+n > r.d.cfg.ResultMaxBytes || r.d.keptText.Add(n) > r.d.cfg.StreamBufferBytes {
+		r.d.keptText.Add(-n)
+		r.dropText()
+		return
+	}
+	r.text.WriteString(delta)
+}
+
+// dropText forgets the stream's text and gives its budget back.
+func (r *run) dropText() {
+	r.textCapped = true
+	r.d.keptText.Add(-int64(r.text.Len()))
+	r.text = strings.Builder{}
+}
+
+// fitsResume reports whether the task_assign that continues the stream
+// would fit what a node reads (wire.MaxAssignBytes), as JSON would write
+// it: the owner refuses a larger one.
+func (r *run) fitsResume() bool {
+	const slack = 4 << 10 // the envelope, ids, task type and flags
+	n := jsonLen(r.req.Content) + len(r.req.Params) + jsonLen(r.text.String()) + slack
+	return n <= wire.MaxAssignBytes
+}
+
+// jsonLen is how many bytes s takes at most as a JSON string, its quotes
+// left out: escaped as encoding/json escapes (HTML characters included;
+// \b and \f counted as \u0008, an invalid byte as the \ufffd it becomes),
+// so at most 6 bytes for each byte of s.
+func jsonLen(s string) int {
+	n := 0
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			switch {
+			case b == '"' || b == '\\' || b == '\n' || b == '\r' || b == '\t':
+				n += 2
+			case b < 0x20 || b == '<' || b == '>' || b == '&':
+				n += 6
+			default:
+				n++
+			}
+			i++
+			continue
+		}
+		c, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case c == utf8.RuneError && size == 1, c == '\u2028', c == '\u2029':
+			n += 6
+		default:
+			n += size
+		}
+		i += size
+	}
+	return n
 }
 
 // retried commits the lost attempt once another node has the task: the
@@ -82,7 +161,13 @@ func (r *run) retried() {
 	}
 	r.lostAttempt = nil
 	lost := l.at.Sub(l.assigned).Milliseconds()
-	r.retries = append(r.retries, store.Retry{NodeID: l.nodeID, Reason: l.reason, LostMs: lost})
+	retry := store.Retry{NodeID: l.nodeID, Reason: l.reason, LostMs: lost}
+	if l.resume {
+		retry.ResumedBytes = int64(r.text.Len())
+		r.served = append(r.served, l.nodeID)
+		r.d.metrics.resumed.Inc()
+	}
+	r.retries = append(r.retries, retry)
 	r.d.metrics.retries.WithLabelValues(l.reason).Inc()
 	r.d.rec.RecordOutcome(store.Outcome{NodeID: l.nodeID, Account: r.req.AccountID, ElapsedMs: lost, At: l.at})
 }

@@ -225,3 +225,54 @@ func (r *records) outcomes() []store.Outcome {
 	defer r.mu.Unlock()
 	return slices.Clone(r.outs)
 }
+
+// A stream that delivered text when its node went away continues on a node
+// that declared "resume": its task_assign carries the text the client has,
+// and the client reads the rest without a gap or a repeat. A node that did
+// not declare it is never sent the stream.
+func TestStreamResumesOnAResumeNode(t *testing.T) {
+	r, o, ns, reg := retryPair(t, tasks.Config{}, 1) // ns[0]: no resume
+	resumer := func(name string) *nodetest.Node {
+		m := nodetest.Reg("good", name, "echo")
+		m["features"] = []string{"task_cancel", "resume"}
+		return nodetest.Connect(t, o.wsURL, m)
+	}
+	first := resumer("r1")
+	chunks := make(chan string, 16)
+	ch := run(t, r, context.Background(), tasks.Request{TaskID: "rs", TaskType: "echo", Content: "count", Stream: true},
+		tasks.Hooks{Chunk: func(d string) error { chunks <- d; return nil }})
+	// Whichever node got it streams two chunks and dies: only the one
+	// that can resume may go on, so make sure that is a resume node.
+	got, m := assigned(t, ns[0], first)
+	if m.Payload["resume_text"] != nil {
+		t.Fatalf("a first attempt carries resume_text: %v", m.Payload)
+	}
+	got.Chunk("rs", "one ")
+	got.Chunk("rs", "two ")
+	if d := <-chunks + <-chunks; d != "one two " {
+		t.Fatalf("deltas %q", d)
+	}
+	second := resumer("r2")
+	waitUntil(t, func() bool { return len(o.hub.Sessions()) == 3 })
+	_ = got.Conn.CloseNow()
+	next, m := assigned(t, others([]*nodetest.Node{ns[0], first, second}, got)...)
+	if next == ns[0] || m.Payload["resume_text"] != "one two " || m.TaskID() != "rs" {
+		t.Fatalf("node %s was assigned %v; want a resume node, told the text so far", next.ID, m.Payload)
+	}
+	next.Chunk("rs", "three")
+	next.MustSend("task_result", map[string]any{"task_id": "rs", "status": "completed", "result": "three",
+		"processing_time_ms": 1, "usage": map[string]any{"prompt_tokens": 3, "completion_tokens": 1}})
+	out := wait(t, ch)
+	if d := drain(chunks); out.err != nil || d != "three" || out.out.Result != "one two three" {
+		t.Fatalf("%+v, deltas after the resume %q; want \"three\" and the whole text as the result", out, d)
+	}
+	if len(out.out.Retries) != 1 || out.out.Retries[0].ResumedBytes != 8 || out.out.Retries[0].NodeID != got.ID {
+		t.Fatalf("retries %+v", out.out.Retries)
+	}
+	if rec := r.rec.tasks[0]; !slices.Equal(rec.NodeIDs, []string{got.ID, next.ID}) {
+		t.Fatalf("record's nodes %v, want both that served it", rec.NodeIDs)
+	}
+	if n := gathered(t, reg, "switchyard_tasks_resumed_total"); n != 1 {
+		t.Fatalf("switchyard_tasks_resumed_total = %v", n)
+	}
+}
