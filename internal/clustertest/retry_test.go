@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -247,4 +250,102 @@ func testKilledInstanceCostsARetryNotAnAnswer(t *testing.T, cfg Config) {
 		t.Fatal("no answer was retried: the test did not test a retry")
 	}
 	t.Logf("20 of 20 answered 200 within 5 s of the kill; %d retried from A's nodes", again)
+}
+
+// resumableScript is a command for `switchyard node --handler exec` that
+// writes "line 1" … "line 10", one every 200 ms, and on a resumed task only
+// the lines after those the client has (the file $SWITCHYARD_RESUME_FILE
+// names).
+const resumableScript = `#!/usr/bin/env bash
+set -euo pipefail
+from=1
+if [ -n "${SWITCHYARD_RESUME_FILE:-}" ]; then
+	from=$(( $(wc -l <"$SWITCHYARD_RESUME_FILE") + 1 ))
+fi
+for i in $(seq "$from" 10); do
+	printf 'line %d\n' "$i"
+	sleep 0.2
+done
+`
+
+// A stream cut after 5 of its 10 chunks (its node killed with SIGKILL)
+// continues on the other node, which declared resume: the client gets the
+// 10 chunks exactly once, in order. With the built-in sleep handler and
+// with an exec command.
+func TestKilledNodesStreamResumes(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "resumable.sh")
+	if err := os.WriteFile(script, []byte(resumableScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		handler []string
+		want    []string
+	}{
+		{"sleep", []string{"--handler", "sleep", "--sleep-min", "2s", "--sleep-max", "2s", "--sleep-chunks", "10"}, chunksOf("chunk %d/10\n")},
+		{"exec", []string{"--handler", "exec", "--", script}, chunksOf("line %d\n")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := New(t, Config{NoRedis: true})
+			key := c.Account("alice")
+			inst := c.Start("solo")
+			procs := map[string]*nodeProc{}
+			for _, name := range []string{"first", "second"} {
+				args := append([]string{"--capability", "count", "--resume"}, tc.handler...)
+				procs[name] = c.StartNodeProc(inst, key, name, args...)
+			}
+			inst.WaitNodes(10*time.Second, "two nodes", func(ns []NodeView) bool { return len(ns) == 2 })
+
+			ctx := testCtx(t, 20*time.Second)
+			cl := sdk.NewClient(inst.URL(), key, sdk.WithHTTPClient(c.HTTP))
+			fifth := make(chan struct{})
+			var deltas []string
+			type end struct {
+				res *sdk.TaskResult
+				err error
+			}
+			done := make(chan end, 1)
+			go func() {
+				res, err := cl.Stream(ctx, sdk.Request{TaskType: "count", Content: "go"}, func(d string) error {
+					deltas = append(deltas, d)
+					if len(deltas) == 5 {
+						close(fifth)
+					}
+					return nil
+				})
+				done <- end{res, err}
+			}()
+			waitFor(t, fifth, 10*time.Second, "the stream's fifth chunk")
+			var victim *nodeProc
+			for _, n := range inst.Nodes() {
+				if n.ActiveTasks == 1 {
+					victim = procs[n.Name]
+				}
+			}
+			if victim == nil {
+				t.Fatal("no node is running the stream")
+			}
+			victim.Kill(t)
+			e := waitFor(t, done, 15*time.Second, "the stream's end")
+			if e.err != nil {
+				t.Fatalf("the stream failed after %q: %v", deltas, e.err)
+			}
+			if !slices.Equal(deltas, tc.want) {
+				t.Fatalf("the client read %q; want %q once each, in order", deltas, tc.want)
+			}
+			if !strings.HasPrefix(e.res.Result, strings.Join(tc.want, "")) || e.res.Status != "completed" {
+				t.Fatalf("the stream's result %+v", e.res)
+			}
+			t.Logf("cut after 5 chunks on %s; the client read all 10 once, in order", victim.name)
+		})
+	}
+}
+
+// chunksOf is format filled with 1 … 10.
+func chunksOf(format string) []string {
+	out := make([]string, 10)
+	for i := range out {
+		out[i] = fmt.Sprintf(format, i+1)
+	}
+	return out
 }
