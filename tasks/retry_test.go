@@ -94,18 +94,33 @@ func TestRetryAfterTheNodeDisconnects(t *testing.T) {
 // is run again elsewhere (node_unavailable). With no other node, the
 // client gets the node's answer: a failed task, as "failed" would be.
 func TestRetryAfterTheNodeAnswersUnavailable(t *testing.T) {
-	r, _, ns, _ := retryPair(t, tasks.Config{}, 2)
-	ch := run(t, r, context.Background(), tasks.Request{TaskID: "u", TaskType: "echo"}, tasks.Hooks{})
+	r, o, ns, _ := retryPair(t, tasks.Config{}, 2)
+	ch := run(t, r, context.Background(), tasks.Request{TaskID: "u", TaskType: "echo", Content: "hello"}, tasks.Hooks{})
 	first, _ := assigned(t, ns...)
-	first.Result("u", "unavailable", "out of memory")
+	first.MustSend("task_result", map[string]any{"task_id": "u", "status": "unavailable", "result": "out of memory",
+		"usage": map[string]any{"prompt_tokens": 1, "completion_tokens": 0}})
 	second, _ := assigned(t, others(ns, first)...)
-	second.Result("u", "unavailable", "model not loaded")
+	second.MustSend("task_result", map[string]any{"task_id": "u", "status": "unavailable", "result": "model not loaded",
+		"usage": map[string]any{"prompt_tokens": 2, "completion_tokens": 1}})
 	got := wait(t, ch)
 	if got.err != nil || got.out.Status != tasks.StatusFailed || got.out.Result != "model not loaded" || got.out.NodeID != second.ID {
 		t.Fatalf("%+v: want the second node's failed answer", got)
 	}
 	if len(got.out.Retries) != 1 || got.out.Retries[0].Reason != tasks.RetryNodeUnavailable {
 		t.Fatalf("retries %+v", got.out.Retries)
+	}
+	// Each node's tokens are charged once, as it reported them: the
+	// answer carries the last node's.
+	if u := got.out.Usage; u == nil || u.PromptTokens != 2 || u.CompletionTokens != 1 {
+		t.Fatalf("the answer's usage %+v, want the second node's", u)
+	}
+	waitUntil(t, func() bool { return len(o.rec.reports()) == 2 })
+	byNode := map[string]int64{}
+	for _, rep := range o.rec.reports() {
+		byNode[rep.NodeID] += rep.PromptTokens*10 + rep.CompletionTokens
+	}
+	if byNode[first.ID] != 10 || byNode[second.ID] != 21 {
+		t.Fatalf("usage reports %+v: want each node's once", o.rec.reports())
 	}
 }
 
