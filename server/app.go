@@ -267,7 +267,7 @@ func (a *App) buildEngine(claims nodes.Claims) {
 		deps.Liveness, deps.Health = a.cluster.registry, clusterHealth{a.cluster}
 	}
 	a.engine = tasks.New(tasks.Config{
-		Instance: a.instanceID, TaskTimeout: cfg.TaskTimeout, StreamMax: cfg.StreamMax, QueueTimeout: cfg.QueueTimeout, TaskRetries: cfg.TaskRetries,
+		Instance: a.instanceID, TaskTimeout: cfg.TaskTimeout, StreamMax: cfg.StreamMax, QueueTimeout: cfg.QueueTimeout, TaskRetries: cfg.TaskRetries, Hedge: cfg.Hedge,
 		ResultMaxBytes: cfg.ResultMaxBytes, WatchInterval: cfg.WatchInterval, NoWatcher: cfg.UnsafeNoWatcher,
 		Logger: a.log, Registerer: a.registry,
 	}, deps)

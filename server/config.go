@@ -138,6 +138,10 @@ type Config struct {
 	// a type not listed costs 1 unit a token (ParseTokenPrices reads
 	// --token-prices). nil: every type at 1.
 	TokenPrices map[string]float64
+	// Hedge names the task types whose plain tasks get a second copy on
+	// another node when the first has not answered within the type's delay
+	// (ParseHedges reads --hedge). nil: none.
+	Hedge map[string]time.Duration
 	// QuotaCompletionEstimate (default 1024) is the completion tokens a
 	// request of a key with token or budget limits holds against them
 	// when it names no max_tokens (quota.go): what its answer is expected
@@ -298,6 +302,9 @@ func (c Config) withDefaults() Config {
 	if c.TokenPrices != nil {
 		c.TokenPrices = maps.Clone(c.TokenPrices)
 	}
+	if c.Hedge != nil {
+		c.Hedge = maps.Clone(c.Hedge)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -385,6 +392,11 @@ func (c Config) Validate() error {
 			bad("--token-prices: %q=%v must name a task type and a price of 0 or more units per token", tt, p)
 		}
 	}
+	for tt, after := range c.Hedge {
+		if checkTaskType("--hedge", tt) != nil || after <= 0 || after >= c.TaskTimeout {
+			bad("--hedge: %s=%v must name a task type and a delay above 0 and under --task-timeout (%s)", tt, after, c.TaskTimeout)
+		}
+	}
 	if c.QuotaCompletionEstimate < 1 {
 		bad("--quota-completion-estimate must be at least 1 token")
 	}
@@ -457,6 +469,31 @@ func (c Config) Mode() string {
 		return "single (Redis lock)"
 	}
 	return "single"
+}
+
+// ParseHedges reads --hedge: "type=delay;type2=delay2", such as
+// "chat=2s;embed=300ms" (delays as time.ParseDuration reads them).
+func ParseHedges(s string) (map[string]time.Duration, error) {
+	var m map[string]time.Duration
+	for _, part := range strings.Split(s, ";") {
+		if strings.TrimSpace(part) == "" {
+			continue
+		}
+		tt, after, ok := strings.Cut(part, "=")
+		tt = strings.TrimSpace(tt)
+		d, err := time.ParseDuration(strings.TrimSpace(after))
+		if !ok || tt == "" || err != nil {
+			return nil, fmt.Errorf("--hedge: %q is not type=delay (such as chat=2s)", part)
+		}
+		if _, dup := m[tt]; dup {
+			return nil, fmt.Errorf("--hedge: %q is given twice", tt)
+		}
+		if m == nil {
+			m = map[string]time.Duration{}
+		}
+		m[tt] = d
+	}
+	return m, nil
 }
 
 // ParseModelAliases reads --model-aliases: "alias=type1,type2;alias2=type3",

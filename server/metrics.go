@@ -80,6 +80,9 @@ func setServerTiming(c echo.Context, out tasks.Outcome) {
 	for _, r := range out.Retries {
 		v += ", retry;dur=" + strconv.FormatInt(r.LostMs, 10) + `;desc="` + r.Reason + `"`
 	}
+	if out.Hedge != "" {
+		v += `, hedge;desc="` + out.Hedge + ` copy answered"`
+	}
 	c.Response().Header().Set("Server-Timing", v)
 }
 

@@ -3,6 +3,7 @@ package tasks
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -50,7 +51,12 @@ type Request struct {
 	// The cluster is not asked again before no_node.
 	LocalOnly bool
 
-	subtask bool // a part of a split task: recorded with its parent, not on its own
+	subtask bool // a part of a split task, or a copy of a hedged one: recorded with its parent, not on its own
+	// exclude are nodes never to try (a hedge's: the first copy's node);
+	// noQueue: fail at once when every node is busy (a hedge waits for no
+	// slot).
+	exclude []string
+	noQueue bool
 }
 
 // Outcome is a task that reached its node and came back with a result. A
@@ -67,6 +73,9 @@ type Outcome struct {
 	// before the last was not its answer (retry.go).
 	Attempts int
 	Retries  []store.Retry
+	// Hedge says which copy of a hedged task answered (HedgeFirst,
+	// HedgeSecond; hedge.go): "" when no second copy went out.
+	Hedge string
 }
 
 // Hooks let the HTTP side follow a task as it runs. Both are optional.
@@ -165,7 +174,7 @@ func (r *run) lookAgain(ctx context.Context) bool {
 
 func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 	d := r.d
-	var tried []string
+	tried := slices.Clone(r.req.exclude)
 	cp := candPool.Get().(*[]nodes.Candidate)
 	cands, used := (*cp)[:0], 0
 	defer func() {
@@ -205,6 +214,9 @@ func (r *run) dispatch(ctx context.Context) (Outcome, error) {
 				cands, c, ok, busy = r.pick(cands, tried)
 				used = max(used, len(cands))
 			}
+		}
+		if busy && r.req.noQueue {
+			return Outcome{}, &Error{Code: CodeBusy, Message: "every other node that can run this task type is busy"}
 		}
 		if busy {
 			if queueDeadline.IsZero() {
@@ -560,7 +572,10 @@ func (r *run) await(ctx context.Context) (Outcome, error) {
 			return Outcome{}, &Error{Code: CodeTimeout, Message: "the task timed out"}
 		case <-ctx.Done():
 			reason := "client gone"
-			if r.req.subtask && context.Cause(ctx) != ctx.Err() {
+			switch cause := context.Cause(ctx); {
+			case errors.Is(cause, errHedgeLost):
+				reason = "hedge lost" // the other copy of a hedged task answered first
+			case r.req.subtask && cause != ctx.Err():
 				reason = "split part failed" // runSplit's errgroup ended the siblings
 			}
 			r.cancel(ctx, reason)

@@ -26,7 +26,11 @@ type Config struct {
 	// TaskRetries (default 1; negative: none) is how many times a task
 	// whose node failed it is run again on another node, unless the
 	// request asks for another number (Request.Retries; retry.go).
-	TaskRetries    int
+	TaskRetries int
+	// Hedge names the task types whose plain tasks get a second copy on
+	// another node when the first has not answered within the type's delay
+	// (hedge.go); nil for none.
+	Hedge          map[string]time.Duration
 	ResultMaxBytes int64         // default 1 MiB: over all chunks together, and for the final result
 	WatchInterval  time.Duration // default 250ms between the watcher's checks
 	// NoWatcher turns the owner-liveness watcher off (--unsafe-no-watcher):
@@ -283,6 +287,9 @@ func (e *Engine) Ready() <-chan struct{} { return e.ready }
 // first (the client went away) the task is cancelled on its node. The
 // error, if any, is a *Error whose Status is the HTTP answer.
 func (e *Engine) RunTask(ctx context.Context, req Request, h Hooks) (Outcome, error) {
+	if after := e.disp.hedgeDelay(&req); after > 0 {
+		return e.disp.runHedged(ctx, req, h, after)
+	}
 	return e.disp.run(ctx, req, h, nil, nil)
 }
 

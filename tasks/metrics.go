@@ -27,6 +27,7 @@ type Metrics struct {
 	// retries counts the attempts run again on another node (retry.go).
 	retries *prometheus.CounterVec
 	resumed prometheus.Counter
+	hedges  *prometheus.CounterVec
 
 	// The children every request touches, looked up once (record): a
 	// WithLabelValues hashes its labels and takes the vector's lock on
@@ -111,10 +112,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Streams that had delivered text when their node failed and were continued on a node that declared resume (counted in retries_total too).",
 		}),
 	}
+	m.hedges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "switchyard", Subsystem: "tasks", Name: "hedges_total",
+		Help: "Plain tasks of a hedged type (--hedge), by how they went: not_needed (answered, or failed, within the delay), no_node (no free second node), first or second (which copy answered first), failed (neither completed).",
+	}, []string{"outcome"})
 	m.completed = m.outcomes.WithLabelValues(string(StatusCompleted))
 	m.plainTime, m.streamTime = m.latency.WithLabelValues("plain"), m.latency.WithLabelValues("stream")
 	if reg != nil {
-		reg.MustRegister(m.outcomes, m.latency, m.overhead, m.refusals, m.dropped, m.cancels, m.holdEnds, m.hops, m.ownerDied, m.outDropped, m.affinity, m.usageClamped, m.retries, m.resumed)
+		reg.MustRegister(m.outcomes, m.latency, m.overhead, m.refusals, m.dropped, m.cancels, m.holdEnds, m.hops, m.ownerDied, m.outDropped, m.affinity, m.usageClamped, m.retries, m.resumed, m.hedges)
 	}
 	return m
 }

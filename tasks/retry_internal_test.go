@@ -3,6 +3,7 @@ package tasks
 import (
 	"encoding/json"
 	"testing"
+	"time"
 )
 
 // jsonLen is never less than encoding/json's length of the string: the
@@ -20,4 +21,25 @@ func FuzzJSONLenBoundsTheEncoding(f *testing.F) {
 			t.Fatalf("jsonLen(%q) = %d; encoding/json writes %d bytes (the bound is at most 6 a byte, %d)", s, got, want, 6*len(s))
 		}
 	})
+}
+
+// Only a plain task of a hedged type, bound to no session, node set or
+// split, is hedged.
+func TestHedgeDelayOnlyForPlainTasks(t *testing.T) {
+	d := &dispatcher{cfg: Config{Hedge: map[string]time.Duration{"chat": time.Second}}}
+	for _, c := range []struct {
+		req  Request
+		want time.Duration
+	}{
+		{Request{TaskType: "chat"}, time.Second},
+		{Request{TaskType: "embed"}, 0},
+		{Request{TaskType: "chat", Stream: true}, 0},
+		{Request{TaskType: "chat", LocalOnly: true}, 0},
+		{Request{TaskType: "chat", Session: "s"}, 0},
+		{Request{TaskType: "chat", subtask: true}, 0},
+	} {
+		if got := d.hedgeDelay(&c.req); got != c.want {
+			t.Errorf("hedgeDelay(%+v) = %v, want %v", c.req, got, c.want)
+		}
+	}
 }

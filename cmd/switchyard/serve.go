@@ -130,6 +130,7 @@ ws://HOST:PORT/ws/node; clients call http://HOST:PORT/api/v1/…`, cfg.Listen, c
 	fs.BoolVar(&cfg.TrustProxy, "trust-proxy", cfg.TrustProxy, "take client IPs from X-Forwarded-For (only behind a proxy you run)")
 	split := fs.String("split-task-types", strings.Join(cfg.SplitTaskTypes, ","), "task types whose content over 1,000 characters is cut into 3 parts run on up to 3 nodes and joined (comma-separated; \"none\" turns it off)")
 	aliases := fs.String("model-aliases", "", "model names of the OpenAI routes (/v1/...) that stand for task types tried in order, the next only when no node serves the one before: \"fast=llama-8b,llama-70b;smart=llama-70b\"")
+	hedge := fs.String("hedge", "", "task types whose plain tasks get a second copy on another node with a free slot when the first has not answered within the delay (the type's p95, say): \"chat=2s;embed=300ms\"; the first answer wins and the other copy is cancelled")
 	prices := fs.String("token-prices", "", "spend units a token of each task type costs against a key's budget (switchyard keys set-limits --budget-per-day/--budget-per-month): \"chat=2,embedding=0.1\"; a type not listed costs 1")
 	fs.Int64Var(&cfg.QuotaCompletionEstimate, "quota-completion-estimate", cfg.QuotaCompletionEstimate, "completion tokens a request of a key with token or budget limits (keys set-limits) holds against them while it runs when it names no max_tokens; its end replaces the hold with what it used")
 	benchmarks := fs.Bool("node-benchmarks", !cfg.NoNodeBenchmarks, "send nodes a short benchmark after they register (and every 6 h); routing prefers nodes that answer it fast")
@@ -163,6 +164,9 @@ ws://HOST:PORT/ws/node; clients call http://HOST:PORT/api/v1/…`, cfg.Listen, c
 		return server.Config{}, err
 	}
 	if cfg.TokenPrices, err = server.ParseTokenPrices(*prices); err != nil {
+		return server.Config{}, err
+	}
+	if cfg.Hedge, err = server.ParseHedges(*hedge); err != nil {
 		return server.Config{}, err
 	}
 	cfg.SplitTaskTypes = []string{} // non-nil: empty turns splitting off
