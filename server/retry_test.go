@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"reflect"
@@ -136,5 +137,57 @@ func TestRetriesAskedForAreChecked(t *testing.T) {
 		if resp.StatusCode != 400 || !strings.Contains(oe.Error.Message, "X-Task-Retries") {
 			t.Fatalf("X-Task-Retries %q: HTTP %d %+v, want 400 naming the header", h, resp.StatusCode, oe)
 		}
+	}
+}
+
+// An OpenAI stream resumes as a GemmaNet one does: the node that continues
+// it is told the text so far, and the client's chat chunks go on with no
+// gap and no repeat, to one "[DONE]".
+func TestOpenAIStreamResumes(t *testing.T) {
+	ta := startApp(t, nil)
+	key := ta.account(t, "alice", "")
+	resumer := func(name string) *wireNode {
+		m := reg(key, name, "chat")
+		m["features"] = []string{"task_cancel", "resume"}
+		return connectNode(t, ta.wsURL, m)
+	}
+	a, b := resumer("a"), resumer("b")
+	ch := ta.streamAsync(context.Background(), key, map[string]any{"model": "gemmanet/chat", "messages": userMsg("count")})
+	first, m := firstAssigned(t, a, b)
+	id := m.TaskID()
+	first.Chunk(id, "one ")
+	first.Chunk(id, "two ")
+	// The instance reads the two chunks before it sees the socket close
+	// (TCP delivers what was sent before the FIN), and hands them to the
+	// request in that order: both are the client's before the node is lost.
+	_ = first.Conn.CloseNow()
+	next := map[*wireNode]*wireNode{a: b, b: a}[first]
+	if n, m := firstAssigned(t, next); n != next || m.TaskID() != id || m.Payload["resume_text"] != "one two " {
+		t.Fatalf("the continuing node got %v", m.Payload)
+	}
+	next.Chunk(id, "three")
+	next.Result(id, "completed", "three")
+	events := waitFor(t, ch, 5*time.Second).check(t)
+	var text strings.Builder
+	for _, e := range events {
+		if e == "[DONE]" {
+			continue
+		}
+		var c struct {
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(e), &c); err != nil {
+			t.Fatalf("event %q: %v", e, err)
+		}
+		for _, ch := range c.Choices {
+			text.WriteString(ch.Delta.Content)
+		}
+	}
+	if text.String() != "one two three" || events[len(events)-1] != "[DONE]" {
+		t.Fatalf("the client read %q in %q; want \"one two three\" once, then [DONE]", text.String(), events)
 	}
 }
