@@ -28,7 +28,10 @@
 //     The handler finds that part in Task.Resume and must emit, and return,
 //     only what follows it. A node that did not set Resume refuses such an
 //     assignment with status "rejected" (the coordinator never sends one):
-//     running it from the start would repeat to the client what it has.
+//     running it from the start would repeat to the client what it has;
+//   - a handler error that wraps ErrUnavailable answers status
+//     "unavailable": this node, not the request, failed, and the
+//     coordinator runs the task again on another node.
 //
 // It must not import any other switchyard package but sdk/wire, which
 // imports only the standard library: the SDK is what third parties link

@@ -39,6 +39,14 @@ type Handler interface {
 	Handle(ctx context.Context, t *Task, emit func(delta string) error) (Result, error)
 }
 
+// ErrUnavailable, returned by a handler (or wrapped in its error), says
+// that this node, not the request, failed the task — out of memory, its
+// model not loaded, shutting down: the task is answered "unavailable", and
+// switchyard runs it again on another node (within the request's retry
+// budget) instead of answering the client with a failure. Any other error
+// fails the task.
+var ErrUnavailable = errors.New("sdk: this node cannot run the task now")
+
 // HandlerFunc adapts a function to Handler.
 type HandlerFunc func(ctx context.Context, t *Task, emit func(delta string) error) (Result, error)
 

@@ -145,6 +145,9 @@ func (s *session) runTask(ctx context.Context, t *Task) {
 	if err != nil {
 		s.log.Debug("handler failed", "task_id", id, "err", err)
 		out.Status, out.Result, out.Usage = wire.StatusFailed, err.Error(), nil
+		if errors.Is(err, ErrUnavailable) {
+			out.Status = wire.StatusUnavailable
+		}
 	}
 	err = s.send(wire.MsgTaskResult, out)
 	if errors.Is(err, errTooLarge) {

@@ -740,3 +740,50 @@ func TestSDKManyNodesManyClients(t *testing.T) {
 		t.Errorf("the server sent %d tasks to a node whose slots were all busy, e.g. %s", len(overCommitted), overCommitted[0])
 	}
 }
+
+// A Go SDK handler that returns sdk.ErrUnavailable fails the task for its
+// node's sake: it runs again on the other node, and the client gets that
+// node's answer.
+func TestSDKHandlerUnavailableIsRetried(t *testing.T) {
+	ta := startApp(t, nil)
+	key := ta.account(t, "alice", "")
+	refused := make(chan string, 1)
+	sick := runSDKNode(t, ta, sdk.NodeConfig{
+		APIKey: key, Name: "sick", Capabilities: []string{"gpu"},
+		Handler: sdk.HandlerFunc(func(_ context.Context, task *sdk.Task, _ func(string) error) (sdk.Result, error) {
+			refused <- task.ID
+			return sdk.Result{}, fmt.Errorf("model not loaded: %w", sdk.ErrUnavailable)
+		}),
+	})
+	sickID := sick.WaitRegistered(t, 5*time.Second)
+	c := e2eClient(t, ta, key)
+	ctx := e2eCtx(t)
+	// The sick node is the only one: it gets the task, and with no other
+	// node its answer is the client's, a failure.
+	res, err := c.Request(ctx, sdk.Request{TaskType: "gpu", Content: "x"})
+	if err != nil || res.Status != "failed" || !strings.Contains(res.Result, "model not loaded") || res.NodeID != sickID {
+		t.Fatalf("with no other node: %+v, %v", res, err)
+	}
+	<-refused
+	well := runSDKNode(t, ta, sdk.NodeConfig{
+		APIKey: key, Name: "well", Capabilities: []string{"gpu"},
+		Handler: sdk.HandlerFunc(func(_ context.Context, task *sdk.Task, _ func(string) error) (sdk.Result, error) {
+			return sdk.Result{Text: "done " + task.Content}, nil
+		}),
+	})
+	wellID := well.WaitRegistered(t, 5*time.Second)
+	// Whichever node gets it first, the answer is the well node's.
+	for i := range 4 {
+		res, err := c.Request(ctx, sdk.Request{TaskType: "gpu", Content: fmt.Sprint(i)})
+		if err != nil || res.Status != "completed" || res.NodeID != wellID || res.Result != fmt.Sprint("done ", i) {
+			t.Fatalf("request %d: %+v, %v; want the well node's answer", i, res, err)
+		}
+		select {
+		case <-refused:
+			if res.Attempts != 2 {
+				t.Fatalf("request %d was refused by the sick node but answered in %d attempts", i, res.Attempts)
+			}
+		default:
+		}
+	}
+}

@@ -25,7 +25,9 @@ under --name with the account's --api-key, and serve the task types given by
          --sleep-chunks chunks over that time (a simulated worker)
   exec   runs the command written after "--" once per task: the content on
          its stdin, its stdout the result (each line streamed), a non-zero
-         exit a failure; for example
+         exit a failure; exit 75 says this node cannot run it now (out of
+         memory, model not loaded), and the task runs again on another
+         node; for example
            switchyard node --api-key KEY --name w1 --capability chat \
              --handler exec -- python3 worker.py
 

@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -32,12 +33,20 @@ var errOutputTooLarge = fmt.Errorf("command output exceeds %d bytes", sdk.MaxMes
 // environment variable holds on Linux (128 KiB), hence a file.
 const ResumeFileEnv = "SWITCHYARD_RESUME_FILE"
 
+// ExitUnavailable is the exit status (EX_TEMPFAIL) by which Exec's command
+// says that this node cannot run the task now (out of memory, its model not
+// loaded), not that the task failed: Exec returns sdk.ErrUnavailable, and
+// switchyard runs the task again on another node.
+const ExitUnavailable = 75
+
 // Exec runs the command name with args once per task. The task's content is
 // its stdin; SWITCHYARD_TASK_ID, SWITCHYARD_TASK_TYPE and
 // SWITCHYARD_TASK_PARAMS (JSON) are added to its environment. Its whole
 // stdout is the result; when the task streams, each line of stdout (with its
 // newline) is sent as a chunk as soon as it is written. A non-zero exit fails
-// the task with the last lines of stderr. Cancelling ctx kills the command.
+// the task with the last lines of stderr (exit ExitUnavailable, 75: the node
+// cannot run it now, and it runs again elsewhere). Cancelling ctx kills the
+// command.
 //
 // A resumed task's command finds the text the client already has in the
 // file that SWITCHYARD_RESUME_FILE (ResumeFileEnv) names, and must write
@@ -91,10 +100,14 @@ func Exec(name string, args []string) sdk.Handler {
 		case out.err != nil:
 			return sdk.Result{}, out.err
 		case err != nil:
-			if tail := stderr.lastLines(stderrLines); tail != "" {
-				return sdk.Result{}, fmt.Errorf("%s: %v: %s", name, err, tail)
+			var unavailable error // exit 75: this node cannot run it now
+			if ee := (*exec.ExitError)(nil); errors.As(err, &ee) && ee.ExitCode() == ExitUnavailable {
+				unavailable = sdk.ErrUnavailable
 			}
-			return sdk.Result{}, fmt.Errorf("%s: %v", name, err)
+			if tail := stderr.lastLines(stderrLines); tail != "" {
+				return sdk.Result{}, errors.Join(fmt.Errorf("%s: %v: %s", name, err, tail), unavailable)
+			}
+			return sdk.Result{}, errors.Join(fmt.Errorf("%s: %v", name, err), unavailable)
 		}
 		return sdk.Result{Text: out.text.String()}, nil
 	})

@@ -170,6 +170,20 @@ func TestExecFailure(t *testing.T) {
 	}
 }
 
+// Exit 75 (ExitUnavailable) says the node cannot run the task now: the
+// error wraps sdk.ErrUnavailable (the task runs again elsewhere); any other
+// exit does not.
+func TestExecUnavailable(t *testing.T) {
+	_, _, err := run(t, context.Background(), handlers.Exec("sh", []string{"-c", "echo no GPU memory >&2; exit 75"}), sdk.Task{ID: "t"})
+	if !errors.Is(err, sdk.ErrUnavailable) || !strings.Contains(err.Error(), "no GPU memory") {
+		t.Fatalf("exit 75: %v; want sdk.ErrUnavailable with stderr's last line", err)
+	}
+	_, _, err = run(t, context.Background(), handlers.Exec("sh", []string{"-c", "exit 74"}), sdk.Task{ID: "t"})
+	if err == nil || errors.Is(err, sdk.ErrUnavailable) {
+		t.Fatalf("exit 74: %v; want a plain failure", err)
+	}
+}
+
 func TestExecCancelKillsTheCommand(t *testing.T) {
 	for name, script := range map[string]string{
 		"direct": "echo started; exec sleep 30",

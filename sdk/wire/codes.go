@@ -58,6 +58,10 @@ const (
 	// params value it cannot decode, say): the request's fault, not the
 	// handler's, so it is not held against the node. result says why.
 	StatusRejected ResultStatus = "rejected"
+	// StatusUnavailable (ours) says the node, not the request, failed the
+	// task (out of memory, its model not loaded, shutting down): the
+	// coordinator runs it again on another node. result says why.
+	StatusUnavailable ResultStatus = "unavailable"
 )
 
 // Close codes of the node WebSocket. They are untyped so that they are the
