@@ -369,17 +369,21 @@ func (i *Instance) WaitExit(d time.Duration) int {
 
 // Kill kills the process with SIGKILL (as a crash would) and waits for it.
 // It is idempotent.
-func (i *Instance) Kill() {
+func (i *Instance) Kill() { killWait(i.t, i.cmd, i.done, "instance "+i.Name) }
+
+// killWait kills cmd with SIGKILL, unless it has exited (done is closed),
+// and waits for it: 10 s at most, else the test fails.
+func killWait(t testing.TB, cmd *exec.Cmd, done <-chan struct{}, what string) {
 	select {
-	case <-i.done:
+	case <-done:
 		return
 	default:
 	}
-	_ = i.cmd.Process.Kill()
+	_ = cmd.Process.Kill()
 	select {
-	case <-i.done:
+	case <-done:
 	case <-time.After(10 * time.Second):
-		i.t.Errorf("instance %s did not exit within 10s of SIGKILL", i.Name)
+		t.Errorf("%s did not exit within 10s of SIGKILL", what)
 	}
 }
 

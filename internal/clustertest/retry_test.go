@@ -52,19 +52,7 @@ func (c *Cluster) StartNodeProc(inst *Instance, key, name string, args ...string
 }
 
 // Kill kills the node process with SIGKILL and waits for it to exit.
-func (n *nodeProc) Kill(t testing.TB) {
-	select {
-	case <-n.done:
-		return
-	default:
-	}
-	_ = n.cmd.Process.Kill()
-	select {
-	case <-n.done:
-	case <-time.After(10 * time.Second):
-		t.Errorf("node %s did not exit within 10s of SIGKILL", n.name)
-	}
-}
+func (n *nodeProc) Kill(t testing.TB) { killWait(t, n.cmd, n.done, "node "+n.name) }
 
 // retried is what a retried answer adds to GemmaNet's task result.
 type retried struct {
