@@ -41,6 +41,7 @@ func TestDefaultConfigZeroFieldsAreDeliberate(t *testing.T) {
 		"MaxInflightPerKey",                  // 0: no cap on in-flight requests per key (off by default)
 		"ModelAliases",                       // none: every model routes by its name
 		"TokenPrices",                        // none: every task type costs a unit a token
+		"Hedge",                              // none: no task type is hedged
 		"RegisterTimeout", "BenchmarkMaxAge", // package nodes fills these
 	}
 	v := reflect.ValueOf(DefaultConfig())
