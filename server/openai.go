@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -76,7 +77,9 @@ func modelCapability(model string) string {
 	return c
 }
 
-// chatMessage is one message as the node receives it in params.messages.
+// chatMessage is a message of an answer, and one of a body as far as the
+// server reads it (its role and its content's text, for the content a
+// node receives).
 type chatMessage struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
@@ -95,21 +98,108 @@ type chatBody struct {
 	// Session is prompt_cache_key, else user: what names a conversation
 	// for session affinity when X-Session-Id does not.
 	Session string
+	// Params is what the node receives as params: every member of the
+	// body but model and stream, as sent (chatParamsOf).
+	Params json.RawMessage
 }
 
-// chatParams is what the node receives as params: the whole conversation,
-// for handlers that can use it, and the sampling settings that were sent.
-type chatParams struct {
-	Messages    []chatMessage `json:"messages"`
-	MaxTokens   *int64        `json:"max_tokens,omitempty"`
-	Temperature *float64      `json:"temperature,omitempty"`
+// The bounds of a chat completion's params, which are its body but for
+// model and stream (docs/PROTOCOL.md). The body is already within
+// --max-body-bytes and wire.CheckBounds; these keep what a node is sent
+// readable by a Go, JavaScript or Python node: keys that are keyword
+// arguments, numbers a float64 holds, and a task_assign within what the Go
+// SDK reads (wire.MaxAssignBytes): 4 MiB of params, with at most 1.2 MB of
+// content (200,000 characters, 6 bytes each at worst) and the envelope.
+// Strings have no limit of their own: an image's data URL is long.
+const (
+	maxChatParamKeys  = 64      // OpenAI documents some 35 fields
+	maxChatParamDepth = 32      // the body being 1: room for a tool's or response_format's JSON schema
+	maxChatParamBytes = 4 << 20 // as JSON a node is sent (compact, <, > and & escaped)
+)
+
+// chatParamLimits are the rules of a chat body's fields, read as params.
+var chatParamLimits = paramLimits{keys: maxChatParamKeys, depth: maxChatParamDepth,
+	object: "the body", key: "the body's field"}
+
+// chatConsumed are the body's fields the server uses and does not pass on:
+// the model chose the task type, and stream is the task_assign's own.
+var chatConsumed = []string{"model", "stream"}
+
+// chatParamsOf is the params a chat body b (a JSON object that decoded)
+// gives its node: each of its members but chatConsumed, as sent (compact,
+// and escaped as the node's task_assign is, so that its size is what the
+// node reads), after applying chatParamLimits to every field. Read in
+// place (paramsReader), with no value decoded: the output is at most b's
+// size until it is known to be within maxChatParamBytes.
+func chatParamsOf(b []byte) (json.RawMessage, error) {
+	// Passed to the node byte for byte, in a WebSocket text frame: invalid
+	// UTF-8 there makes a strict node client drop the whole connection.
+	if !utf8.Valid(b) {
+		return nil, invalid("the body must be valid UTF-8")
+	}
+	if !json.Valid(b) {
+		return nil, invalid("the body is not valid JSON")
+	}
+	var out bytes.Buffer
+	out.Grow(len(b))
+	out.WriteByte('{')
+	var compactErr error
+	r := paramsReader{b: b, lim: chatParamLimits}
+	err := r.params(func(k string, v []byte) {
+		if slices.Contains(chatConsumed, k) || compactErr != nil {
+			return
+		}
+		if out.Len() > 1 {
+			out.WriteByte(',')
+		}
+		// k is an identifier (paramsReader): nothing in it to escape, and
+		// spelled plainly, as tasks.MaxTokens looks for max_tokens.
+		out.WriteString(`"` + k + `":`)
+		compactErr = json.Compact(&out, v)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if compactErr != nil {
+		return nil, invalid("the body is not valid JSON")
+	}
+	out.WriteByte('}')
+	n := out.Len() + htmlEscapeGrowth(out.Bytes())
+	if n > maxChatParamBytes {
+		return nil, invalid("the body, but model and stream, must be at most %d bytes as JSON (<, > and & count 6 bytes each); it is %d", maxChatParamBytes, n)
+	}
+	if n == out.Len() {
+		return out.Bytes(), nil
+	}
+	var esc bytes.Buffer
+	esc.Grow(n)
+	json.HTMLEscape(&esc, out.Bytes())
+	return esc.Bytes(), nil
+}
+
+// htmlEscapeGrowth is how many bytes json.HTMLEscape adds to b: <, > and &
+// become \u003c (6 bytes for 1), U+2028 and U+2029 \u2028 (6 for 3). A node's
+// task_assign is written so (segmentio/encoding/json escapes a
+// json.RawMessage as encoding/json does).
+func htmlEscapeGrowth(b []byte) int {
+	n := 0
+	for i, c := range b {
+		switch {
+		case c == '<' || c == '>' || c == '&':
+			n += 5
+		case c == 0xE2 && i+2 < len(b) && b[i+1] == 0x80 && b[i+2]&^1 == 0xA8:
+			n += 3
+		}
+	}
+	return n
 }
 
 // errContextLength is a body whose messages are too long in all (400, not 422).
 var errContextLength = errors.New("context length exceeded")
 
-// parseChatBody decodes and checks a body. Unknown fields (n, top_p, user…)
-// are ignored, as GemmaNet does.
+// parseChatBody decodes and checks a body. The fields it does not read
+// (tools, n, top_p, response_format…) it checks only as params
+// (chatParamsOf): they reach the node as sent.
 func parseChatBody(b []byte) (chatBody, error) {
 	var raw struct {
 		Model         *string         `json:"model"`
@@ -177,6 +267,9 @@ func parseChatBody(b []byte) (chatBody, error) {
 		return body, err
 	}
 	if body.Session, err = sessionField(sessionFields{"prompt_cache_key", raw.CacheKey}, sessionFields{"user", raw.User}); err != nil {
+		return body, err
+	}
+	if body.Params, err = chatParamsOf(bytes.TrimSpace(b)); err != nil {
 		return body, err
 	}
 	return body, nil
@@ -336,12 +429,8 @@ func (a *App) chatCompletions(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	params, err := json.Marshal(chatParams{Messages: body.Messages, MaxTokens: body.MaxTokens, Temperature: body.Temperature})
-	if err != nil {
-		return err
-	}
 	return a.withFallback(c, body.Model, defaultChatCap, func(taskType string) error {
-		return a.chatTask(c, openAIRequest(c, taskType, flatten(body.Messages), params, body.Stream, body.Session), body)
+		return a.chatTask(c, openAIRequest(c, taskType, flatten(body.Messages), body.Params, body.Stream, body.Session), body)
 	})
 }
 

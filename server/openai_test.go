@@ -156,7 +156,7 @@ func TestOpenAIModelRouting(t *testing.T) {
 }
 
 // A multi-turn conversation reaches the node as the flattened content and
-// the whole conversation in params.
+// the whole conversation, as sent, in params.
 func TestOpenAIContentAndParams(t *testing.T) {
 	ta := startApp(t, nil)
 	key := ta.account(t, "alice", "")
@@ -186,9 +186,12 @@ func TestOpenAIContentAndParams(t *testing.T) {
 				{"role": "tool"},
 			}},
 			content: "System: be very brief\n\nUser: look at this",
+			// The messages as sent: parts, nulls and all.
 			params: `{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"q1"},` +
 				`{"role":"assistant","content":"a1"},{"role":"system","content":"be very brief"},` +
-				`{"role":"assistant","content":""},{"role":"user","content":"look at this"},{"role":"tool","content":""}],` +
+				`{"role":"assistant","content":null},{"role":"user","content":[{"type":"text","text":"look at "},` +
+				`{"type":"image_url","image_url":{"url":"https://example.com/x.png"}},{"type":"text","text":"this"},` +
+				`{"type":"text","text":7},"stray"]},{"role":"tool"}],` +
 				`"max_tokens":50,"temperature":0.5}`,
 		},
 		{
@@ -201,7 +204,7 @@ func TestOpenAIContentAndParams(t *testing.T) {
 			name:    "system only, max_tokens 100.0, null temperature",
 			body:    map[string]any{"max_tokens": 100.0, "temperature": nil, "messages": []map[string]any{{"role": "system", "content": "s"}}},
 			content: "System: s\n\nUser: ",
-			params:  `{"messages":[{"role":"system","content":"s"}],"max_tokens":100}`,
+			params:  `{"messages":[{"role":"system","content":"s"}],"max_tokens":100,"temperature":null}`,
 		},
 		{
 			name:    "no user message",
@@ -779,6 +782,9 @@ func FuzzParseChatBody(f *testing.F) {
 		`{"messages":[]}`, `{"messages":[{"content":"x"}]}`, `{"messages":[{"role":"u","content":1}]}`,
 		`{"messages":[{"role":"u","content":"x"}],"max_tokens":1.5}`, `{"messages":[{"role":"u","content":"x"}],"temperature":1e999}`,
 		`[]`, `{`, `null`, `{"model":1}`,
+		`{"messages":[{"role":"user","content":"<&>"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"seed":9007199254740992}`,
+		`{"messages":[{"role":"u","content":"x"}],"seed":9007199254740993}`, `{"messages":[{"role":"u","content":"x"}],"top-p":1}`,
+		`{"messages":[{"role":"u","content":"x"}],"content":1}`, `{"messages":[{"role":"u","content":"\u2028"}],"stream":false,"stream":true}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -803,8 +809,26 @@ func FuzzParseChatBody(f *testing.F) {
 		if b.Temperature != nil && (math.IsNaN(*b.Temperature) || math.IsInf(*b.Temperature, 0)) {
 			t.Fatalf("temperature %v accepted", *b.Temperature)
 		}
-		if _, err := json.Marshal(chatParams{Messages: b.Messages, MaxTokens: b.MaxTokens, Temperature: b.Temperature}); err != nil {
-			t.Fatalf("accepted a body whose params cannot be sent to a node: %v", err)
+		// The params are what a node reads: UTF-8, one JSON object within
+		// the bounds, with the body's fields but model and stream, each
+		// the same value as in the body.
+		if len(b.Params) > maxChatParamBytes || !utf8.Valid(b.Params) {
+			t.Fatalf("params of %d bytes, or not UTF-8, accepted", len(b.Params))
+		}
+		var params, body map[string]any
+		if err := json.Unmarshal(b.Params, &params); err != nil {
+			t.Fatalf("accepted a body whose params a node cannot read: %v\n%s", err, b.Params)
+		}
+		if err := json.Unmarshal(data, &body); err != nil {
+			t.Fatalf("accepted a body encoding/json refuses: %v", err)
+		}
+		delete(body, "model")
+		delete(body, "stream")
+		if !reflect.DeepEqual(params, body) {
+			t.Fatalf("params\n %s\nare not the body but model and stream\n %s", b.Params, data)
+		}
+		if r := (paramsReader{b: b.Params, lim: chatParamLimits}); r.params(nil) != nil {
+			t.Fatalf("params break their own rules: %v", r.params(nil))
 		}
 	})
 }

@@ -332,8 +332,8 @@ func checkParams(p json.RawMessage) (json.RawMessage, error) {
 	if !json.Valid(p) {
 		return nil, invalid("params is not valid JSON")
 	}
-	r := paramsReader{b: p}
-	if err := r.params(); err != nil {
+	r := paramsReader{b: p, lim: taskParamLimits}
+	if err := r.params(nil); err != nil {
 		return nil, err
 	}
 	var buf bytes.Buffer
@@ -347,20 +347,39 @@ func checkParams(p json.RawMessage) (json.RawMessage, error) {
 }
 
 // paramsReader checks a params object that is valid JSON (json.Valid)
-// against the rules of checkParams, reading it once, in place.
+// against the rules of checkParams, reading it once, in place. A chat
+// completion's body, which becomes its params, is read by it too, within
+// other limits (chatParamLimits).
 type paramsReader struct {
-	b []byte
-	i int
+	b     []byte
+	i     int
+	lim   paramLimits
+	where string // what a value's error names: lim.where, else the key read
 }
 
-// params reads the top-level object: at most maxParamKeys distinct keys,
-// each an identifier, and each value within the rules.
-func (r *paramsReader) params() error {
-	var keys []string // distinct, at most maxParamKeys+1: a repeated key counts once, as a node reads it
+// paramLimits are the rules paramsReader applies.
+type paramLimits struct {
+	keys        int    // distinct top-level keys
+	depth       int    // levels, the object read being 1
+	stringChars int    // characters in a string; 0 for no limit
+	object      string // what errors call the object read ("params")
+	key         string // what errors call one of its keys ("params key")
+	where       string // what value errors name; "" for the key of the value
+}
+
+// taskParamLimits are /api/v1/request's params rules.
+var taskParamLimits = paramLimits{keys: maxParamKeys, depth: maxParamDepth, stringChars: maxParamStringChars,
+	object: "params", key: "params key", where: "params"}
+
+// params reads the top-level object: at most lim.keys distinct keys, each
+// an identifier, and each value within the rules. each, when not nil, is
+// given each member as it is read: its key and its value as sent.
+func (r *paramsReader) params(each func(key string, value []byte)) error {
+	var keys []string // distinct, at most lim.keys+1: a repeated key counts once, as a node reads it
 	r.i++             // '{'
 	for r.space() != '}' {
 		if r.i >= len(r.b) { // not after json.Valid
-			return invalid("params is not valid JSON")
+			return invalid("%s is not valid JSON", r.lim.object)
 		}
 		if r.b[r.i] == ',' {
 			r.i++
@@ -369,20 +388,28 @@ func (r *paramsReader) params() error {
 		raw := r.stringRaw()
 		var k string
 		if err := json.Unmarshal(raw, &k); err != nil {
-			return invalid("params is not valid JSON")
+			return invalid("%s is not valid JSON", r.lim.object)
 		}
 		if !isIdentifier(k) || utf8.RuneCountInString(k) > maxParamKeyChars || k == "content" {
-			return invalid("params key %q must be an identifier of at most %d characters, and not \"content\"", clip(k, 80), maxParamKeyChars)
+			return invalid("%s %q must be an identifier of at most %d characters, and not \"content\"", r.lim.key, clip(k, 80), maxParamKeyChars)
 		}
 		if !slices.Contains(keys, k) {
-			if keys = append(keys, k); len(keys) > maxParamKeys {
-				return invalid("params must have at most %d keys", maxParamKeys)
+			if keys = append(keys, k); len(keys) > r.lim.keys {
+				return invalid("%s must have at most %d keys", r.lim.object, r.lim.keys)
 			}
 		}
 		r.space() // ':'
 		r.i++
+		if r.where = r.lim.where; r.where == "" {
+			r.where = k
+		}
+		r.space()
+		start := r.i
 		if err := r.value(2); err != nil {
 			return err
+		}
+		if each != nil {
+			each(k, r.b[start:r.i])
 		}
 	}
 	return nil
@@ -391,16 +418,16 @@ func (r *paramsReader) params() error {
 // value reads the value at r.i, at depth (params itself is 1).
 func (r *paramsReader) value(depth int) error {
 	if r.space() == 0 { // not after json.Valid
-		return invalid("params is not valid JSON")
+		return invalid("%s is not valid JSON", r.lim.object)
 	}
 	switch c := r.b[r.i]; c {
 	case '"':
-		if stringChars(r.stringRaw()) > maxParamStringChars {
-			return invalid("strings in params must be at most %d characters", maxParamStringChars)
+		if err := r.checkString(); err != nil {
+			return err
 		}
 	case '{', '[':
-		if depth > maxParamDepth {
-			return invalid("params must not nest deeper than %d levels", maxParamDepth)
+		if depth > r.lim.depth {
+			return invalid("%s must not nest deeper than %d levels", r.where, r.lim.depth)
 		}
 		end := byte(']')
 		if c == '{' {
@@ -409,15 +436,15 @@ func (r *paramsReader) value(depth int) error {
 		r.i++
 		for r.space() != end {
 			if r.i >= len(r.b) { // not after json.Valid
-				return invalid("params is not valid JSON")
+				return invalid("%s is not valid JSON", r.lim.object)
 			}
 			if r.b[r.i] == ',' {
 				r.i++
 				r.space()
 			}
 			if c == '{' {
-				if stringChars(r.stringRaw()) > maxParamStringChars {
-					return invalid("strings in params must be at most %d characters", maxParamStringChars)
+				if err := r.checkString(); err != nil {
+					return err
 				}
 				r.space() // ':'
 				r.i++
@@ -436,7 +463,16 @@ func (r *paramsReader) value(depth int) error {
 		for r.i < len(r.b) && strings.IndexByte("+-.0123456789eE", r.b[r.i]) >= 0 {
 			r.i++
 		}
-		return checkNumber(r.b[start:r.i])
+		return checkNumber(r.where, r.b[start:r.i])
+	}
+	return nil
+}
+
+// checkString reads the string at r.i, within lim.stringChars.
+func (r *paramsReader) checkString() error {
+	s := r.stringRaw()
+	if r.lim.stringChars > 0 && stringChars(s) > r.lim.stringChars {
+		return invalid("strings in %s must be at most %d characters", r.where, r.lim.stringChars)
 	}
 	return nil
 }
@@ -509,7 +545,7 @@ func hex4(b []byte) rune {
 // integer beyond 2^53, which a Go or JavaScript node would silently read as
 // another number (and Python refuses past 4,300 digits). Tiny numbers that
 // round to 0 are accepted: every decoder reads them as 0 without failing.
-func checkNumber(n []byte) error {
+func checkNumber(where string, n []byte) error {
 	if !bytes.ContainsAny(n, ".eE") {
 		digits := bytes.TrimPrefix(n, []byte("-"))
 		var i int64
@@ -518,12 +554,12 @@ func checkNumber(n []byte) error {
 			i = i*10 + int64(d-'0')
 		}
 		if !ok || i > maxParamInt {
-			return invalid("integers in params must be between -2^53 and 2^53 (%d); send larger ones as strings (got %s)", int64(maxParamInt), clip(string(n), 40))
+			return invalid("integers in %s must be between -2^53 and 2^53 (%d); send larger ones as strings (got %s)", where, int64(maxParamInt), clip(string(n), 40))
 		}
 		return nil
 	}
 	if _, err := strconv.ParseFloat(string(n), 64); err != nil {
-		return invalid("numbers in params must fit a 64-bit float (at most about 1.8e308 in size; got %s)", clip(string(n), 40))
+		return invalid("numbers in %s must fit a 64-bit float (at most about 1.8e308 in size; got %s)", where, clip(string(n), 40))
 	}
 	return nil
 }
