@@ -46,6 +46,9 @@ func TestBodyDecodersAreBounded(t *testing.T) {
 			`{"model":"m","messages":[{"role":"user","content":"a"}],"max_tokens":%s}`,
 			`{"model":"m","messages":[{"role":"user","content":"a"}],"stream_options":%s}`,
 			`{"model":"m","messages":[{"role":"user","content":"a"}],"user":%s}`,
+			`{"model":"m","messages":[{"role":"user","content":"a"}],"tools":%s}`,
+			`{"model":"m","messages":[{"role":"user","content":"a","tool_calls":%s}]}`,
+			`{"model":"m","messages":[{"role":"user","content":"a"}],"response_format":{"type":"json_schema","json_schema":{"schema":%s}}}`,
 		}, func(b []byte) { _, _ = parseChatBody(b) }},
 		{"completions body", []string{
 			`{"model":"m","prompt":"a","x":%s}`,
