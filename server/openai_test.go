@@ -709,8 +709,12 @@ func TestOpenAIClientLibrary(t *testing.T) {
 	key := ta.account(t, "alice", "")
 	var failures atomic.Int32
 	node := runSDKNode(t, ta, sdk.NodeConfig{
-		APIKey: key, Name: "echoer", Capabilities: []string{"echo", "fail", "embed"}, MaxConcurrency: 4,
+		APIKey: key, Name: "echoer", Capabilities: []string{"echo", "fail", "embed", "params"}, MaxConcurrency: 4,
 		Handler: sdk.HandlerFunc(func(ctx context.Context, task *sdk.Task, emit func(string) error) (sdk.Result, error) {
+			if task.Type == "params" { // what reached the node, for the client to compare
+				b, err := json.Marshal(task.Params)
+				return sdk.Result{Text: string(b)}, err
+			}
 			if task.Type == "fail" {
 				failures.Add(1)
 				return sdk.Result{}, errors.New("deliberate failure")

@@ -8,7 +8,8 @@
 //         completion_tokens: characters of the answer};
 //   fail: reports a failure whose message contains "deliberate failure";
 //   embed: answers, for each of params.input, the vector [its length, 0.5],
-//          with usage {prompt_tokens: the inputs' characters}.
+//          with usage {prompt_tokens: the inputs' characters};
+//   params: answers the params it received, as JSON.
 //
 // and the instance has the model alias house-model = nowhere (no node), then
 // echo.
@@ -224,6 +225,45 @@ await check('an alias falls back to its next task type when no node serves the f
   expectEqual(deltas.join(''), flattened, 'the streamed deltas (echo served it)');
   const c = await client.completions.create({ model: 'house-model', prompt: 'fall back' });
   expectEqual(c.choices[0].text, 'fall back', 'a completion through the alias');
+});
+
+// canonical is v with every object's keys sorted, for comparing JSON
+// values whatever the order of their members.
+function canonical(v) {
+  if (Array.isArray(v)) return v.map(canonical);
+  if (v && typeof v === 'object') {
+    return Object.fromEntries(Object.keys(v).sort().map((k) => [k, canonical(v[k])]));
+  }
+  return v;
+}
+
+await check('tools, tool_choice, response_format, stop, seed and tool messages reach the node as sent', async () => {
+  const schema = {
+    type: 'object',
+    properties: { city: { type: 'string', description: 'a <city> & its country' }, days: { type: 'array', items: { type: 'integer' } } },
+    required: ['city', 'days'],
+    additionalProperties: false,
+  };
+  const req = {
+    model: 'gemmanet/params',
+    messages: [
+      { role: 'system', content: 'You are terse.' },
+      { role: 'user', content: [{ type: 'text', text: 'weather in ' }, { type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=' } }] },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'weather', arguments: '{"city":"Oslo"}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: '{"temp":3}' },
+    ],
+    tools: [{ type: 'function', function: { name: 'weather', description: 'the weather', parameters: schema, strict: true } }],
+    tool_choice: { type: 'function', function: { name: 'weather' } },
+    parallel_tool_calls: false,
+    response_format: { type: 'json_schema', json_schema: { name: 'answer', schema, strict: true } },
+    stop: ['\n\n', 'END'],
+    seed: 42,
+    top_p: 0.5,
+    user: 'user-1',
+  };
+  const r = await client.chat.completions.create(req);
+  const { model, ...sent } = req;
+  expectEqual(canonical(JSON.parse(r.choices[0].message.content)), canonical(sent), 'the params the node received');
 });
 
 if (failures > 0) {
