@@ -155,6 +155,7 @@ type run struct {
 	// budget (keptText); textCapped once it did not.
 	text       strings.Builder
 	textCapped bool
+	resumers   bool     // a candidate of the stream's picks declared resume: its text is worth keeping
 	resuming   bool     // the next attempt continues the stream: only a resume node may take it
 	resumed    string   // what the current attempt continues ("" for none)
 	served     []string // nodes whose text the client has, before the current attempt's
@@ -417,6 +418,9 @@ func (r *run) pick(cands []nodes.Candidate, tried []string) (_ []nodes.Candidate
 	}
 	if r.resuming {
 		cands = resumable(cands)
+	}
+	if r.req.Stream && !r.resumers {
+		r.resumers = slices.ContainsFunc(cands, func(c nodes.Candidate) bool { return c.Resume })
 	}
 	pick := nodes.Pick{Capability: r.req.TaskType, Trust: r.req.Trust, Labels: r.req.Labels, Exclude: tried, Prefer: r.prefer, Local: d.cfg.Instance}
 	// Every candidate's standing is judged at one reading of the clock

@@ -87,16 +87,21 @@ func (r *run) lose(nodeID string, out Outcome, err error) bool {
 }
 
 // keep adds delta, which the client now has, to the stream's text, while
-// a node could be told it: within the result cap, and the instance's
-// budget for kept text (StreamBufferBytes over every stream; the task
-// gives its share back when it ends: run.release). A stream whose text
-// outgrew either cannot be continued.
+// a node could be told it: when a node that declared resume was among the
+// stream's candidates (most fleets have none, and their streams copy
+// nothing), within the result cap and the instance's budget for kept text
+// (StreamBufferBytes over every stream; the run gives its share back when
+// it ends). A stream whose text outgrew either cannot be continued.
 func (r *run) keep(delta string) {
-	if !r.req.Stream || r.textCapped || r.retryBudget() == 0 {
+	if !r.resumers || r.textCapped || r.retryBudget() == 0 {
 		return
 	}
 	n := int64(len(delta))
-	if int64(r.text.Len())+n > r.d.cfg.ResultMaxBytes || r.d.keptText.Add(n) > r.d.cfg.StreamBufferBytes {
+	if int64(r.text.Len())+n > r.d.cfg.ResultMaxBytes {
+		r.dropText()
+		return
+	}
+	if r.d.keptText.Add(n) > r.d.cfg.StreamBufferBytes {
 		r.d.keptText.Add(-n)
 		r.dropText()
 		return

@@ -43,3 +43,30 @@ func TestHedgeDelayOnlyForPlainTasks(t *testing.T) {
 		}
 	}
 }
+
+// A stream's kept text is bounded by the result cap per stream and the
+// instance's budget over all streams; one that outgrows either is dropped
+// (its share given back) and cannot be resumed, the others are untouched.
+// A stream with no resume node among its candidates keeps nothing.
+func TestKeptStreamTextIsBounded(t *testing.T) {
+	d := &dispatcher{cfg: Config{ResultMaxBytes: 10, StreamBufferBytes: 15, TaskRetries: 1}}
+	stream := func(resumers bool) *run {
+		return &run{d: d, req: &Request{Stream: true}, resumers: resumers}
+	}
+	a, b, c, none := stream(true), stream(true), stream(true), stream(false)
+	none.keep("ignored")
+	a.keep("12345678")
+	b.keep("abcdefg")
+	if a.text.String() != "12345678" || b.text.String() != "abcdefg" || none.text.Len() != 0 || d.keptText.Load() != 15 {
+		t.Fatalf("kept %q, %q, %q; budget used %d", a.text.String(), b.text.String(), none.text.String(), d.keptText.Load())
+	}
+	c.keep("x")   // over the instance's budget
+	a.keep("9ab") // over the stream's cap
+	if !c.textCapped || !a.textCapped || a.text.Len() != 0 || b.textCapped || d.keptText.Load() != 7 {
+		t.Fatalf("after going over: a capped %v (%q), c capped %v, b capped %v; budget used %d, want 7",
+			a.textCapped, a.text.String(), c.textCapped, b.textCapped, d.keptText.Load())
+	}
+	if a.keep("z"); a.text.Len() != 0 {
+		t.Fatal("a dropped stream kept more text")
+	}
+}
