@@ -50,20 +50,13 @@ func (r reply2) replayed() bool { return r.header.Get(HeaderIdempotentReplayed) 
 // waitGauge waits until the instances' waiting requests add up to n.
 func waitGauge(t *testing.T, n float64, apps ...*testApp) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitUntilFor(t, 10*time.Second, func() bool {
 		var sum float64
 		for _, ta := range apps {
 			sum += testutil.ToFloat64(ta.idemWaiting)
 		}
-		if sum == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%v requests waiting for an earlier one's answer, want %v", sum, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return sum == n
+	})
 }
 
 func outcomes(apps ...*testApp) map[string]float64 {
